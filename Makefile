@@ -1,0 +1,44 @@
+# dtq: `make run` serves the API, console and WebSockets with a worker; `make test` runs the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+export PORT
+
+.PHONY: run test bootstrap bench bench-peers redis chaos clean lint
+
+$(BIN)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dtq needs Python >= 3.11")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+bootstrap: $(BIN)/.installed
+	@mkdir -p var
+	@$(BIN)/python manage.py migrate --noinput -v 0
+
+run: bootstrap
+	@$(BIN)/python scripts/run.py
+
+test: bootstrap
+	$(BIN)/python -m pytest
+
+bench: bootstrap
+	$(BIN)/python -m bench
+
+bench-peers: bootstrap
+	$(BIN)/python -m bench.peers
+
+chaos: bootstrap
+	$(BIN)/python -m pytest -p no:randomly tests/failure -k chaos -v
+
+# A throwaway, non-persistent Redis for development (failure-modes.md: everything is lost on restart).
+REDIS_PORT ?= 6381
+redis:
+	@command -v redis-server >/dev/null || { echo "redis-server not found: apt-get install redis-server (Debian) or docker compose up"; exit 1; }
+	@echo "non-persistent redis on 127.0.0.1:$(REDIS_PORT); use DTQ_REDIS_URL=redis://127.0.0.1:$(REDIS_PORT)/0"
+	redis-server --port $(REDIS_PORT) --bind 127.0.0.1 --save "" --appendonly no
+
+clean:
+	rm -rf $(VENV) var/static .pytest_cache

@@ -1,0 +1,1 @@
+"""dtq's engine: keys, Lua scripts, the state machine, submit, worker, scheduler, DLQ, audit."""

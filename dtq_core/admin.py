@@ -1,0 +1,215 @@
+"""Operator actions (pause, resume, purge, DLQ retry/discard), each written to the audit stream.
+
+Mixed into Engine so the API, CLI and console share every operation and every count.
+Bulk actions snapshot what matched first, then act in pipelined batches.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .clock import iso
+from .errors import QueueNotFound, ValidationError
+from .keys import PRIORITIES, Keys
+from .task import valid_queue_name
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+BATCH = 500
+MAX_SELECTION = 1_000_000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Actor:
+    """Who did it, for the audit stream: `user:<name>`, `api-key:<sha8>`, `api:anonymous`, `cli:<user>`."""
+
+    name: str
+    source: str  # api | console | cli
+    request_id: str = ""
+
+    @classmethod
+    def user(cls, username: str, *, source: str, request_id: str = "") -> Actor:
+        return cls(name=f"user:{username}", source=source, request_id=request_id)
+
+    @classmethod
+    def api_key(cls, key: str, *, request_id: str = "") -> Actor:
+        return cls(name=f"api-key:{hashlib.sha256(key.encode()).hexdigest()[:8]}", source="api",
+                   request_id=request_id)
+
+    @classmethod
+    def anonymous_api(cls, *, request_id: str = "") -> Actor:
+        return cls(name="api:anonymous", source="api", request_id=request_id)
+
+    @classmethod
+    def cli(cls) -> Actor:
+        try:
+            who = getpass.getuser()
+        except (KeyError, OSError):
+            who = "unknown"
+        return cls(name=f"cli:{who}", source="cli")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DlqSelection:
+    """Which dead letters a bulk action touches; exactly one way of choosing is set."""
+
+    ids: tuple[str, ...] = ()
+    task_ids: tuple[str, ...] = ()
+    queue: str | None = None
+    type: str | None = None
+    q: str | None = None
+    all: bool = False
+
+    @classmethod
+    def from_body(cls, body: Any) -> DlqSelection:
+        """Parse an API/console body; an empty body is refused so nothing is retried by accident."""
+        if not isinstance(body, dict):
+            raise ValidationError("body must be a JSON object")
+        unknown = set(body) - {"ids", "task_ids", "queue", "type", "q", "all"}
+        if unknown:
+            raise ValidationError(f"unknown field(s): {', '.join(sorted(unknown))}")
+        for name in ("ids", "task_ids"):
+            value = body.get(name)
+            if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+                                      or len(value) > 10000):
+                raise ValidationError(f"{name} must be a list of at most 10000 strings", field=name)
+        for name in ("queue", "type", "q"):
+            if body.get(name) is not None and not isinstance(body[name], str):
+                raise ValidationError(f"{name} must be a string", field=name)
+        if "all" in body and not isinstance(body["all"], bool):
+            raise ValidationError("all must be true or false", field="all")
+        selection = cls(ids=tuple(body.get("ids") or ()), task_ids=tuple(body.get("task_ids") or ()),
+                        queue=body.get("queue") or None, type=body.get("type") or None, q=body.get("q") or None,
+                        all=bool(body.get("all")))
+        if not selection.chooses_something():
+            raise ValidationError('say which entries: {"ids": [...]}, {"task_ids": [...]}, filters '
+                                  '{"queue", "type", "q"}, or {"all": true}')
+        return selection
+
+    def chooses_something(self) -> bool:
+        return bool(self.ids or self.task_ids or self.queue or self.type or self.q or self.all)
+
+    def describe(self) -> str:
+        if self.ids:
+            return "dlq:" + (",".join(self.ids[:5]) + ("..." if len(self.ids) > 5 else ""))
+        if self.task_ids:
+            return "dlq:tasks:" + (",".join(self.task_ids[:5]) + ("..." if len(self.task_ids) > 5 else ""))
+        if self.all and not (self.queue or self.type or self.q):
+            return "dlq:all"
+        parts = [f"{k}={v}" for k, v in (("queue", self.queue), ("type", self.type), ("q", self.q)) if v]
+        return "dlq:" + "&".join(parts)
+
+
+class AdminMixin:
+    # -- audit --------------------------------------------------------------------------------
+    def audit(self: Engine, actor: Actor, action: str, target: str, count: int) -> str:
+        now = self.clock.now_ms()
+        return str(self.client.xadd(
+            self.keys.audit(),
+            {"ts": now, "actor": actor.name, "source": actor.source, "action": action, "target": target,
+             "count": count, "request_id": actor.request_id or ""},
+            maxlen=self.config.audit_maxlen, approximate=True,
+        ))
+
+    # -- queues -------------------------------------------------------------------------------
+    def set_paused(self: Engine, queue: str, paused: bool, actor: Actor) -> bool:
+        """Pause or resume a queue; return True when its state changed. Audited either way."""
+        if not valid_queue_name(queue):
+            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+        now = self.clock.now_ms()
+        k = self.keys
+        changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues()],
+                                   args=[queue, 1 if paused else 0, now, iso(now)]))
+        if changed == -1:
+            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+        self.audit(actor, "queue.pause" if paused else "queue.resume", f"queue:{queue}", changed)
+        return bool(changed)
+
+    def purge(self: Engine, queue: str, actor: Actor) -> int:
+        """Cancel every task waiting in the queue when the purge starts; return how many."""
+        self.queue_detail(queue)
+        k = self.keys
+        now = self.clock.now_ms()
+        pipe = self.client.pipeline(transaction=False)
+        for priority in PRIORITIES:
+            pipe.xrevrange(k.stream(queue, priority), "+", "-", count=1)
+        snapshots = [rows[0][0] if rows else None for rows in pipe.execute()]
+        total = 0
+        for priority, snapshot in zip(PRIORITIES, snapshots, strict=True):
+            after = ""
+            while snapshot:
+                cancelled, after = self.scripts(
+                    "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq()],
+                    args=[Keys.GROUP, now, iso(now), k.task_prefix(), snapshot, BATCH * 4, after],
+                )
+                total += int(cancelled)
+                if not after:
+                    break
+        self.audit(actor, "queue.purge", f"queue:{queue}", total)
+        self._publish_admin_event("queue.purged", queue, now)
+        return total
+
+    def _publish_admin_event(self: Engine, etype: str, queue: str | None, now: int) -> None:
+        import json
+
+        seq = self.client.incr(self.keys.event_seq())
+        self.client.publish(self.keys.events(), json.dumps(
+            {"event_id": f"{now}-{seq}", "type": etype, "task_id": None, "queue": queue, "status": None,
+             "attempt": 0, "ts": iso(now)}))
+
+    # -- dead letters -------------------------------------------------------------------------
+    def select_dead_letters(self: Engine, selection: DlqSelection) -> list[str]:
+        """Snapshot the DLQ entry ids a selection matches right now (newest first)."""
+        if selection.ids:
+            return list(dict.fromkeys(selection.ids))
+        if selection.task_ids:
+            pipe = self.client.pipeline(transaction=False)
+            for task_id in selection.task_ids:
+                pipe.hget(self.keys.task(task_id), "dlq_entry_id")
+            return [eid for eid in dict.fromkeys(pipe.execute()) if eid]
+        ids: list[str] = []
+        cursor: str | None = None
+        while len(ids) < MAX_SELECTION:
+            page = self.dlq_list(queue=selection.queue, type=selection.type, q=selection.q, cursor=cursor,
+                                 limit=500)
+            ids.extend(item["entry_id"] for item in page.items)
+            if not page.next_cursor:
+                break
+            cursor = page.next_cursor
+        return ids
+
+    def retry_dead_letters(self: Engine, selection: DlqSelection, actor: Actor) -> int:
+        """Requeue the matching dead letters with a fresh attempt budget; return how many."""
+        ids = self.select_dead_letters(selection)
+        now = self.clock.now_ms()
+        k = self.keys
+        retried = 0
+        for start in range(0, len(ids), BATCH):
+            reply = self.scripts("retryDeadLetters", keys=[k.dlq(), k.events(), k.event_seq()],
+                                 args=[now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
+                                       k.stream_prefix(), Keys.GROUP, *ids[start:start + BATCH]])
+            retried += int(reply[0])
+        self.audit(actor, "dlq.retry", selection.describe(), retried)
+        return retried
+
+    def discard_dead_letters(self: Engine, selection: DlqSelection, actor: Actor) -> int:
+        """Drop the matching dead letters; return how many."""
+        ids = self.select_dead_letters(selection)
+        now = self.clock.now_ms()
+        k = self.keys
+        discarded = 0
+        for start in range(0, len(ids), BATCH):
+            discarded += int(self.scripts("discardDeadLetters", keys=[k.dlq(), k.events(), k.event_seq()],
+                                          args=[now, iso(now), k.task_prefix(), *ids[start:start + BATCH]]))
+        self.audit(actor, "dlq.discard", selection.describe(), discarded)
+        return discarded
+
+    def cancel_as(self: Engine, task_id: str, actor: Actor) -> Any:
+        """Cancel with an audit entry (the API, CLI and console path)."""
+        result = self.cancel(task_id)
+        self.audit(actor, "task.cancel", f"task:{task_id}", 1)
+        return result

@@ -1,0 +1,68 @@
+"""Pure helpers to turn Redis replies into Python values and back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .clock import iso
+
+TIME_FIELDS = ("created_at", "updated_at", "enqueued_at", "started_at", "finished_at", "due_at", "expires_at")
+INT_FIELDS = ("attempt", "max_attempts")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_hash(raw: dict[Any, Any]) -> dict[str, str]:
+    return {_s(k): _s(v) for k, v in raw.items()}
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, Any]:
+    """Shape a task hash for the API and console: parsed JSON, ISO times, typed numbers."""
+    out: dict[str, Any] = {
+        "id": fields.get("id"),
+        "type": fields.get("type"),
+        "queue": fields.get("queue"),
+        "priority": fields.get("priority"),
+        "status": fields.get("status"),
+        "payload": _json_or_raw(fields.get("payload")),
+        "timeout_s": _num(fields.get("timeout_s")),
+        "worker_id": fields.get("worker_id") or None,
+        "last_error": fields.get("last_error") or None,
+        "errors": _json_or_raw(fields.get("errors")) or [],
+        "result_truncated": fields.get("result_truncated") == "1",
+        "cancel_requested": fields.get("cancel_requested") == "1",
+        "idempotency_key": fields.get("idempotency_key") or None,
+        "request_id": fields.get("request_id") or None,
+    }
+    for name in INT_FIELDS:
+        out[name] = int(fields[name]) if fields.get(name, "") != "" else None
+    for name in TIME_FIELDS:
+        out[name] = iso(fields.get(name) or None)
+    if fields.get("dlq_entry_id"):
+        out["dlq_entry_id"] = fields["dlq_entry_id"]
+    if result is not None:
+        out["result"] = _json_or_raw(result)
+    return out
+
+
+def _json_or_raw(raw: str | None) -> Any:
+    if raw is None or raw == "":
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _num(raw: str | None) -> float | int | None:
+    if raw in (None, ""):
+        return None
+    value = float(raw)
+    return int(value) if value.is_integer() else value

@@ -1,0 +1,139 @@
+"""The validated dtq configuration: one frozen value built from the environment or settings.
+
+`read_env` is what dtq_site.settings calls at import, so every entry point (manage.py, daphne,
+pytest) stops at start with one clear line naming the bad variable instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the variable."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DtqConfig:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "dtq"
+    visibility_timeout_s: float = 30.0
+    heartbeat_interval_s: float = 5.0
+    drain_timeout_s: float = 30.0
+    task_retention_s: int = 604800
+    result_retention_s: int = 3600
+    result_max_bytes: int = 65536
+    idem_ttl_s: int = 86400
+    max_queue_depth: int = 100000
+    dlq_enabled: bool = True
+    dlq_maxlen: int = 10000
+    audit_maxlen: int = 10000
+    max_attempts: int = 5
+    retry_base_s: float = 1.0
+    retry_max_s: float = 300.0
+    task_timeout_s: float = 300.0
+    payload_max_bytes: int = 1048576
+    api_key: str = ""
+    task_modules: tuple[str, ...] = ()
+    # Internal knobs (not in the contract) that tests shrink so crash scenarios take seconds.
+    scheduler_lock_ttl_s: float = 10.0
+    stale_claim_s: float = 60.0
+    scheduler_interval_s: float = 0.25
+    cancel_poll_s: float = 0.25
+    redis_timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_url(self.redis_url)
+        positive = (
+            "visibility_timeout_s", "heartbeat_interval_s", "task_retention_s",
+            "result_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen", "audit_maxlen",
+            "max_attempts", "retry_base_s", "retry_max_s", "task_timeout_s", "payload_max_bytes",
+            "scheduler_lock_ttl_s", "stale_claim_s", "scheduler_interval_s", "cancel_poll_s",
+            "redis_timeout_s",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{env_name(name)} must be greater than 0 (got {getattr(self, name)})")
+        for name in ("drain_timeout_s", "max_queue_depth"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{env_name(name)} must be 0 or more (got {getattr(self, name)})")
+        if self.heartbeat_interval_s >= self.visibility_timeout_s:
+            raise ConfigError(
+                f"DTQ_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s:g}) must be less than "
+                f"DTQ_VISIBILITY_TIMEOUT_S ({self.visibility_timeout_s:g})"
+            )
+        if self.retry_max_s < self.retry_base_s:
+            raise ConfigError("DTQ_RETRY_MAX_S must be at least DTQ_RETRY_BASE_S")
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
+            raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> DtqConfig:
+        """Build from a settings.DTQ-style dict with upper-case keys (REDIS_URL, ...)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k.lower(): v for k, v in values.items() if k.lower() in known}
+        if isinstance(kwargs.get("task_modules"), str):
+            kwargs["task_modules"] = _split_modules(kwargs["task_modules"])
+        elif "task_modules" in kwargs:
+            kwargs["task_modules"] = tuple(kwargs["task_modules"])
+        return cls(**kwargs)
+
+    def as_settings(self) -> dict[str, Any]:
+        return {f.name.upper(): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def env_name(field: str) -> str:
+    return "DTQ_" + field.upper()
+
+
+def _check_url(url: str) -> None:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("redis", "rediss", "unix") or (parsed.scheme != "unix" and not parsed.hostname):
+        raise ConfigError(f"DTQ_REDIS_URL is not a redis:// or rediss:// or unix:// URL (got {url!r})")
+    try:
+        parsed.port  # noqa: B018 - raises ValueError for a non-numeric port
+    except ValueError:
+        raise ConfigError(f"DTQ_REDIS_URL has an invalid port (got {url!r})") from None
+
+
+def _split_modules(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(raw)
+
+
+_CASTS: dict[type, Callable[[str], Any]] = {int: int, float: float, bool: _parse_bool, str: str}
+
+
+def read_env(get: Callable[[str], str | None]) -> DtqConfig:
+    """Read every DTQ_* variable through `get` (django-environ's raw lookup) and validate.
+
+    Raises ConfigError naming the first bad variable.
+    """
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(DtqConfig):
+        raw = get(env_name(f.name))
+        if raw is None:
+            continue
+        if f.name == "task_modules":
+            kwargs[f.name] = _split_modules(raw)
+            continue
+        default_type = type(f.default)
+        try:
+            kwargs[f.name] = _CASTS[default_type](raw.strip()) if default_type is not str else raw.strip()
+        except (ValueError, KeyError):
+            kind = {int: "an integer", float: "a number", bool: "true or false"}.get(default_type, "valid")
+            raise ConfigError(f"{env_name(f.name)} must be {kind} (got {raw!r})") from None
+    return DtqConfig(**kwargs)

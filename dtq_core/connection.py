@@ -1,0 +1,47 @@
+"""Redis clients. Request paths fail fast (short timeouts, no retries) so a Redis that is down
+or frozen turns into 503 REDIS_UNAVAILABLE within 2 s, never a hang."""
+
+from __future__ import annotations
+
+import redis
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .config import DtqConfig
+
+# Every error that means "Redis is not answering" rather than "the command was wrong".
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+)
+
+
+def sync_client(config: DtqConfig) -> redis.Redis:
+    return redis.Redis.from_url(
+        config.redis_url,
+        decode_responses=True,
+        socket_timeout=config.redis_timeout_s,
+        socket_connect_timeout=config.redis_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_error=[],
+        health_check_interval=0,
+        max_connections=256,
+    )
+
+
+def async_client(config: DtqConfig, *, read_timeout_s: float) -> aioredis.Redis:
+    """A client for the worker; read_timeout_s must exceed its longest blocking read."""
+    return aioredis.Redis.from_url(
+        config.redis_url,
+        decode_responses=True,
+        socket_timeout=read_timeout_s,
+        socket_connect_timeout=max(config.redis_timeout_s, 2.0),
+        retry=Retry(NoBackoff(), 0),
+        retry_on_error=[],
+        max_connections=64,
+    )

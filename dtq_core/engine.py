@@ -1,0 +1,165 @@
+"""Engine: the service API that views, commands, the console and dtq_tasks call.
+
+Every operation is one pipelined round trip or one script where it can be; reads that shape
+records for display live in `inspect.py`, operator actions in `admin.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from . import codec
+from .admin import AdminMixin
+from .clock import Clock, SystemClock, iso
+from .config import DtqConfig
+from .connection import sync_client
+from .errors import CancelRequested, QueueFull, TaskNotFound, TaskTerminal
+from .inspect import InspectMixin
+from .keys import PRIORITIES, Keys
+from .scripts import Scripts
+from .submit import Submission, validate
+
+RECENT_CAP = 100_000  # tasks kept in the recent-tasks index for listing
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Enqueued:
+    id: str
+    status: str
+    created: bool  # False: an idempotency key matched an earlier task, returned instead
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelResult:
+    id: str
+    status: str
+    cancelled: bool  # True: CANCELLED now; False: recorded, the worker will stop the handler
+
+
+class Engine(InspectMixin, AdminMixin):
+    def __init__(self, config: DtqConfig, *, client: redis.Redis | None = None, clock: Clock | None = None) -> None:
+        self.config = config
+        self.keys = Keys(config.key_prefix)
+        self.client = client if client is not None else sync_client(config)
+        self.clock: Clock = clock or SystemClock()
+        self.scripts = Scripts(self.client)
+
+    # -- submit -----------------------------------------------------------------------------
+    def validate(self, type: Any, payload: Any = None, **options: Any) -> Submission:
+        return validate(self.config, type, payload, **options)
+
+    def enqueue(self, type: Any, payload: Any = None, **options: Any) -> Enqueued:
+        """Queue up a task; raise ValidationError, PayloadTooLarge or QueueFull."""
+        submission = self.validate(type, payload, **options)
+        reply = self._enqueue_script(submission, client=None)
+        return self._enqueued(submission, reply)
+
+    def enqueue_many(self, submissions: Sequence[Submission]) -> list[Enqueued | QueueFull]:
+        """Queue validated submissions in one pipelined round trip, in order."""
+        pipe = self.client.pipeline(transaction=False)
+        for submission in submissions:
+            self._enqueue_script(submission, client=pipe)
+        replies = pipe.execute()
+        out: list[Enqueued | QueueFull] = []
+        for submission, reply in zip(submissions, replies, strict=True):
+            try:
+                out.append(self._enqueued(submission, reply))
+            except QueueFull as exc:
+                out.append(exc)
+        return out
+
+    def _enqueue_script(self, s: Submission, *, client: Any) -> Any:
+        now = self.clock.now_ms()
+        due = now + int(s.delay_s * 1000) if s.delay_s > 0 else 0
+        expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
+        fields: list[object] = [
+            "type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
+            "max_attempts", s.max_attempts, "timeout_s", f"{s.timeout_s:g}", "expires_at", expires,
+            "idempotency_key", s.idempotency_key or "", "request_id", s.request_id or "",
+        ]
+        k = self.keys
+        return self.scripts(
+            "enqueueTask",
+            keys=[k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
+                  k.queues(), k.events(), k.event_seq(), k.recent()],
+            args=[s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
+                  self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
+                  1 if s.idempotency_key else 0, RECENT_CAP, *fields],
+            client=client,
+        )
+
+    def _enqueued(self, s: Submission, reply: list[Any]) -> Enqueued:
+        code = int(reply[0])
+        if code == -1:
+            raise QueueFull(
+                f"queue {s.queue!r} holds {reply[1]} tasks, the limit is {self.config.max_queue_depth} "
+                "(DTQ_MAX_QUEUE_DEPTH)", queue=s.queue, depth=int(reply[1]),
+            )
+        if code == 0:
+            existing = str(reply[1])
+            status = self.client.hget(self.keys.task(existing), "status") or "UNKNOWN"
+            return Enqueued(id=existing, status=status, created=False)
+        return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True)
+
+    # -- read one -----------------------------------------------------------------------------
+    def get_task(self, task_id: str) -> dict[str, Any]:
+        """Return the task as the API shows it (with `result` when stored); raise TaskNotFound."""
+        if not _plausible_id(task_id):
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(self.keys.task(task_id))
+        pipe.get(self.keys.result(task_id))
+        fields, result = pipe.execute()
+        if not fields:
+            raise TaskNotFound(f"task {task_id!r} not found (it may have expired)", task_id=task_id)
+        return codec.task_view(fields, result)
+
+    # -- cancel -------------------------------------------------------------------------------
+    def cancel(self, task_id: str) -> CancelResult:
+        """Cancel a task: at once when it waits, via the worker when it runs."""
+        if not _plausible_id(task_id):
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
+        now = self.clock.now_ms()
+        code, *rest = self.scripts(
+            "cancelTask",
+            keys=[self.keys.task(task_id), self.keys.schedule(), self.keys.events(), self.keys.event_seq()],
+            args=[task_id, now, iso(now), self.config.task_retention_s * 1000],
+        )
+        code = int(code)
+        if code == -1:
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
+        if code == 0:
+            raise TaskTerminal(f"task {task_id} is already {rest[0]}", task_id=task_id, status=rest[0])
+        if code == 3:
+            raise CancelRequested(f"task {task_id} is running; its cancellation is in flight", task_id=task_id)
+        return CancelResult(id=task_id, status=str(rest[0]), cancelled=code == 1)
+
+    # -- health -------------------------------------------------------------------------------
+    def ping(self) -> bool:
+        return bool(self.client.ping())
+
+
+def _plausible_id(task_id: str) -> bool:
+    return isinstance(task_id, str) and 0 < len(task_id) <= 128 and ":" not in task_id
+
+
+_engine: Engine | None = None
+
+
+def get_engine() -> Engine:
+    """The process-wide Engine built from settings.DTQ; rebuilt when the settings change."""
+    global _engine
+    if _engine is None:
+        from .conf import get_config
+
+        _engine = Engine(get_config())
+    return _engine
+
+
+def reset_engine() -> None:
+    global _engine
+    _engine = None

@@ -1,0 +1,201 @@
+"""Run one attempt of a handler and classify how it ended, as a record for the completion script.
+
+Classification (contract section 5): RetryableError, handler timeouts and Redis connection
+errors retry with backoff until max_attempts; unknown task types, payload decode errors and
+every other exception are permanent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import time
+import traceback
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import registry
+from .clock import Clock
+from .config import DtqConfig
+from .connection import UNAVAILABLE_ERRORS
+from .task import Outcome, RetryPolicy, next_attempt_at
+
+BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+TRACEBACK_TAIL = 2000
+
+
+@dataclass(slots=True)
+class Row:
+    """A claimed task, as the fetch/claim scripts return it."""
+
+    entry_id: str
+    stream: str
+    task_id: str
+    attempt: int
+    max_attempts: int
+    type: str
+    payload: str
+    timeout_s: float
+    queue: str
+    priority: str
+
+    @classmethod
+    def from_reply(cls, r: list[Any]) -> Row:
+        return cls(entry_id=r[1], stream=r[2], task_id=r[3], attempt=int(r[4]), max_attempts=int(r[5]),
+                   type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10])
+
+
+@dataclass(slots=True)
+class Completion:
+    row: Row
+    outcome: Outcome
+    result_json: str = ""
+    truncated: bool = False
+    error_class: str = ""
+    error_message: str = ""
+    traceback: str = ""
+    retry_due_ms: int = 0
+    duration_s: float = 0.0
+
+    def args(self) -> list[object]:
+        r = self.row
+        return [r.task_id, r.attempt, r.entry_id, r.stream, self.outcome.value, self.result_json,
+                1 if self.truncated else 0, self.error_class, self.error_message[:2000], self.traceback,
+                self.retry_due_ms, f"{self.duration_s:.6f}", bucket_label(self.duration_s)]
+
+
+def bucket_label(seconds: float) -> str:
+    for bound in BUCKETS:
+        if seconds <= bound:
+            return f"le_{bound:g}"
+    return "le_inf"
+
+
+class UnknownTaskType(Exception):
+    pass
+
+
+class PayloadDecodeError(Exception):
+    pass
+
+
+class HandlerTimeout(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Execution:
+    """One in-flight attempt; the cancel watcher and drain act on it through these flags."""
+
+    row: Row
+    task: asyncio.Task[Completion | None] | None = None
+    cancel_requested: bool = False
+    abandoned: bool = False  # drain deadline: leave the entry unacked for a peer
+    detached: bool = field(default=False)
+
+
+class AttemptRunner:
+    """Runs attempts: async handlers on the loop, sync ones in the thread pool."""
+
+    def __init__(self, config: DtqConfig, clock: Clock, pool: Executor, worker_id: str) -> None:
+        self.config = config
+        self.clock = clock
+        self.pool = pool
+        self.worker_id = worker_id
+        self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
+        self.detached_threads = 0
+
+    async def run(self, ex: Execution) -> Completion | None:
+        """Run one attempt; None when it was abandoned at the drain deadline."""
+        row = ex.row
+        started = time.perf_counter()
+        try:
+            result = await self._call(row, ex)
+        except asyncio.CancelledError:
+            if ex.cancel_requested and not ex.abandoned:
+                return Completion(row, Outcome.CANCELLED, duration_s=time.perf_counter() - started)
+            if ex.abandoned:
+                return None
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every handler failure is classified
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return self._failed(row, exc, time.perf_counter() - started)
+        return self._succeeded(row, result, time.perf_counter() - started)
+
+    async def _call(self, row: Row, ex: Execution) -> Any:
+        handler = registry.get(row.type)
+        if handler is None:
+            raise UnknownTaskType(f"no handler registered for task type {row.type!r}")
+        try:
+            payload = json.loads(row.payload) if row.payload else {}
+        except ValueError as exc:
+            raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
+        ctx = registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
+                                   queue=row.queue, type=row.type, worker_id=self.worker_id)
+        try:
+            async with asyncio.timeout(row.timeout_s):
+                if handler.is_async:
+                    registry.set_current(ctx)  # this Task has its own context copy
+                    return await handler.fn(payload)
+                context = contextvars.copy_context()
+                context.run(registry.set_current, ctx)
+                loop = asyncio.get_running_loop()
+                future = loop.run_in_executor(self.pool, context.run, handler.fn, payload)
+                try:
+                    return await asyncio.shield(future)
+                except (asyncio.CancelledError, TimeoutError):
+                    # The thread cannot be interrupted: it runs on detached and its result is dropped.
+                    if not future.done():
+                        self._detach(future, ex)
+                    raise
+        except TimeoutError:
+            raise HandlerTimeout(f"handler exceeded its timeout of {row.timeout_s:g}s") from None
+
+    def _detach(self, future: asyncio.Future[Any], ex: Execution) -> None:
+        ex.detached = True
+        self.detached_threads += 1
+
+        def done(_: asyncio.Future[Any]) -> None:
+            self.detached_threads -= 1
+            if not future.cancelled():
+                future.exception()  # retrieve, so asyncio does not log "never retrieved"
+
+        future.add_done_callback(done)
+
+    def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
+        if result is None:
+            encoded = "null"
+        else:
+            encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False, default=str)
+        truncated = len(encoded.encode()) > self.config.result_max_bytes
+        if truncated:
+            # Keep valid JSON: the stored result becomes a string holding the first bytes.
+            head = encoded.encode()[: self.config.result_max_bytes].decode(errors="ignore")
+            encoded = json.dumps(head[: max(0, len(head) - 16)])
+        return Completion(row, Outcome.SUCCEEDED, result_json=encoded, truncated=truncated, duration_s=duration)
+
+    def _failed(self, row: Row, exc: BaseException, duration: float) -> Completion:
+        retryable = isinstance(exc, (registry.RetryableError, HandlerTimeout, *UNAVAILABLE_ERRORS)) and not \
+            isinstance(exc, (UnknownTaskType, PayloadDecodeError))
+        error_class = error_name(exc)
+        tb = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL:]
+        if retryable:
+            due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
+                                  now_ms=self.clock.now_ms(), policy=self.policy)
+            return Completion(row, Outcome.RETRY, error_class=error_class, error_message=str(exc) or error_class,
+                              traceback=tb, retry_due_ms=due or 0, duration_s=duration)
+        return Completion(row, Outcome.FAILED, error_class=error_class, error_message=str(exc) or error_class,
+                          traceback=tb, duration_s=duration)
+
+
+def error_name(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls in (UnknownTaskType, PayloadDecodeError, HandlerTimeout):
+        return f"dtq.{cls.__name__}"
+    if cls is registry.RetryableError:
+        return "dtq_tasks.RetryableError"
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"

@@ -1,0 +1,307 @@
+"""Read models for the API, CLI, console and metrics: bounded, pipelined reads.
+
+Mixed into Engine; every method costs a fixed number of round trips however large the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import codec
+from .clock import iso
+from .errors import DeadLetterNotFound, QueueNotFound, ValidationError
+from .keys import PRIORITIES, Keys
+from .task import valid_queue_name
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+MAX_PAGE = 500
+SCAN_BUDGET = 5000  # entries examined per filtered page before returning a cursor
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Page:
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def _fields(flat: list[Any] | dict[str, Any]) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2], strict=False))
+
+
+def _limit(limit: int | None, default: int = 50) -> int:
+    if limit is None:
+        return default
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValidationError(f"limit must be between 1 and {MAX_PAGE}", field="limit")
+    return limit
+
+
+class InspectMixin:
+    # -- queues -------------------------------------------------------------------------------
+    def queue_names(self: Engine) -> list[str]:
+        return sorted(self.client.smembers(self.keys.queues()))
+
+    def queue_stats(self: Engine, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Depth per priority, in flight, retry scheduled, DLQ count, paused: one round trip."""
+        k = self.keys
+        if names is None:
+            names = self.queue_names()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.smembers(k.paused())
+        pipe.hgetall(k.schedule_counts())
+        pipe.hgetall(k.dlq_counts())
+        pipe.hgetall(k.throughput(self.clock.now_ms() // 60000 - 1))
+        for name in names:
+            for stream in k.streams(name):
+                pipe.xlen(stream)
+                pipe.xpending(stream, Keys.GROUP)
+        replies = pipe.execute(raise_on_error=False)
+        paused, scheduled, dead, done_last_minute = replies[:4]
+        out = []
+        for i, name in enumerate(names):
+            depth: dict[str, int] = {}
+            in_flight = 0
+            for j, priority in enumerate(PRIORITIES):
+                base = 4 + i * 6 + j * 2
+                length = replies[base] if isinstance(replies[base], int) else 0
+                pending = replies[base + 1]
+                pending_count = int(pending["pending"]) if isinstance(pending, dict) else 0
+                in_flight += pending_count
+                depth[priority] = max(0, length - pending_count)
+            out.append({
+                "name": name,
+                "depth": depth,
+                "waiting": sum(depth.values()),
+                "pending": in_flight,
+                "retry_scheduled": max(0, int(scheduled.get(name, 0))),
+                "dlq": max(0, int(dead.get(name, 0))),
+                "paused": name in paused,
+                "finished_last_minute": int(done_last_minute.get(name, 0)),
+            })
+        return out
+
+    def queue_detail(self: Engine, name: str) -> dict[str, Any]:
+        if not valid_queue_name(name) or not self.client.sismember(self.keys.queues(), name):
+            raise QueueNotFound(f"queue {name!r} not found", queue=name)
+        return self.queue_stats([name])[0]
+
+    def waiting_tasks(self: Engine, name: str, *, after: str | None = None, limit: int | None = None
+                      ) -> Page:
+        """Entries of a queue's streams in serving order (high first), paged by stream id.
+
+        The cursor is "<priority>:<entry id>"; entries in flight are included, with their status.
+        """
+        limit = _limit(limit)
+        self.queue_detail(name)
+        start_priority, start_id = "high", "-"
+        if after:
+            start_priority, _, start_id = after.partition(":")
+            if start_priority not in PRIORITIES or not start_id:
+                raise ValidationError("invalid cursor", field="cursor")
+            start_id = "(" + start_id
+        rows: list[tuple[str, str, str]] = []
+        for priority in PRIORITIES[PRIORITIES.index(start_priority):]:
+            want = limit + 1 - len(rows)
+            if want <= 0:
+                break
+            entries = self.client.xrange(self.keys.stream(name, priority), start_id, "+", count=want)
+            rows.extend((priority, eid, _fields(f).get("task_id", "")) for eid, f in entries)
+            start_id = "-"
+        more = len(rows) > limit
+        rows = rows[:limit]
+        pipe = self.client.pipeline(transaction=False)
+        for _, _, task_id in rows:
+            pipe.hmget(self.keys.task(task_id), "type", "status", "attempt", "created_at", "payload")
+        items = []
+        for (priority, eid, task_id), (ttype, status, attempt, created, payload) in zip(rows, pipe.execute(),
+                                                                                          strict=True):
+            items.append({"entry_id": eid, "priority": priority, "task_id": task_id, "type": ttype,
+                          "status": status or "MISSING", "attempt": int(attempt or 0),
+                          "created_at": iso(created), "payload_preview": (payload or "")[:200]})
+        next_cursor = f"{rows[-1][0]}:{rows[-1][1]}" if more and rows else None
+        return Page(items=items, next_cursor=next_cursor)
+
+    # -- tasks --------------------------------------------------------------------------------
+    def list_tasks(self: Engine, *, queue: str | None = None, status: str | None = None,
+                   type: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
+        """Recent tasks, newest first, filtered; the cursor is the created_at score to go below."""
+        limit = _limit(limit)
+        upper = "+inf"
+        if cursor:
+            if not cursor.isdigit():
+                raise ValidationError("invalid cursor", field="cursor")
+            upper = f"({cursor}"
+        items: list[dict[str, Any]] = []
+        scanned = 0
+        next_cursor: str | None = None
+        while len(items) < limit and scanned < SCAN_BUDGET:
+            batch = self.client.zrevrangebyscore(self.keys.recent(), upper, "-inf", start=0,
+                                                 num=min(500, SCAN_BUDGET - scanned), withscores=True)
+            if not batch:
+                next_cursor = None
+                break
+            scanned += len(batch)
+            pipe = self.client.pipeline(transaction=False)
+            for task_id, _ in batch:
+                pipe.hgetall(self.keys.task(task_id))
+            for (task_id, score), fields in zip(batch, pipe.execute(), strict=True):
+                upper = f"({int(score)}"
+                next_cursor = str(int(score))
+                if not fields:
+                    continue
+                if (queue and fields.get("queue") != queue) or (status and fields.get("status") != status) \
+                        or (type and fields.get("type") != type):
+                    continue
+                items.append(codec.task_view(fields))
+                if len(items) == limit:
+                    break
+        if len(items) < limit and scanned < SCAN_BUDGET:
+            next_cursor = None
+        return Page(items=items, next_cursor=next_cursor)
+
+    # -- dead letters -------------------------------------------------------------------------
+    def dlq_list(self: Engine, *, queue: str | None = None, type: str | None = None, q: str | None = None,
+                 cursor: str | None = None, limit: int | None = None) -> Page:
+        """Dead letters newest first, filtered by queue, type and text in error or payload."""
+        limit = _limit(limit)
+        upper = "+" if not cursor else "(" + cursor
+        items: list[dict[str, Any]] = []
+        scanned = 0
+        exhausted = False
+        last_seen: str | None = None
+        needle = q.lower() if q else None
+        while len(items) < limit and scanned < SCAN_BUDGET:
+            batch = self.client.xrevrange(self.keys.dlq(), upper, "-", count=min(500, SCAN_BUDGET - scanned))
+            if not batch:
+                exhausted = True
+                break
+            scanned += len(batch)
+            payloads: list[Any] = [None] * len(batch)
+            if needle:
+                pipe = self.client.pipeline(transaction=False)
+                for _, f in batch:
+                    pipe.hget(self.keys.task(_fields(f).get("task_id", "")), "payload")
+                payloads = pipe.execute()
+            for (eid, raw), payload in zip(batch, payloads, strict=True):
+                upper = "(" + eid
+                last_seen = eid
+                f = _fields(raw)
+                if (queue and f.get("queue") != queue) or (type and f.get("type") != type):
+                    continue
+                if needle and needle not in (f.get("error", "") + " " + f.get("error_class", "")).lower() \
+                        and needle not in (payload or "").lower():
+                    continue
+                items.append(self._dlq_item(eid, f))
+                if len(items) == limit:
+                    break
+        next_cursor = None if exhausted or (len(items) < limit and scanned < SCAN_BUDGET) else last_seen
+        return Page(items=items, next_cursor=next_cursor)
+
+    def dlq_entry(self: Engine, entry_id: str) -> dict[str, Any]:
+        try:
+            entries = self.client.xrange(self.keys.dlq(), entry_id, entry_id)
+        except Exception as exc:  # an unparsable id is a 404, not a 500
+            if "Invalid stream ID" in str(exc):
+                raise DeadLetterNotFound(f"dead letter {entry_id!r} not found") from None
+            raise
+        if not entries:
+            raise DeadLetterNotFound(f"dead letter {entry_id!r} not found", entry_id=entry_id)
+        item = self._dlq_item(entries[0][0], _fields(entries[0][1]))
+        try:
+            item["task"] = self.get_task(item["task_id"])
+        except LookupError:
+            item["task"] = None
+        return item
+
+    def dlq_count(self: Engine) -> int:
+        return int(self.client.xlen(self.keys.dlq()))
+
+    @staticmethod
+    def _dlq_item(eid: str, f: dict[str, str]) -> dict[str, Any]:
+        return {"entry_id": eid, "task_id": f.get("task_id"), "queue": f.get("queue"), "type": f.get("type"),
+                "attempt": int(f.get("attempt") or 0), "error_class": f.get("error_class"),
+                "error": f.get("error"), "failed_at": iso(f.get("failed_at"))}
+
+    # -- schedule, workers, audit ---------------------------------------------------------------
+    def schedule_list(self: Engine, *, cursor: str | None = None, limit: int | None = None) -> Page:
+        """Delayed tasks and due retries by due time; the cursor is the last due score."""
+        limit = _limit(limit)
+        lower = "-inf" if not cursor else "(" + cursor
+        if cursor and not cursor.isdigit():
+            raise ValidationError("invalid cursor", field="cursor")
+        rows = self.client.zrangebyscore(self.keys.schedule(), lower, "+inf", start=0, num=limit + 1,
+                                         withscores=True)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, _ in rows:
+            pipe.hmget(self.keys.task(task_id), "type", "queue", "status", "attempt", "max_attempts")
+        now = self.clock.now_ms()
+        items = []
+        for (task_id, score), (ttype, queue, status, attempt, max_attempts) in zip(rows, pipe.execute(),
+                                                                                    strict=True):
+            items.append({"task_id": task_id, "type": ttype, "queue": queue, "status": status,
+                          "attempt": int(attempt or 0), "max_attempts": int(max_attempts or 0),
+                          "due_at": iso(int(score)), "due_in_s": round((score - now) / 1000, 3),
+                          "kind": "retry" if status == "RETRYING" else "delayed"})
+        return Page(items=items, next_cursor=str(int(rows[-1][1])) if more and rows else None)
+
+    def scheduled_count(self: Engine) -> int:
+        return int(self.client.zcard(self.keys.schedule()))
+
+    def workers(self: Engine) -> list[dict[str, Any]]:
+        """Registered workers with heartbeat age, newest heartbeat first."""
+        rows = self.client.zrevrange(self.keys.workers(), 0, 999, withscores=True)
+        pipe = self.client.pipeline(transaction=False)
+        for wid, _ in rows:
+            pipe.hgetall(self.keys.worker(wid))
+        pipe.get(self.keys.scheduler_lock())
+        *details, leader = pipe.execute()
+        now = self.clock.now_ms()
+        out = []
+        for (wid, beat), info in zip(rows, details, strict=True):
+            age = round((now - beat) / 1000, 3)
+            out.append({
+                "id": wid, "hostname": info.get("hostname"), "pid": int(info.get("pid") or 0),
+                "queues": [q for q in info.get("queues", "").split(",") if q],
+                "concurrency": int(info.get("concurrency") or 0), "in_flight": int(info.get("in_flight") or 0),
+                "processed": int(info.get("processed") or 0), "started_at": iso(info.get("started_at")),
+                "heartbeat_at": iso(int(beat)), "heartbeat_age_s": age,
+                "alive": age < self.config.visibility_timeout_s, "leader": wid == leader,
+                "state": info.get("state", "running"),
+            })
+        return out
+
+    def scheduler_leader(self: Engine) -> str | None:
+        return self.client.get(self.keys.scheduler_lock())
+
+    def audit_list(self: Engine, *, action: str | None = None, actor: str | None = None,
+                   source: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
+        limit = _limit(limit)
+        upper = "+" if not cursor else "(" + cursor
+        items: list[dict[str, Any]] = []
+        scanned, exhausted, last_seen = 0, False, None
+        while len(items) < limit and scanned < SCAN_BUDGET:
+            batch = self.client.xrevrange(self.keys.audit(), upper, "-", count=min(500, SCAN_BUDGET - scanned))
+            if not batch:
+                exhausted = True
+                break
+            scanned += len(batch)
+            for eid, raw in batch:
+                upper, last_seen = "(" + eid, eid
+                f = _fields(raw)
+                if (action and f.get("action") != action) or (actor and f.get("actor") != actor) \
+                        or (source and f.get("source") != source):
+                    continue
+                items.append({"id": eid, "ts": iso(f.get("ts")), "actor": f.get("actor"),
+                              "source": f.get("source"), "action": f.get("action"), "target": f.get("target"),
+                              "count": int(f.get("count") or 0), "request_id": f.get("request_id") or None})
+                if len(items) == limit:
+                    break
+        next_cursor = None if exhausted or (len(items) < limit and scanned < SCAN_BUDGET) else last_seen
+        return Page(items=items, next_cursor=next_cursor)

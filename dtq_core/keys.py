@@ -1,0 +1,105 @@
+"""Every Redis key and consumer-group name dtq uses; nothing else formats keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = "dtq"  # tests use a unique prefix per test
+    GROUP: ClassVar[str] = "dtq"  # the consumer group on every queue stream
+
+    def stream(self, queue: str, priority: str) -> str:
+        return f"{self.prefix}:stream:{queue}:{priority}"
+
+    def streams(self, queue: str) -> list[str]:
+        """The queue's streams in the order a worker serves them."""
+        return [self.stream(queue, p) for p in PRIORITIES]
+
+    def stream_prefix(self) -> str:  # ARGV for Lua-built stream keys: prefix .. queue .. ":" .. priority
+        return f"{self.prefix}:stream:"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}"
+
+    def task_prefix(self) -> str:  # ARGV for Lua-built task keys
+        return f"{self.prefix}:task:"
+
+    def result(self, task_id: str) -> str:
+        return f"{self.prefix}:result:{task_id}"
+
+    def result_prefix(self) -> str:
+        return f"{self.prefix}:result:"
+
+    def idem(self, key: str) -> str:
+        return f"{self.prefix}:idem:{key}"
+
+    def operation(self, key: str) -> str:
+        """Marker of dtq_tasks.idempotent_operation: kept apart from submit idempotency keys."""
+        return f"{self.prefix}:once:{key}"
+
+    def schedule(self) -> str:
+        return f"{self.prefix}:schedule"
+
+    def schedule_claims(self) -> str:
+        return f"{self.prefix}:schedule:claims"
+
+    def scheduler_lock(self) -> str:
+        return f"{self.prefix}:lock:scheduler"
+
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.prefix}:worker:{worker_id}"
+
+    def queues(self) -> str:
+        return f"{self.prefix}:queues"
+
+    def paused(self) -> str:
+        return f"{self.prefix}:queues:paused"
+
+    def dlq(self) -> str:
+        return f"{self.prefix}:stream:dlq"
+
+    def audit(self) -> str:
+        return f"{self.prefix}:stream:audit"
+
+    def events(self) -> str:
+        return f"{self.prefix}:events"
+
+    def event_seq(self) -> str:
+        """Counter that makes event ids unique across processes."""
+        return f"{self.prefix}:events:seq"
+
+    def recent(self) -> str:
+        """Zset of task ids by creation time, for listing recent tasks without SCAN."""
+        return f"{self.prefix}:tasks:recent"
+
+    def stats_tasks(self) -> str:
+        """Hash "queue|type|outcome" -> count, written by workers, read by /metrics."""
+        return f"{self.prefix}:stats:tasks"
+
+    def stats_duration(self) -> str:
+        """Hash of handler-duration histogram buckets, written by workers."""
+        return f"{self.prefix}:stats:duration"
+
+    def stats_counters(self) -> str:
+        """Hash of cluster-wide counters (redeliveries, absorbed, dlq trims, events dropped)."""
+        return f"{self.prefix}:stats:counters"
+
+    def schedule_counts(self) -> str:
+        """Hash queue -> entries in the schedule, kept by the scripts that add and remove them."""
+        return f"{self.prefix}:schedule:counts"
+
+    def dlq_counts(self) -> str:
+        """Hash queue -> dead letters in the DLQ stream, kept exact by the DLQ scripts."""
+        return f"{self.prefix}:stream:dlq:counts"
+
+    def throughput(self, minute: int) -> str:
+        """Hash queue -> tasks finished in that epoch minute (expires after an hour)."""
+        return f"{self.prefix}:stats:done:{minute}"

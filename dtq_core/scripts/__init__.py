@@ -1,0 +1,34 @@
+"""Lua scripts, read once at import and registered once per client (EVALSHA, reload on NOSCRIPT).
+
+A line `-- #include NAME` inlines includes/NAME.lua, so shared helpers live in one file.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+from typing import Any
+
+_INCLUDE = re.compile(r"^-- #include (\w+)$", re.MULTILINE)
+_ROOT = files(__package__)
+
+
+def _expand(source: str) -> str:
+    return _INCLUDE.sub(lambda m: (_ROOT / "includes" / f"{m.group(1)}.lua").read_text(), source)
+
+
+SOURCES: dict[str, str] = {
+    p.name.removesuffix(".lua").rpartition("-")[0]: _expand(p.read_text())
+    for p in _ROOT.iterdir()
+    if p.name.endswith(".lua")
+}
+
+
+class Scripts:
+    """Named scripts bound to one client (sync or asyncio; redis-py picks the right Script)."""
+
+    def __init__(self, client: Any) -> None:
+        self._fns = {name: client.register_script(src) for name, src in SOURCES.items()}
+
+    def __call__(self, name: str, *, keys: list[str], args: list[object], client: Any = None) -> Any:
+        return self._fns[name](keys=keys, args=args, client=client)

@@ -1,0 +1,23 @@
+--[[
+  Claim entries Python already holds: those a blocking XREADGROUP delivered, or (reclaim=1)
+  those XAUTOCLAIM took over from a silent worker, where a RUNNING task at the same entry gets
+  the crash-redelivery attempt increment (or goes to the DLQ when its attempts are spent).
+  Input:
+    KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
+    KEYS[4] DLQ stream          KEYS[5] stats counters
+    ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
+               dlq enabled (1/0), dlq maxlen
+    ARGV[9] reclaim (1/0)   ARGV[10..] quads: stream, entry id, task id, entry attempt
+  Output:
+    list of runnable rows, as fetchTasks returns them
+]]
+-- #include common
+-- #include claim
+local ctx = claim_context(1)
+local reclaim = ARGV[9] == '1'
+local runnable = {}
+for i = 10, #ARGV, 4 do
+  local row = claim_entry(ctx, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], reclaim)
+  if row[1] == 'run' then runnable[#runnable + 1] = row end
+end
+return runnable

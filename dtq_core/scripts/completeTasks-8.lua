@@ -1,0 +1,77 @@
+--[[
+  Record how a batch of attempts ended and acknowledge their entries, fenced: a record is
+  written only when the task is still RUNNING at the same attempt under the same entry, so a
+  worker that lost its entry to a peer can never overwrite the newer attempt or ACK its entry.
+  Input:
+    KEYS[1] events channel  KEYS[2] event seq  KEYS[3] schedule  KEYS[4] DLQ stream
+    KEYS[5] stats tasks     KEYS[6] stats duration histogram     KEYS[7] stats counters
+    KEYS[8] finished-per-queue hash of the current minute
+    ARGV[1..9] group, now (ms), now (ISO), retention (ms), result retention (ms),
+               task key prefix, result key prefix, dlq enabled (1/0), dlq maxlen
+    ARGV[10..] records of 13: task id, attempt, entry id, stream, outcome (ok|retry|fail|cancel),
+               result JSON, truncated (1/0), error class, error message, traceback tail,
+               retry due (ms, 0 = out of attempts), duration (s), histogram bucket label
+  Output:
+    one status per record: the new status, or 'fenced'
+]]
+-- #include common
+local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
+local retention_ms, result_retention_ms = ARGV[4], ARGV[5]
+local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+
+local function complete_one(i)
+  local task_id, attempt, entry_id, stream, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local tkey = task_prefix .. task_id
+  local h = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors')
+  if h[1] ~= 'RUNNING' or h[2] ~= attempt or h[3] ~= entry_id then
+    rcall('HINCRBY', KEYS[7], 'fenced', 1)
+    return 'fenced'
+  end
+  local queue, ttype = h[4], h[5]
+  local status, etype
+  if outcome == 'ok' then
+    local result = ARGV[i + 5]
+    if result ~= '' then rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms) end
+    rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', ARGV[i + 6], 'finished_at', now_ms)
+    status, etype = 'SUCCEEDED', 'task.succeeded'
+  elseif outcome == 'cancel' then
+    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms)
+    status, etype = 'CANCELLED', 'task.cancelled'
+  else
+    local err_class, message = ARGV[i + 7], ARGV[i + 8]
+    rcall('HSET', tkey, 'errors', push_error(h[6], attempt, err_class, message, ARGV[i + 9], now_iso),
+          'last_error', err_class .. ': ' .. message)
+    local due = tonumber(ARGV[i + 10])
+    if outcome == 'retry' and due > 0 then
+      rcall('HSET', tkey, 'status', 'RETRYING', 'due_at', due)
+      schedule_add(KEYS[3], due, task_id, queue)
+      status, etype = 'RETRYING', 'task.retrying'
+    else
+      status = dead_letter(tkey, task_id, queue, ttype, attempt, err_class, message, now_ms,
+                           KEYS[4], dlq_enabled, dlq_maxlen, KEYS[7])
+      rcall('HSET', tkey, 'finished_at', now_ms)
+      etype = status == 'FAILED' and 'task.failed' or 'task.dead_lettered'
+    end
+  end
+  rcall('HSET', tkey, 'updated_at', now_ms)
+  rcall('PEXPIRE', tkey, retention_ms)
+  rcall('XACK', stream, group, entry_id)
+  rcall('XDEL', stream, entry_id)
+  rcall('HINCRBY', KEYS[5], queue .. '|' .. ttype .. '|' .. string.lower(status), 1)
+  if status ~= 'RETRYING' then
+    rcall('HINCRBY', KEYS[8], queue, 1)
+    rcall('PEXPIRE', KEYS[8], 3600000)
+  end
+  if outcome ~= 'cancel' then
+    rcall('HINCRBY', KEYS[6], ARGV[i + 12], 1)
+    rcall('HINCRBYFLOAT', KEYS[6], 'sum', ARGV[i + 11])
+  end
+  emit(KEYS[1], KEYS[2], etype, task_id, queue, status, attempt, now_ms, now_iso)
+  return status
+end
+
+local statuses = {}
+for i = 10, #ARGV, 13 do
+  statuses[#statuses + 1] = complete_one(i)
+end
+return statuses

@@ -1,0 +1,51 @@
+--[[
+  Create a task, atomically with its idempotency key and the depth gate: QUEUED in its priority
+  stream, or PENDING in the schedule when it is delayed (delayed tasks bypass the gate).
+  Input:
+    KEYS[1] task hash   KEYS[2] idempotency key   KEYS[3..5] the queue's high/normal/low streams
+    KEYS[6] schedule    KEYS[7] known queues set  KEYS[8] events channel  KEYS[9] event seq
+    KEYS[10] recent tasks zset
+    ARGV[1] task id  ARGV[2] priority index (1..3)  ARGV[3] now (ms)  ARGV[4] now (ISO)
+    ARGV[5] retention (ms)  ARGV[6] idempotency ttl (ms)  ARGV[7] max depth (0 = off)
+    ARGV[8] due (ms, 0 = now)  ARGV[9] queue  ARGV[10] group  ARGV[11] use idempotency key (1/0)
+    ARGV[12] recent cap  ARGV[13..] task hash field/value pairs
+  Output:
+    {1, id, status} created; {0, existing id} idempotency key seen; {-1, depth} queue full
+]]
+-- #include common
+local task_id, now_ms, now_iso, queue = ARGV[1], ARGV[3], ARGV[4], ARGV[9]
+if ARGV[11] == '1' then
+  local existing = rcall('GET', KEYS[2])
+  if existing then return {0, existing} end
+end
+local due = tonumber(ARGV[8])
+local max_depth = tonumber(ARGV[7])
+if due == 0 and max_depth > 0 then
+  local depth = rcall('XLEN', KEYS[3]) + rcall('XLEN', KEYS[4]) + rcall('XLEN', KEYS[5])
+  if depth >= max_depth then return {-1, depth} end
+end
+if rcall('SADD', KEYS[7], queue) == 1 then
+  for k = 3, 5 do
+    pcall(rcall, 'XGROUP', 'CREATE', KEYS[k], ARGV[10], '0', 'MKSTREAM')
+  end
+end
+local fields = {}
+for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+rcall('HSET', KEYS[1], 'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms,
+      'errors', '[]', 'cancel_requested', '0', 'result_truncated', '0', unpack(fields))
+local status
+if due > 0 then
+  status = 'PENDING'
+  rcall('HSET', KEYS[1], 'status', status, 'due_at', due)
+  schedule_add(KEYS[6], due, task_id, queue)
+else
+  status = 'QUEUED'
+  local eid = rcall('XADD', KEYS[2 + tonumber(ARGV[2])], '*', 'task_id', task_id, 'attempt', 1)
+  rcall('HSET', KEYS[1], 'status', status, 'enqueued_at', now_ms, 'entry_id', eid)
+end
+rcall('PEXPIRE', KEYS[1], ARGV[5])
+if ARGV[11] == '1' then rcall('SET', KEYS[2], task_id, 'PX', ARGV[6]) end
+rcall('ZADD', KEYS[10], now_ms, task_id)
+rcall('ZREMRANGEBYRANK', KEYS[10], 0, -tonumber(ARGV[12]) - 1)
+emit(KEYS[8], KEYS[9], 'task.queued', task_id, queue, status, 0, now_ms, now_iso)
+return {1, task_id, status}

@@ -1,0 +1,47 @@
+--[[
+  Read up to COUNT new entries from the given streams in priority order and claim each one:
+  QUEUED -> RUNNING for runnable entries, absorbing duplicates, expiring stale ones. One round
+  trip for a whole batch; the blocking wait for new work happens in Python (XREADGROUP BLOCK).
+  Input:
+    KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
+    KEYS[4] DLQ stream          KEYS[5] stats counters
+    ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
+               dlq enabled (1/0), dlq maxlen
+    ARGV[9] count   ARGV[10..] stream keys, highest priority first
+  Output:
+    list of runnable rows {'run', entry_id, stream, task_id, attempt, max_attempts, type,
+    payload, timeout_s, queue, priority}
+]]
+-- #include common
+-- #include claim
+local ctx = claim_context(1)
+local remaining = tonumber(ARGV[9])
+local runnable = {}
+for i = 10, #ARGV do
+  if remaining <= 0 then break end
+  local stream = ARGV[i]
+  local reply = rcall('XREADGROUP', 'GROUP', ctx.group, ctx.worker_id, 'COUNT', remaining,
+                      'STREAMS', stream, '>')
+  if reply then
+    for _, entry in ipairs(reply[1][2]) do
+      local fields = entry[2]
+      local task_id, attempt
+      for f = 1, #fields, 2 do
+        if fields[f] == 'task_id' then task_id = fields[f + 1]
+        elseif fields[f] == 'attempt' then attempt = fields[f + 1] end
+      end
+      local row
+      if task_id then
+        row = claim_entry(ctx, stream, entry[1], task_id, attempt or '1', false)
+      else
+        finish_entry(ctx, stream, entry[1])
+        row = {'missing'}
+      end
+      if row[1] == 'run' then
+        runnable[#runnable + 1] = row
+        remaining = remaining - 1
+      end
+    end
+  end
+end
+return runnable

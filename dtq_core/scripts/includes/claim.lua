@@ -1,0 +1,78 @@
+-- Decide what a delivered stream entry means and, when it is runnable, move the task to RUNNING.
+-- Needs: common. ctx fields: group, worker_id, now_ms, now_iso, retention_ms, task_prefix,
+-- dlq_enabled, dlq_maxlen, paused_key, events_key, seq_key, dlq_key, counters_key.
+local paused_memo = {}
+local function is_paused(ctx, queue)
+  if paused_memo[queue] == nil then
+    paused_memo[queue] = rcall('SISMEMBER', ctx.paused_key, queue) == 1
+  end
+  return paused_memo[queue]
+end
+
+local function finish_entry(ctx, stream, entry_id)
+  rcall('XACK', stream, ctx.group, entry_id)
+  rcall('XDEL', stream, entry_id)
+end
+
+-- Returns {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload, timeout_s,
+-- queue, priority} or {outcome} where outcome is absorbed|missing|expired|deferred|dead.
+local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclaim)
+  local tkey = ctx.task_prefix .. task_id
+  local h = rcall('HMGET', tkey, 'status', 'attempt', 'max_attempts', 'type', 'payload',
+                  'timeout_s', 'queue', 'expires_at', 'entry_id', 'priority', 'errors')
+  if not h[1] then
+    finish_entry(ctx, stream, entry_id)
+    return {'missing'}
+  end
+  local status, cur, ea = h[1], tonumber(h[2]), tonumber(entry_attempt)
+  if reclaim and status == 'RUNNING' and h[9] == entry_id then
+    -- The worker that ran this attempt went silent past the visibility timeout: count the lost
+    -- attempt against the budget and run the next one.
+    rcall('HINCRBY', ctx.counters_key, 'redeliveries', 1)
+    local msg = 'worker lost during attempt ' .. cur
+    rcall('HSET', tkey, 'errors', push_error(h[11], cur, 'dtq.WorkerLost', msg, '', ctx.now_iso),
+          'last_error', msg)
+    if cur >= tonumber(h[3]) then
+      local st = dead_letter(tkey, task_id, h[7], h[4], cur, 'dtq.WorkerLost', msg, ctx.now_ms,
+                             ctx.dlq_key, ctx.dlq_enabled, ctx.dlq_maxlen, ctx.counters_key)
+      rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
+      finish_entry(ctx, stream, entry_id)
+      emit(ctx.events_key, ctx.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
+           task_id, h[7], st, cur, ctx.now_ms, ctx.now_iso)
+      return {'dead'}
+    end
+    ea = cur + 1
+  elseif not (status == 'QUEUED' and ea == cur + 1) then
+    -- Terminal, superseded, or already started under another entry: a duplicate to absorb.
+    finish_entry(ctx, stream, entry_id)
+    rcall('HINCRBY', ctx.counters_key, 'absorbed', 1)
+    return {'absorbed'}
+  end
+  if h[8] and h[8] ~= '' and tonumber(h[8]) <= tonumber(ctx.now_ms) then
+    rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
+    finish_entry(ctx, stream, entry_id)
+    emit(ctx.events_key, ctx.seq_key, 'task.expired', task_id, h[7], 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
+    return {'expired'}
+  end
+  if is_paused(ctx, h[7]) then
+    -- Delivered in a race with a pause: put it back at the tail instead of starting it.
+    local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', ea)
+    rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', ea - 1, 'entry_id', new_id)
+    finish_entry(ctx, stream, entry_id)
+    return {'deferred'}
+  end
+  rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea, 'started_at', ctx.now_ms,
+        'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id,
+        'cancel_requested', '0')
+  rcall('PEXPIRE', tkey, ctx.retention_ms)
+  emit(ctx.events_key, ctx.seq_key, 'task.started', task_id, h[7], 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
+  return {'run', entry_id, stream, task_id, ea, h[3], h[4], h[5], h[6], h[7], h[10]}
+end
+
+local function claim_context(argv_offset)
+  return {group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = ARGV[argv_offset + 2],
+          now_iso = ARGV[argv_offset + 3], retention_ms = ARGV[argv_offset + 4],
+          task_prefix = ARGV[argv_offset + 5], dlq_enabled = ARGV[argv_offset + 6],
+          dlq_maxlen = ARGV[argv_offset + 7], paused_key = KEYS[1], events_key = KEYS[2],
+          seq_key = KEYS[3], dlq_key = KEYS[4], counters_key = KEYS[5]}
+end

@@ -1,0 +1,71 @@
+-- Shared helpers, inlined by the loader where a script says: -- #include common
+local rcall = redis.call
+
+local TERMINAL = {SUCCEEDED = true, FAILED = true, DEAD_LETTERED = true, CANCELLED = true, EXPIRED = true}
+
+-- Publish one event on the pub/sub channel; the INCR makes event_id unique across processes.
+local function emit(channel, seq_key, etype, task_id, queue, status, attempt, now_ms, now_iso)
+  local seq = rcall('INCR', seq_key)
+  rcall('PUBLISH', channel, cjson.encode({
+    event_id = now_ms .. '-' .. seq, type = etype, task_id = task_id or cjson.null,
+    queue = queue or cjson.null, status = status or cjson.null,
+    attempt = tonumber(attempt) or 0, ts = now_iso}))
+end
+
+-- Append one error record to the task's JSON error list, keeping the newest 20.
+local function push_error(raw, attempt, err_class, message, tb, now_iso)
+  local list = {}
+  if raw and raw ~= '' and raw ~= '[]' then list = cjson.decode(raw) end
+  list[#list + 1] = {attempt = tonumber(attempt), error = err_class, message = message,
+                     traceback = tb, at = now_iso}
+  while #list > 20 do table.remove(list, 1) end
+  return cjson.encode(list)
+end
+
+-- Schedule bookkeeping: the counts hash keeps "retry scheduled" per queue without a scan.
+local function schedule_add(schedule_key, due, task_id, queue)
+  if rcall('ZADD', schedule_key, due, task_id) == 1 then
+    rcall('HINCRBY', schedule_key .. ':counts', queue, 1)
+  end
+end
+
+local function schedule_rem(schedule_key, task_id, queue)
+  if rcall('ZREM', schedule_key, task_id) == 1 then
+    rcall('HINCRBY', schedule_key .. ':counts', queue, -1)
+  end
+end
+
+local function field(fields, name)
+  for f = 1, #fields, 2 do
+    if fields[f] == name then return fields[f + 1] end
+  end
+  return nil
+end
+
+-- Trim the DLQ to its cap, oldest first, keeping the per-queue counts exact.
+local function trim_dlq(dlq_key, maxlen, counters_key)
+  local excess = rcall('XLEN', dlq_key) - tonumber(maxlen)
+  if excess <= 0 then return end
+  for _, entry in ipairs(rcall('XRANGE', dlq_key, '-', '+', 'COUNT', excess)) do
+    local queue = field(entry[2], 'queue')
+    if queue then rcall('HINCRBY', dlq_key .. ':counts', queue, -1) end
+    rcall('XDEL', dlq_key, entry[1])
+  end
+  rcall('HINCRBY', counters_key, 'dlq_trimmed', excess)
+end
+
+-- Move a task to the DLQ (or FAILED when the DLQ is off); returns the new status.
+local function dead_letter(tkey, task_id, queue, ttype, attempt, err_class, message, now_ms,
+                           dlq_key, dlq_enabled, dlq_maxlen, counters_key)
+  if dlq_enabled == '1' then
+    local eid = rcall('XADD', dlq_key, '*', 'task_id', task_id,
+                      'queue', queue, 'type', ttype, 'attempt', attempt,
+                      'error_class', err_class, 'error', message, 'failed_at', now_ms)
+    rcall('HINCRBY', dlq_key .. ':counts', queue, 1)
+    trim_dlq(dlq_key, dlq_maxlen, counters_key)
+    rcall('HSET', tkey, 'status', 'DEAD_LETTERED', 'dlq_entry_id', eid)
+    return 'DEAD_LETTERED'
+  end
+  rcall('HSET', tkey, 'status', 'FAILED')
+  return 'FAILED'
+end

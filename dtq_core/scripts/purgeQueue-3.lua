@@ -1,0 +1,41 @@
+--[[
+  Cancel up to LIMIT waiting (never delivered) entries of one stream, up to a snapshot id, so
+  work that arrives during a purge is left alone. In-flight entries are not touched.
+  Input:
+    KEYS[1] stream  KEYS[2] events channel  KEYS[3] event seq
+    ARGV[1] group  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] task key prefix
+    ARGV[5] snapshot id (inclusive upper bound)  ARGV[6] limit  ARGV[7] start after this id
+  Output:
+    {cancelled, last id seen or '' when done}
+]]
+-- #include common
+local function id_lt(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  ams, aseq, bms, bseq = tonumber(ams), tonumber(aseq), tonumber(bms), tonumber(bseq)
+  return ams < bms or (ams == bms and aseq < bseq)
+end
+if rcall('EXISTS', KEYS[1]) == 0 then return {0, ''} end
+local group_start = '0-0'
+for _, g in ipairs(rcall('XINFO', 'GROUPS', KEYS[1])) do
+  if field(g, 'name') == ARGV[1] then group_start = field(g, 'last-delivered-id') end
+end
+local start = ARGV[7]
+if start == '' or id_lt(start, group_start) then start = group_start end
+local entries = rcall('XRANGE', KEYS[1], '(' .. start, ARGV[5], 'COUNT', ARGV[6])
+local cancelled, last = 0, ''
+for _, entry in ipairs(entries) do
+  last = entry[1]
+  local task_id = field(entry[2], 'task_id')
+  local tkey = ARGV[4] .. (task_id or '')
+  local h = rcall('HMGET', tkey, 'status', 'queue', 'attempt', 'entry_id')
+  if h[1] == 'QUEUED' and h[4] == entry[1] then
+    rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', ARGV[2],
+          'updated_at', ARGV[2], 'last_error', 'purged')
+    emit(KEYS[2], KEYS[3], 'task.cancelled', task_id, h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
+    cancelled = cancelled + 1
+  end
+  rcall('XDEL', KEYS[1], entry[1])
+end
+if #entries < tonumber(ARGV[6]) then last = '' end
+return {cancelled, last}

@@ -1,0 +1,14 @@
+--[[
+  Pause or resume a queue: workers stop starting its tasks; in-flight ones finish.
+  Input:
+    KEYS[1] paused set  KEYS[2] events channel  KEYS[3] event seq  KEYS[4] known queues
+    ARGV[1] queue  ARGV[2] 1 pause / 0 resume  ARGV[3] now (ms)  ARGV[4] now (ISO)
+  Output:
+    1 changed; 0 already in that state; -1 unknown queue
+]]
+-- #include common
+if rcall('SISMEMBER', KEYS[4], ARGV[1]) == 0 then return -1 end
+local changed
+if ARGV[2] == '1' then changed = rcall('SADD', KEYS[1], ARGV[1]) else changed = rcall('SREM', KEYS[1], ARGV[1]) end
+emit(KEYS[2], KEYS[3], ARGV[2] == '1' and 'queue.paused' or 'queue.resumed', nil, ARGV[1], nil, 0, ARGV[3], ARGV[4])
+return changed

@@ -1,0 +1,106 @@
+"""Validation of a task submission, shared by dtq_tasks.enqueue, the API and the Django backend."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .config import DtqConfig
+from .errors import PayloadTooLarge, ValidationError
+from .keys import PRIORITIES
+from .task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE
+
+MAX_DELAY_S = 366 * 86400
+MAX_TTL_S = 366 * 86400
+MAX_ATTEMPTS_LIMIT = 100
+MAX_TIMEOUT_S = 7 * 86400
+MAX_IDEMPOTENCY_KEY = 200
+MAX_REQUEST_ID = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Submission:
+    """A validated submission, ready for the enqueue script."""
+
+    task_id: str
+    type: str
+    payload_json: str
+    queue: str
+    priority: str
+    delay_s: float
+    ttl_s: float | None
+    max_attempts: int
+    timeout_s: float
+    idempotency_key: str | None
+    request_id: str | None
+
+
+def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValidationError(f"{name} must be a number", field=name)
+    if integer and not float(value).is_integer():
+        raise ValidationError(f"{name} must be a whole number", field=name)
+    if not minimum <= value <= maximum:
+        raise ValidationError(f"{name} must be between {minimum:g} and {maximum:g}", field=name)
+    return value
+
+
+def validate(
+    config: DtqConfig,
+    type: Any,
+    payload: Any = None,
+    *,
+    queue: Any = "default",
+    priority: Any = "normal",
+    delay_seconds: Any = 0,
+    ttl_seconds: Any = None,
+    max_attempts: Any = None,
+    timeout_seconds: Any = None,
+    idempotency_key: Any = None,
+    request_id: Any = None,
+) -> Submission:
+    """Check every field of a submission; raise ValidationError / PayloadTooLarge naming it."""
+    if not isinstance(type, str) or not TASK_TYPE_RE.fullmatch(type):
+        raise ValidationError(
+            "type must be 1-200 characters of letters, digits and _ . : - (e.g. 'dtq.echo')", field="type"
+        )
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
+        raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63}", field="queue")
+    if queue in RESERVED_QUEUES:
+        raise ValidationError(f"queue name {queue!r} is reserved", field="queue")
+    if priority not in PRIORITIES:
+        raise ValidationError("priority must be one of high, normal, low", field="priority")
+    delay = _number("delay_seconds", 0 if delay_seconds is None else delay_seconds, minimum=0, maximum=MAX_DELAY_S)
+    ttl = None if ttl_seconds is None else _number("ttl_seconds", ttl_seconds, minimum=0.001, maximum=MAX_TTL_S)
+    attempts = config.max_attempts if max_attempts is None else int(
+        _number("max_attempts", max_attempts, minimum=1, maximum=MAX_ATTEMPTS_LIMIT, integer=True)
+    )
+    timeout = config.task_timeout_s if timeout_seconds is None else _number(
+        "timeout_seconds", timeout_seconds, minimum=0.001, maximum=MAX_TIMEOUT_S
+    )
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY
+    ):
+        raise ValidationError(f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
+                              field="idempotency_key")
+    try:
+        payload_json = json.dumps({} if payload is None else payload, separators=(",", ":"),
+                                  ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"payload is not JSON-serialisable: {exc}", field="payload") from None
+    size = len(payload_json.encode())
+    if size > config.payload_max_bytes:
+        raise PayloadTooLarge(
+            f"payload is {size} bytes; the limit is {config.payload_max_bytes} (DTQ_PAYLOAD_MAX_BYTES)",
+            field="payload",
+        )
+    if request_id is not None:
+        request_id = str(request_id)[:MAX_REQUEST_ID]
+    return Submission(
+        task_id=uuid.uuid4().hex, type=type, payload_json=payload_json, queue=queue, priority=priority,
+        delay_s=float(delay), ttl_s=None if ttl is None else float(ttl), max_attempts=attempts,
+        timeout_s=float(timeout), idempotency_key=idempotency_key, request_id=request_id,
+    )

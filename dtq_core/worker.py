@@ -1,0 +1,349 @@
+"""The worker process: consumption, execution, completion, heartbeats, the visibility reaper, the
+cancel watcher and candidacy for scheduler leadership, each a supervised asyncio loop.
+
+Hot path per batch: one fetchTasks script (read + claim up to the free slots), the handlers,
+one completeTasks script for everything that finished meanwhile (state, result, XACK, event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from .clock import Clock, SystemClock
+from .config import DtqConfig
+from .connection import async_client
+from .errors import WorkerNameTaken
+from .executor import AttemptRunner, Completion, Execution, Row
+from .keys import PRIORITIES, Keys
+from .worker_store import WorkerStore
+
+logger = logging.getLogger("dtq.worker")
+
+BLOCK_MS = 1000  # longest blocking read; bounds how long a stop request waits for the consumer
+QUEUE_REFRESH_S = 1.0
+MAX_BACKOFF_S = 10.0
+
+
+class Worker:
+    def __init__(
+        self,
+        config: DtqConfig,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 10,
+        name: str | None = None,
+        burst: bool = False,
+        max_tasks: int | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.keys = Keys(config.key_prefix)
+        self.fixed_queues = list(dict.fromkeys(queues)) if queues else None
+        self.concurrency = concurrency
+        self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.burst = burst
+        self.max_tasks = max_tasks
+        self.clock = clock or SystemClock()
+        self.processed = 0
+        self.is_leader = False
+        self.state = "starting"
+        self._running: dict[str, Execution] = {}
+        self._unacked: dict[str, Row] = {}
+        self._completions: list[Completion] = []
+        self._queues: list[str] = []
+        self._paused: set[str] = set()
+        self._streams: list[str] = []  # non-paused, highest priority first
+        self._all_streams: list[str] = []
+        self._refreshed_at = -1e9
+        self._stopping = False
+        self._stop = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        self._loops: dict[str, asyncio.Task[None]] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Begin a graceful stop: no new work, drain what runs (called from signal handlers)."""
+        if not self._stopping:
+            logger.info("worker_id=%s stop requested; draining up to %.0fs", self.worker_id,
+                        self.config.drain_timeout_s)
+        self._stopping = True
+        self._stop.set()
+        self._slot_freed.set()
+
+    async def run(self) -> int:
+        """Run until stopped (or, with burst, until no work is left); return the exit code."""
+        read_timeout = BLOCK_MS / 1000 + self.config.redis_timeout_s + 5
+        self.client = async_client(self.config, read_timeout_s=read_timeout)
+        self.store = WorkerStore(self.config, self.client, self.clock, self.worker_id)
+        self.pool = ThreadPoolExecutor(max_workers=self.concurrency * 2, thread_name_prefix="dtq-handler")
+        self.runner = AttemptRunner(self.config, self.clock, self.pool, self.worker_id)
+        try:
+            await self._register()
+            self.state = "running"
+            logger.info("worker_id=%s started queues=%s concurrency=%d", self.worker_id,
+                        ",".join(self.fixed_queues or ["*"]), self.concurrency)
+            for name, body in (("consume", self._consume), ("flush", self._flush_loop),
+                               ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
+                               ("cancel-watcher", self._cancel_watch_loop), ("scheduler", self._scheduler_loop)):
+                self._loops[name] = asyncio.create_task(self._supervise(name, body), name=f"dtq-{name}")
+            await self._stop.wait()
+            await self._drain()
+        finally:
+            for task in self._loops.values():
+                task.cancel()
+            await asyncio.gather(*self._loops.values(), return_exceptions=True)
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            await self.client.aclose()
+        return 0
+
+    async def _register(self) -> None:
+        age = await self.store.live_worker_age_s(self.worker_id)
+        if age is not None and age < self.config.visibility_timeout_s:
+            raise WorkerNameTaken(
+                f"worker name {self.worker_id!r} is in use by a live worker (heartbeat {age:.1f}s ago)")
+        if self.fixed_queues:
+            await self.store.ensure_queues(self.fixed_queues)
+        await self.store.heartbeat(self._info(), [])
+        self.started_at = self.clock.now_ms()
+
+    def _info(self) -> dict[str, object]:
+        return {"queues": ",".join(self.fixed_queues or self._queues), "concurrency": self.concurrency,
+                "in_flight": len(self._running), "processed": self.processed, "state": self.state,
+                "started_at": getattr(self, "started_at", self.clock.now_ms()),
+                "leader": 1 if self.is_leader else 0}
+
+    async def _drain(self) -> None:
+        """Stop taking work, let in-flight attempts finish within the drain window, then leave.
+
+        1. The consumer and scheduler stop (the leader lock is handed back).
+        2. Running attempts get DTQ_DRAIN_TIMEOUT_S to finish; their completions are flushed.
+        3. At the deadline, async handlers are cancelled and sync ones detached; their entries
+           stay unacked so a peer's reaper redelivers them.
+        4. The worker deregisters.
+        """
+        self.state = "draining"
+        for name in ("consume", "scheduler"):
+            task = self._loops.get(name)
+            if task is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(task), timeout=BLOCK_MS / 1000 + 2)
+                except (TimeoutError, asyncio.CancelledError):
+                    task.cancel()
+        if self.is_leader:
+            await self._quietly(self.store.release_lock())
+            self.is_leader = False
+        pending = [ex.task for ex in self._running.values() if ex.task is not None]
+        if pending:
+            done, not_done = await asyncio.wait(pending, timeout=self.config.drain_timeout_s)
+            if not_done:
+                logger.warning("worker_id=%s drain timeout: abandoning %d attempt(s) to redelivery",
+                               self.worker_id, len(not_done))
+                for ex in list(self._running.values()):
+                    ex.abandoned = True
+                    if ex.task is not None:
+                        ex.task.cancel()
+                await asyncio.gather(*not_done, return_exceptions=True)
+        flush = self._loops.pop("flush", None)
+        if flush is not None:
+            flush.cancel()
+            await asyncio.gather(flush, return_exceptions=True)
+        if self._completions:
+            await self._quietly(self._flush_once())
+        await self._quietly(self.store.deregister())
+        self.state = "stopped"
+        logger.info("worker_id=%s stopped processed=%d", self.worker_id, self.processed)
+
+    async def _quietly(self, awaitable: Awaitable[object]) -> None:
+        try:
+            await awaitable
+        except Exception as exc:  # noqa: BLE001 - best effort on the way out
+            logger.warning("worker_id=%s shutdown step failed: %s", self.worker_id, exc)
+
+    async def _supervise(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
+        """Run a loop; on error log, back off exponentially (capped) and restart it."""
+        failures = 0
+        while True:
+            started = time.monotonic()
+            try:
+                await body()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the supervisor's job
+                if time.monotonic() - started > 30:
+                    failures = 0
+                failures += 1
+                delay = min(MAX_BACKOFF_S, 0.1 * 2 ** min(failures, 10))
+                logger.warning("worker_id=%s loop=%s failed (%s: %s); restarting in %.1fs", self.worker_id, name,
+                               type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, waking early when a stop is requested."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+    # -- consumption --------------------------------------------------------------------------
+    def _free_slots(self) -> int:
+        return self.concurrency - len(self._running) - self.runner.detached_threads
+
+    async def _refresh_queues(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._refreshed_at < QUEUE_REFRESH_S:
+            return
+        known, paused = await self.store.known_and_paused()
+        queues = self.fixed_queues or sorted(known)
+        new = [q for q in queues if q not in self._queues]
+        if new:
+            await self.store.ensure_queues(new)
+        self._queues, self._paused = queues, paused
+        active = [q for q in queues if q not in paused]
+        self._streams = [self.keys.stream(q, p) for p in PRIORITIES for q in active]
+        self._all_streams = [self.keys.stream(q, p) for p in PRIORITIES for q in queues]
+        self._refreshed_at = time.monotonic()
+
+    async def _consume(self) -> None:
+        while not self._stopping:
+            await self._refresh_queues()
+            free = self._free_slots()
+            if free <= 0:
+                self._slot_freed.clear()
+                if self._free_slots() <= 0 and not self._stopping:
+                    await self._slot_freed.wait()
+                continue
+            if not self._streams:
+                if self.burst:
+                    self.request_stop()
+                    return
+                await self._pause(0.5)
+                continue
+            rows = await self.store.fetch(self._streams, free)
+            if not rows:
+                if self.burst:
+                    if await self._burst_done():
+                        self.request_stop()
+                        return
+                    self._slot_freed.clear()
+                    await asyncio.sleep(0.05)
+                    continue
+                rows = await self.store.block_read(self._streams, free, BLOCK_MS)
+            for row in rows:
+                self._start(row)
+
+    async def _burst_done(self) -> bool:
+        if self._running or self._unacked or self._completions:
+            return False
+        now = self.clock.now_ms()
+        due = await self.client.zcount(self.keys.schedule(), "-inf", now)
+        return int(due) == 0
+
+    def _start(self, row: Row) -> None:
+        ex = Execution(row)
+        self._running[row.entry_id] = ex
+        ex.task = asyncio.get_running_loop().create_task(self._execute(ex))
+
+    async def _execute(self, ex: Execution) -> None:
+        completion: Completion | None = None
+        try:
+            completion = await self.runner.run(ex)
+        finally:
+            self._running.pop(ex.row.entry_id, None)
+            if completion is not None:
+                self._unacked[ex.row.entry_id] = ex.row
+                self._completions.append(completion)
+                self._flush_wanted.set()
+            self._slot_freed.set()
+
+    # -- completion ---------------------------------------------------------------------------
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        batch, self._completions = self._completions, []
+        if not batch:
+            return
+        try:
+            statuses = await self.store.complete(batch)
+        except BaseException:
+            self._completions[:0] = batch  # keep them; the entries stay pending until written
+            self._flush_wanted.set()
+            raise
+        for completion, status in zip(batch, statuses, strict=True):
+            self._unacked.pop(completion.row.entry_id, None)
+            if status == "fenced":
+                logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
+                               completion.row.task_id, completion.row.attempt, self.worker_id)
+        self.processed += len(batch)
+        if self.max_tasks is not None and self.processed >= self.max_tasks:
+            self.request_stop()
+
+    # -- heartbeat, reaper, cancel watcher ----------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval_s)
+            entries = [(r.stream, r.entry_id) for r in self._unacked.values()]
+            entries += [(ex.row.stream, ex.row.entry_id) for ex in self._running.values()]
+            await self.store.heartbeat(self._info(), entries)
+
+    async def _reaper_loop(self) -> None:
+        interval = max(0.2, min(self.config.visibility_timeout_s / 4, 5.0))
+        last_prune = 0.0
+        while not self._stopping:
+            await self._pause(interval)
+            if self._stopping:
+                return
+            for stream in list(self._all_streams):
+                free = self._free_slots()
+                if free <= 0:
+                    break
+                for row in await self.store.reclaim(stream, free):
+                    logger.info("task_id=%s attempt=%d worker_id=%s reclaimed after visibility timeout",
+                                row.task_id, row.attempt, self.worker_id)
+                    self._start(row)
+            if time.monotonic() - last_prune > 30:
+                last_prune = time.monotonic()
+                await self.store.prune_workers(max(300.0, self.config.visibility_timeout_s * 10))
+
+    async def _cancel_watch_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.cancel_poll_s)
+            running = [ex for ex in self._running.values() if not ex.cancel_requested]
+            if not running:
+                continue
+            flags = await self.store.cancel_flags([ex.row.task_id for ex in running])
+            for ex, flag in zip(running, flags, strict=True):
+                if flag and ex.task is not None and not ex.task.done():
+                    logger.info("task_id=%s worker_id=%s cancelling on request", ex.row.task_id, self.worker_id)
+                    ex.cancel_requested = True
+                    ex.task.cancel()
+
+    # -- scheduler ----------------------------------------------------------------------------
+    async def _scheduler_loop(self) -> None:
+        last_stale_check = 0.0
+        while not self._stopping:
+            leader = await self.store.acquire_or_renew_lock(self.is_leader)
+            if leader != self.is_leader:
+                logger.info("worker_id=%s %s scheduler leadership", self.worker_id,
+                            "took" if leader else "lost")
+                self.is_leader = leader
+            if leader:
+                while await self.store.promote_due() >= 500:
+                    pass
+                if time.monotonic() - last_stale_check > min(5.0, self.config.stale_claim_s / 2):
+                    last_stale_check = time.monotonic()
+                    returned = await self.store.requeue_stale_claims()
+                    if returned:
+                        logger.warning("worker_id=%s returned %d stale scheduler claim(s) to the schedule",
+                                       self.worker_id, returned)
+            await self._pause(self.config.scheduler_interval_s)

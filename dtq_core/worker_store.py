@@ -1,0 +1,202 @@
+"""The worker's Redis calls (asyncio): fetch-and-claim, completion, heartbeats, reclaim, and the
+scheduler's leader lock and promotion. Each is one script or one pipeline."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from .clock import Clock, iso
+from .config import DtqConfig
+from .executor import Completion, Row
+from .keys import Keys
+from .scripts import Scripts
+
+COMPLETE_BATCH = 500
+
+
+class WorkerStore:
+    def __init__(self, config: DtqConfig, client: aioredis.Redis, clock: Clock, worker_id: str) -> None:
+        self.config = config
+        self.client = client
+        self.clock = clock
+        self.keys = Keys(config.key_prefix)
+        self.worker_id = worker_id
+        self.scripts = Scripts(client)
+
+    # -- queues -------------------------------------------------------------------------------
+    async def known_and_paused(self) -> tuple[set[str], set[str]]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.smembers(self.keys.queues())
+        pipe.smembers(self.keys.paused())
+        known, paused = await pipe.execute()
+        return set(known), set(paused)
+
+    async def ensure_queues(self, queues: Sequence[str]) -> None:
+        """Register queues and create their consumer groups (from id 0, so nothing is skipped)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.sadd(self.keys.queues(), queue)
+            for stream in self.keys.streams(queue):
+                pipe.xgroup_create(stream, Keys.GROUP, id="0", mkstream=True)
+        for reply in await pipe.execute(raise_on_error=False):
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                raise reply
+
+    # -- claim --------------------------------------------------------------------------------
+    def _claim_args(self) -> list[object]:
+        now = self.clock.now_ms()
+        c = self.config
+        return [Keys.GROUP, self.worker_id, now, iso(now), c.task_retention_s * 1000, self.keys.task_prefix(),
+                1 if c.dlq_enabled else 0, c.dlq_maxlen]
+
+    def _claim_keys(self) -> list[str]:
+        k = self.keys
+        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters()]
+
+    async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
+        """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
+        reply = await self.scripts("fetchTasks", keys=self._claim_keys(),
+                                   args=[*self._claim_args(), count, *streams])
+        return [Row.from_reply(r) for r in reply]
+
+    async def block_read(self, streams: Sequence[str], count: int, block_ms: int) -> list[Row]:
+        """Wait up to block_ms for new entries on any stream, then claim what arrived."""
+        try:
+            reply = await self.client.xreadgroup(Keys.GROUP, self.worker_id, {s: ">" for s in streams},
+                                                 count=count, block=block_ms)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                return []  # a stream was deleted; the next queue refresh recreates its group
+            raise
+        quads: list[object] = []
+        for stream, entries in reply or []:
+            for entry_id, fields in entries:
+                quads += [stream, entry_id, fields.get("task_id", ""), fields.get("attempt", "1")]
+        if not quads:
+            return []
+        return await self.claim(quads, reclaim=False)
+
+    async def claim(self, quads: list[object], *, reclaim: bool) -> list[Row]:
+        reply = await self.scripts("claimEntries", keys=self._claim_keys(),
+                                   args=[*self._claim_args(), 1 if reclaim else 0, *quads])
+        return [Row.from_reply(r) for r in reply]
+
+    async def reclaim(self, stream: str, count: int) -> list[Row]:
+        """XAUTOCLAIM entries idle past the visibility timeout and claim them with the increment."""
+        min_idle = int(self.config.visibility_timeout_s * 1000)
+        try:
+            reply = await self.client.xautoclaim(stream, Keys.GROUP, self.worker_id, min_idle, "0-0", count=count)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                return []
+            raise
+        entries = reply[1]
+        quads: list[object] = []
+        for entry_id, fields in entries:
+            if fields is None:
+                continue
+            quads += [stream, entry_id, fields.get("task_id", ""), fields.get("attempt", "1")]
+        if not quads:
+            return []
+        return await self.claim(quads, reclaim=True)
+
+    # -- complete -----------------------------------------------------------------------------
+    async def complete(self, completions: Sequence[Completion]) -> list[str]:
+        k, c = self.keys, self.config
+        statuses: list[str] = []
+        for start in range(0, len(completions), COMPLETE_BATCH):
+            now = self.clock.now_ms()
+            args: list[object] = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
+                                  k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen]
+            for completion in completions[start:start + COMPLETE_BATCH]:
+                args.extend(completion.args())
+            statuses += await self.scripts(
+                "completeTasks",
+                keys=[k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),
+                      k.stats_counters(), k.throughput(now // 60000)],
+                args=args,
+            )
+        return statuses
+
+    async def cancel_flags(self, task_ids: Sequence[str]) -> list[bool]:
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(self.keys.task(task_id), "cancel_requested")
+        return [flag == "1" for flag in await pipe.execute()]
+
+    # -- registry and heartbeat ---------------------------------------------------------------
+    async def live_worker_age_s(self, worker_id: str) -> float | None:
+        score = await self.client.zscore(self.keys.workers(), worker_id)
+        return None if score is None else (self.clock.now_ms() - score) / 1000
+
+    async def heartbeat(self, info: dict[str, Any], entries: Sequence[tuple[str, str]]) -> None:
+        """Record liveness and refresh the idle time of our in-flight entries, in one round trip."""
+        now = self.clock.now_ms()
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(k.workers(), {self.worker_id: now})
+        pipe.hset(k.worker(self.worker_id), mapping={**info, "heartbeat_at": now, "hostname": socket.gethostname(),
+                                                      "pid": os.getpid()})
+        pipe.pexpire(k.worker(self.worker_id), int(max(60, self.config.visibility_timeout_s * 4) * 1000))
+        if entries:
+            flat = [part for pair in entries for part in pair]
+            await self.scripts("touchEntries", keys=[], args=[Keys.GROUP, self.worker_id, *flat], client=pipe)
+        await pipe.execute()
+
+    async def deregister(self) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrem(self.keys.workers(), self.worker_id)
+        pipe.delete(self.keys.worker(self.worker_id))
+        await pipe.execute()
+
+    async def prune_workers(self, older_than_s: float) -> int:
+        """Drop registry rows of workers silent for longer than older_than_s."""
+        cutoff = self.clock.now_ms() - int(older_than_s * 1000)
+        stale = await self.client.zrangebyscore(self.keys.workers(), "-inf", cutoff)
+        if stale:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrem(self.keys.workers(), *stale)
+            pipe.delete(*[self.keys.worker(w) for w in stale])
+            await pipe.execute()
+        return len(stale)
+
+    # -- scheduler ----------------------------------------------------------------------------
+    async def acquire_or_renew_lock(self, is_leader: bool) -> bool:
+        ttl = int(self.config.scheduler_lock_ttl_s * 1000)
+        if is_leader:
+            renewed = await self.scripts("renewLock", keys=[self.keys.scheduler_lock()], args=[self.worker_id, ttl])
+            if renewed:
+                return True
+        return bool(await self.client.set(self.keys.scheduler_lock(), self.worker_id, nx=True, px=ttl))
+
+    async def release_lock(self) -> None:
+        await self.scripts("releaseLock", keys=[self.keys.scheduler_lock()], args=[self.worker_id])
+
+    async def promote_due(self, limit: int = 500) -> int:
+        """Move due schedule entries into streams; -1 when the lock was lost meanwhile."""
+        k = self.keys
+        now = self.clock.now_ms()
+        ids = await self.scripts("claimDue", keys=[k.schedule(), k.schedule_claims(), k.scheduler_lock()],
+                                 args=[self.worker_id, now, limit, k.task_prefix()])
+        if ids == -1:
+            return -1
+        if not ids:
+            return 0
+        return int(await self.scripts(
+            "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule()],
+            args=[self.worker_id, now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
+                  k.stream_prefix(), *ids],
+        ))
+
+    async def requeue_stale_claims(self) -> int:
+        k = self.keys
+        now = self.clock.now_ms()
+        cutoff = now - int(self.config.stale_claim_s * 1000)
+        return int(await self.scripts("requeueStaleClaims", keys=[k.schedule_claims(), k.schedule()],
+                                      args=[cutoff, now, k.task_prefix()]))

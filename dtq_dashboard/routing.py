@@ -1,0 +1,3 @@
+"""WebSocket routes (the live event feed)."""
+
+websocket_urlpatterns: list = []

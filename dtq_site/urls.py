@@ -1,0 +1,9 @@
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("dtq_api.urls")),
+    path("", include("dtq_dashboard.urls")),
+]
+
+handler404 = "dtq_api.exceptions.not_found"
+handler500 = "dtq_api.exceptions.server_error"

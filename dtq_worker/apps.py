@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DtqWorkerConfig(AppConfig):
+    name = "dtq_worker"
+    verbose_name = "dtq worker and operator commands"

@@ -1,0 +1,94 @@
+"""manage.py runworker_dtq: run one dtq worker process (consumer, executor, heartbeats, reaper,
+cancel watcher and scheduler candidacy). SIGTERM/SIGINT drain; a second signal exits at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from dtq_core.conf import get_config
+from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.errors import WorkerNameTaken
+from dtq_core.registry import import_task_modules
+from dtq_core.task import valid_queue_name
+from dtq_core.worker import Worker
+
+logger = logging.getLogger("dtq.worker")
+
+
+def queue_list(raw: str) -> list[str]:
+    queues = [q.strip() for q in raw.split(",") if q.strip()]
+    bad = [q for q in queues if not valid_queue_name(q)]
+    if not queues or bad:
+        raise ValueError(raw)
+    return queues
+
+
+def positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1 or value > 10000:
+        raise ValueError(raw)
+    return value
+
+
+def worker_name(raw: str) -> str:
+    if not raw or len(raw) > 200 or any(c.isspace() for c in raw):
+        raise ValueError(raw)
+    return raw
+
+
+class Command(BaseCommand):
+    help = "Run a dtq worker: consume tasks, run handlers, reclaim, schedule."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", type=queue_list, default=None,
+                            help="comma-separated queue names (default: every known queue)")
+        parser.add_argument("--concurrency", type=positive_int, default=10, help="attempts run at once (default 10)")
+        parser.add_argument("--name", type=worker_name, default=None,
+                            help="worker id; unique among live workers (default <hostname>:<pid>)")
+        parser.add_argument("--burst", action="store_true", help="drain the queues, then exit")
+        parser.add_argument("--max-tasks", type=positive_int, default=None, help="exit after this many attempts")
+
+    def handle(self, *args: Any, queues: list[str] | None, concurrency: int, name: str | None, burst: bool,
+               max_tasks: int | None, **options: Any) -> None:
+        config = get_config()
+        try:
+            import_task_modules(config.task_modules)
+        except ImportError as exc:
+            raise CommandError(f"DTQ_TASK_MODULES: cannot import {exc.name or exc}") from None
+        worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks)
+        try:
+            code = asyncio.run(self._run(worker))
+        except WorkerNameTaken as exc:
+            raise CommandError(str(exc)) from None
+        except UNAVAILABLE_ERRORS as exc:
+            raise CommandError(f"cannot reach Redis at {config.redis_url}: {exc}") from None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if worker.runner.detached_threads:
+            os._exit(code)  # detached sync handlers must not keep the process alive
+        if code:
+            raise SystemExit(code)
+
+    async def _run(self, worker: Worker) -> int:
+        loop = asyncio.get_running_loop()
+        signals_seen = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen > 1:
+                logger.warning("worker_id=%s second signal: exiting now", worker.worker_id)
+                os._exit(1)
+            logger.info("worker_id=%s got %s", worker.worker_id, signal.Signals(signum).name)
+            worker.request_stop()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        return await worker.run()

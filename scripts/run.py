@@ -1,0 +1,106 @@
+"""`make run`: a local persistent Redis (unless DTQ_REDIS_URL is set), daphne and one worker.
+
+Ctrl-C stops everything in order (worker drains, daphne, then Redis flushes its AOF) and leaves
+no process of ours behind. Children get their own sessions so only this script signals them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+REDIS_PORT = 6380
+
+
+def say(line: str) -> None:
+    print(f"dtq: {line}", flush=True)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen[bytes] | None, name: str, timeout: float) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        say(f"{name} did not stop in {timeout:.0f}s; killing it")
+        proc.kill()
+        proc.wait(5)
+
+
+def main() -> int:
+    env = dict(os.environ)
+    port = int(env.get("PORT", "8000"))
+    redis_proc = None
+    if not env.get("DTQ_REDIS_URL"):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            say("no redis-server found. Install one (Debian/Ubuntu: sudo apt-get install redis-server),")
+            say("or point DTQ_REDIS_URL at a reachable Redis >= 7, or run everything with: docker compose up")
+            return 1
+        if port_open(REDIS_PORT):
+            say(f"port {REDIS_PORT} is already in use; stop that process or set DTQ_REDIS_URL to use it")
+            return 1
+        data = ROOT / "var" / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        redis_proc = start([binary, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--dir", str(data),
+                            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+                            "--logfile", str(data / "redis.log")], env)
+        deadline = time.monotonic() + 10
+        while not port_open(REDIS_PORT):
+            if redis_proc.poll() is not None or time.monotonic() > deadline:
+                say(f"redis-server failed to start; see {data / 'redis.log'}")
+                return 1
+            time.sleep(0.05)
+        env["DTQ_REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
+        say(f"persistent redis on 127.0.0.1:{REDIS_PORT} (AOF everysec, data in var/redis/)")
+    daphne = start([PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dtq_site.asgi:application"], env)
+    worker = start([PY, "manage.py", "runworker_dtq"], env)
+    say(f"console    http://127.0.0.1:{port}/")
+    say(f"API        http://127.0.0.1:{port}/api/v1/   (schema: /api/schema/, metrics: /metrics)")
+    say(f"WebSocket  ws://127.0.0.1:{port}/ws/events")
+    say("staff user: .venv/bin/python manage.py createsuperuser   (Ctrl-C stops everything)")
+
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    while not stopping:
+        for proc, name in ((daphne, "daphne"), (worker, "worker"), (redis_proc, "redis-server")):
+            if proc is not None and proc.poll() is not None:
+                say(f"{name} exited with code {proc.returncode}; stopping the rest")
+                stopping, code = True, 1
+        time.sleep(0.2)
+    say("stopping: worker drains, then daphne, then redis")
+    drain = float(env.get("DTQ_DRAIN_TIMEOUT_S", "30") or 30)
+    stop(worker, "worker", drain + 5)
+    stop(daphne, "daphne", 10)
+    stop(redis_proc, "redis-server", 15)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
