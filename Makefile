@@ -22,7 +22,7 @@ run: bootstrap
 	@$(BIN)/python scripts/run.py
 
 test: bootstrap
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 bench: bootstrap
 	$(BIN)/python -m bench
@@ -31,7 +31,7 @@ bench-peers: bootstrap
 	$(BIN)/python -m bench.peers
 
 chaos: bootstrap
-	$(BIN)/python -m pytest -p no:randomly tests/failure -k chaos -v
+	$(BIN)/python -m pytest -p no:xdist tests/failure -k chaos -v -s
 
 # A throwaway, non-persistent Redis for development (failure-modes.md: everything is lost on restart).
 REDIS_PORT ?= 6381

@@ -28,6 +28,7 @@ logger = logging.getLogger("dtq.worker")
 BLOCK_MS = 1000  # longest blocking read; bounds how long a stop request waits for the consumer
 QUEUE_REFRESH_S = 1.0
 MAX_BACKOFF_S = 10.0
+BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
 
 
 class Worker:
@@ -228,9 +229,15 @@ class Worker:
             rows = await self.store.fetch(self._streams, free)
             if not rows:
                 if self.burst:
+                    # The scheduler may have queued due work since the fetch: look once more.
                     if await self._burst_done():
-                        self.request_stop()
-                        return
+                        rows = await self.store.fetch(self._streams, free)
+                        if not rows:
+                            self.request_stop()
+                            return
+                        for row in rows:
+                            self._start(row)
+                        continue
                     self._slot_freed.clear()
                     await asyncio.sleep(0.05)
                     continue
@@ -239,10 +246,11 @@ class Worker:
                 self._start(row)
 
     async def _burst_done(self) -> bool:
+        """Burst mode ends when nothing waits, runs, or falls due within BURST_HORIZON_S."""
         if self._running or self._unacked or self._completions:
             return False
-        now = self.clock.now_ms()
-        due = await self.client.zcount(self.keys.schedule(), "-inf", now)
+        horizon = self.clock.now_ms() + int(BURST_HORIZON_S * 1000)
+        due = await self.client.zcount(self.keys.schedule(), "-inf", horizon)
         return int(due) == 0
 
     def _start(self, row: Row) -> None:

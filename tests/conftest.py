@@ -101,7 +101,8 @@ class WorkerProcess:
         return self.proc.pid
 
     def output(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def wait(self, timeout: float = 60) -> int:

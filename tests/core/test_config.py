@@ -1,0 +1,67 @@
+"""Configuration: every DTQ_* default, and one clear line for each kind of bad value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dtq_core.config import ConfigError, DtqConfig, read_env
+
+from ..conftest import ROOT
+
+
+def test_defaults_match_the_contract() -> None:
+    c = read_env(lambda name: None)
+    assert (c.redis_url, c.visibility_timeout_s, c.heartbeat_interval_s, c.drain_timeout_s) == (
+        "redis://127.0.0.1:6379/0", 30, 5, 30)
+    assert (c.task_retention_s, c.result_retention_s, c.result_max_bytes, c.idem_ttl_s) == (604800, 3600, 65536, 86400)
+    assert (c.max_queue_depth, c.dlq_enabled, c.dlq_maxlen, c.audit_maxlen, c.max_attempts) == (
+        100000, True, 10000, 10000, 5)
+    assert (c.retry_base_s, c.retry_max_s, c.task_timeout_s, c.payload_max_bytes) == (1, 300, 300, 1048576)
+    assert (c.api_key, c.task_modules) == ("", ())
+
+
+def test_it_reads_values_from_the_environment() -> None:
+    env = {"DTQ_VISIBILITY_TIMEOUT_S": "3", "DTQ_HEARTBEAT_INTERVAL_S": "0.5", "DTQ_DLQ_ENABLED": "false",
+           "DTQ_TASK_MODULES": "a.b, c", "DTQ_MAX_QUEUE_DEPTH": "0"}
+    c = read_env(env.get)
+    assert c.visibility_timeout_s == 3 and c.heartbeat_interval_s == 0.5
+    assert c.dlq_enabled is False and c.task_modules == ("a.b", "c") and c.max_queue_depth == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"DTQ_VISIBILITY_TIMEOUT_S": "soon"}, "DTQ_VISIBILITY_TIMEOUT_S"),
+        ({"DTQ_MAX_ATTEMPTS": "2.5"}, "DTQ_MAX_ATTEMPTS"),
+        ({"DTQ_DLQ_ENABLED": "maybe"}, "DTQ_DLQ_ENABLED"),
+        ({"DTQ_HEARTBEAT_INTERVAL_S": "30"}, "DTQ_HEARTBEAT_INTERVAL_S"),
+        ({"DTQ_REDIS_URL": "http://example"}, "DTQ_REDIS_URL"),
+        ({"DTQ_REDIS_URL": "redis://host:notaport/0"}, "DTQ_REDIS_URL"),
+        ({"DTQ_RESULT_MAX_BYTES": "0"}, "DTQ_RESULT_MAX_BYTES"),
+        ({"DTQ_MAX_QUEUE_DEPTH": "-1"}, "DTQ_MAX_QUEUE_DEPTH"),
+    ],
+)
+def test_it_names_the_bad_variable(env: dict[str, str], names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        read_env(env.get)
+
+
+def test_from_mapping_accepts_settings_style_keys() -> None:
+    c = DtqConfig.from_mapping({"REDIS_URL": "redis://127.0.0.1:1/0", "TASK_MODULES": "x,y", "UNKNOWN": 1})
+    assert c.redis_url.endswith(":1/0") and c.task_modules == ("x", "y")
+
+
+@pytest.mark.parametrize("command", [["check"], ["runworker_dtq", "--burst"]])
+def test_every_entry_point_stops_with_one_line(command: list[str]) -> None:
+    # It should fail at start, name the variable, and print no traceback.
+    env = {"PATH": "/usr/bin:/bin", "DTQ_HEARTBEAT_INTERVAL_S": "40", "DTQ_VISIBILITY_TIMEOUT_S": "30"}
+    proc = subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == ["dtq: invalid configuration: DTQ_HEARTBEAT_INTERVAL_S (40) must be less than "
+                     "DTQ_VISIBILITY_TIMEOUT_S (30)"]
+    assert "Traceback" not in proc.stdout + proc.stderr

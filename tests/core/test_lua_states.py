@@ -1,0 +1,131 @@
+"""Walk every status through the claim, cancel and completion scripts: legal moves happen,
+illegal ones are absorbed or refused without changing the task hash."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+
+from dtq_core.config import DtqConfig
+from dtq_core.connection import async_client
+from dtq_core.engine import Engine
+from dtq_core.errors import CancelRequested, TaskTerminal
+from dtq_core.executor import Completion, Row
+from dtq_core.keys import Keys
+from dtq_core.task import Outcome, Status
+from dtq_core.worker_store import WorkerStore
+
+ALL = list(Status)
+
+
+def _put_in_state(engine: Engine, redis_client: redis.Redis, status: Status) -> tuple[str, str, str]:
+    """Enqueue a task, then force its hash into `status`; return (task id, stream, entry id)."""
+    out = engine.enqueue("dtq.echo", {"v": 1})
+    stream = engine.keys.stream("default", "normal")
+    entry_id = redis_client.xrange(stream)[0][0]
+    attempt = 0 if status in (Status.QUEUED, Status.PENDING) else 1
+    redis_client.hset(engine.keys.task(out.id), mapping={"status": status.value, "attempt": attempt})
+    return out.id, stream, entry_id
+
+
+def _store(config: DtqConfig, worker_id: str = "w-test") -> tuple[WorkerStore, Any]:
+    client = async_client(config, read_timeout_s=5)
+    return WorkerStore(config, client, engine_clock(), worker_id), client
+
+
+def engine_clock() -> Any:
+    from dtq_core.clock import SystemClock
+
+    return SystemClock()
+
+
+async def _deliver_and_claim(config: DtqConfig, stream: str) -> list[Row]:
+    store, client = _store(config)
+    try:
+        return await store.fetch([stream], 10)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("status", ALL, ids=lambda s: s.value)
+def test_claim_runs_only_a_queued_task(engine: Engine, config: DtqConfig, redis_client: redis.Redis,
+                                       status: Status) -> None:
+    task_id, stream, entry_id = _put_in_state(engine, redis_client, status)
+    before = redis_client.hgetall(engine.keys.task(task_id))
+    rows = asyncio.run(_deliver_and_claim(config, stream))
+    after = redis_client.hgetall(engine.keys.task(task_id))
+    if status is Status.QUEUED:
+        assert [r.task_id for r in rows] == [task_id]
+        assert after["status"] == "RUNNING" and after["attempt"] == "1" and after["entry_id"] == entry_id
+        assert after["worker_id"] == "w-test"
+        assert redis_client.xpending(stream, Keys.GROUP)["pending"] == 1
+    else:
+        # A duplicate or stale entry: acknowledged and deleted, the task untouched.
+        assert rows == [] and after == before
+        assert redis_client.xpending(stream, Keys.GROUP)["pending"] == 0 and redis_client.xlen(stream) == 0
+
+
+@pytest.mark.parametrize("status", ALL, ids=lambda s: s.value)
+def test_cancel_in_every_state(engine: Engine, redis_client: redis.Redis, status: Status) -> None:
+    task_id, _, _ = _put_in_state(engine, redis_client, status)
+    key = engine.keys.task(task_id)
+    if status in (Status.PENDING, Status.QUEUED, Status.RETRYING):
+        result = engine.cancel(task_id)
+        assert result.cancelled and redis_client.hget(key, "status") == "CANCELLED"
+    elif status is Status.RUNNING:
+        result = engine.cancel(task_id)
+        assert not result.cancelled and redis_client.hget(key, "cancel_requested") == "1"
+        assert redis_client.hget(key, "status") == "RUNNING"
+        with pytest.raises(CancelRequested):
+            engine.cancel(task_id)
+    else:
+        before = redis_client.hgetall(key)
+        with pytest.raises(TaskTerminal):
+            engine.cancel(task_id)
+        assert redis_client.hgetall(key) == before
+
+
+def test_a_cancelled_queued_task_never_starts(engine: Engine, config: DtqConfig, redis_client: redis.Redis) -> None:
+    out = engine.enqueue("dtq.echo")
+    engine.cancel(out.id)
+    rows = asyncio.run(_deliver_and_claim(config, engine.keys.stream("default", "normal")))
+    assert rows == [] and engine.get_task(out.id)["status"] == "CANCELLED"
+
+
+async def _claim_then_complete(config: DtqConfig, stream: str, tamper: Any) -> tuple[list[str], Row]:
+    store, client = _store(config)
+    try:
+        (row,) = await store.fetch([stream], 1)
+        tamper(row)
+        statuses = await store.complete([Completion(row, Outcome.SUCCEEDED, result_json='"ok"')])
+        return statuses, row
+    finally:
+        await client.aclose()
+
+
+def test_completion_is_fenced_against_a_newer_attempt(engine: Engine, config: DtqConfig,
+                                                      redis_client: redis.Redis) -> None:
+    # A peer reclaimed the entry and started attempt 2: the old owner's result must not land.
+    out = engine.enqueue("dtq.echo")
+    stream = engine.keys.stream("default", "normal")
+    key = engine.keys.task(out.id)
+    statuses, _ = asyncio.run(_claim_then_complete(config, stream, lambda row: redis_client.hset(key, "attempt", 2)))
+    assert statuses == ["fenced"]
+    assert redis_client.hget(key, "status") == "RUNNING"
+    assert redis_client.get(engine.keys.result(out.id)) is None
+    assert redis_client.xpending(stream, Keys.GROUP)["pending"] == 1  # still the new owner's to ACK
+
+
+def test_completion_writes_result_acks_and_deletes_the_entry(engine: Engine, config: DtqConfig,
+                                                             redis_client: redis.Redis) -> None:
+    out = engine.enqueue("dtq.echo")
+    stream = engine.keys.stream("default", "normal")
+    statuses, _ = asyncio.run(_claim_then_complete(config, stream, lambda row: None))
+    assert statuses == ["SUCCEEDED"]
+    assert engine.get_task(out.id)["result"] == "ok"
+    assert redis_client.xlen(stream) == 0 and redis_client.xpending(stream, Keys.GROUP)["pending"] == 0
+    ttl = redis_client.pttl(engine.keys.result(out.id))
+    assert 0 < ttl <= config.result_retention_s * 1000

@@ -1,0 +1,74 @@
+"""`manage.py runworker_dtq` as a real process: burst drain, registry, names, bad arguments."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from dtq_core.engine import Engine
+
+from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
+
+
+def test_burst_drains_every_queue_and_exits_zero(engine: Engine, start_worker: Callable[..., WorkerProcess],
+                                                 redis_client: redis.Redis) -> None:
+    ids = [engine.enqueue("test.pid", queue=q).id for q in ("a", "b", "c") for _ in range(5)]
+    worker = start_worker("--burst", "--concurrency", "4", DTQ_TASK_MODULES="tests.worker.handlers")
+    assert worker.wait(60) == 0, worker.output()
+    tasks = [engine.get_task(i) for i in ids]
+    assert {t["status"] for t in tasks} == {"SUCCEEDED"}
+    assert {t["result"]["pid"] for t in tasks} == {worker.pid}
+    assert redis_client.zcard(engine.keys.workers()) == 0  # deregistered
+
+
+def test_a_live_worker_is_registered_with_heartbeats(engine: Engine, start_worker: Callable[..., WorkerProcess],
+                                                     redis_client: redis.Redis) -> None:
+    worker = start_worker("--name", "alpha", "--queues", "q1,q2", DTQ_HEARTBEAT_INTERVAL_S="0.2",
+                          DTQ_VISIBILITY_TIMEOUT_S="2")
+    first = wait_for(lambda: redis_client.zscore(engine.keys.workers(), "alpha"), message=worker.output())
+    wait_for(lambda: (redis_client.zscore(engine.keys.workers(), "alpha") or 0) > first, timeout=5)
+    (row,) = engine.workers()
+    assert row["id"] == "alpha" and row["queues"] == ["q1", "q2"] and row["alive"] and row["pid"] == worker.pid
+    assert sorted(engine.queue_names()) == ["q1", "q2"]  # --queues registers the queues
+
+
+def test_a_second_worker_with_a_live_name_is_refused(engine: Engine,
+                                                     start_worker: Callable[..., WorkerProcess],
+                                                     redis_client: redis.Redis) -> None:
+    first = start_worker("--name", "same")
+    wait_for(lambda: redis_client.zscore(engine.keys.workers(), "same"), message=first.output())
+    second = start_worker("--name", "same")
+    assert second.wait(30) != 0
+    out = second.output()
+    assert "worker name 'same' is in use by a live worker" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["--queues", "Bad Name"], "--queues"), (["--concurrency", "0"], "--concurrency"),
+     (["--concurrency", "many"], "--concurrency"), (["--name", ""], "--name")],
+)
+def test_bad_arguments_exit_non_zero_with_one_clear_line(args: list[str], needle: str) -> None:
+    proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=worker_env("redis://127.0.0.1:1/0", "dtqtest:x"))
+    assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_unimportable_task_module_is_one_line(redis_server: object) -> None:
+    env = worker_env(redis_server.url, "dtqtest:mod", DTQ_TASK_MODULES="no_such_module_here")  # type: ignore[attr-defined]
+    proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", "--burst"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode != 0
+    assert "DTQ_TASK_MODULES: cannot import no_such_module_here" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_redis_unreachable_at_start_is_one_line() -> None:
+    env = worker_env("redis://127.0.0.1:1/0", "dtqtest:down")
+    proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", "--burst"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode != 0
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in proc.stderr and "Traceback" not in proc.stderr

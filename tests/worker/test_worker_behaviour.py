@@ -1,0 +1,265 @@
+"""The worker in-process (real Redis, real asyncio loop): outcomes, retries, the DLQ, timeouts,
+expiry, results, priorities, pauses, duplicate absorption and handler context."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import dtq_tasks
+from dtq_core import registry
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from dtq_core.keys import Keys
+from dtq_core.worker import Worker
+
+RECORDED: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def test_handlers() -> Iterator[None]:
+    RECORDED.clear()
+
+    async def record(payload: Any) -> Any:
+        RECORDED.append(payload)
+        return payload
+
+    def where(payload: Any) -> dict[str, Any]:
+        ctx = dtq_tasks.current_task()
+        assert ctx is not None
+        return {"thread": threading.current_thread().name, "task_id": ctx.task_id, "attempt": ctx.attempt,
+                "queue": ctx.queue}
+
+    async def big(payload: Any) -> str:
+        return "y" * payload["n"]
+
+    registry.register("test.record", record)
+    registry.register("test.where", where)
+    registry.register("test.big", big)
+    yield
+
+
+def make_engine(config: DtqConfig, **overrides: Any) -> tuple[Engine, DtqConfig]:
+    cfg = DtqConfig.from_mapping({**config.as_settings(), **{k.upper(): v for k, v in overrides.items()}})
+    return Engine(cfg), cfg
+
+
+def run_burst(config: DtqConfig, *, timeout: float = 30, **kwargs: Any) -> Worker:
+    worker = Worker(config, burst=True, name=f"burst-{time.monotonic_ns()}", **kwargs)
+    asyncio.run(asyncio.wait_for(worker.run(), timeout))
+    return worker
+
+
+def test_it_runs_a_task_and_stores_its_result(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("dtq.echo", {"hello": "world"}).id
+    worker = run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "SUCCEEDED" and task["result"] == {"hello": "world"}
+    assert task["attempt"] == 1 and task["worker_id"] == worker.worker_id
+    assert task["started_at"] and task["finished_at"] and not task["result_truncated"]
+    stream = engine.keys.stream("default", "normal")
+    assert redis_client.xlen(stream) == 0 and redis_client.xpending(stream, Keys.GROUP)["pending"] == 0
+    assert redis_client.hget(engine.keys.stats_tasks(), "default|dtq.echo|succeeded") == "1"
+    assert redis_client.zscore(engine.keys.workers(), worker.worker_id) is None  # deregistered on exit
+
+
+def test_a_retryable_error_retries_with_backoff_then_succeeds(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.05)
+    task_id = engine.enqueue("dtq.flaky", {"fail_times": 2}, max_attempts=3).id
+    run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "SUCCEEDED" and task["result"] == {"attempt": 3} and task["attempt"] == 3
+    assert [e["attempt"] for e in task["errors"]] == [1, 2]
+    assert {e["error"] for e in task["errors"]} == {"dtq_tasks.RetryableError"}
+    assert all(e["traceback"] for e in task["errors"])
+
+
+def test_retries_exhausted_go_to_the_dlq(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.02)
+    task_id = engine.enqueue("dtq.fail", {"retryable": True, "message": "try later"}, max_attempts=2).id
+    run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 2 and len(task["errors"]) == 2
+    (entry,) = engine.dlq_list().items
+    assert entry["task_id"] == task_id and entry["error"] == "try later" and entry["attempt"] == 2
+    assert engine.queue_stats(["default"])[0]["dlq"] == 1
+
+
+@pytest.mark.parametrize(
+    ("type_", "payload", "error"),
+    [("dtq.fail", {"message": "bad input"}, "RuntimeError"),
+     ("no.such.type", {}, "dtq.UnknownTaskType"),
+     ("dtq.sleep", {"seconds": "x"}, "ValueError")],
+)
+def test_permanent_failures_take_one_attempt(config: DtqConfig, type_: str, payload: Any, error: str) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue(type_, payload, max_attempts=5).id
+    run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 1
+    assert task["errors"][0]["error"] == error
+
+
+def test_a_payload_that_does_not_decode_is_poison(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("dtq.echo").id
+    redis_client.hset(engine.keys.task(task_id), "payload", "{not json")
+    run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "DEAD_LETTERED" and task["errors"][0]["error"] == "dtq.PayloadDecodeError"
+
+
+def test_with_the_dlq_off_failures_end_failed(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config, dlq_enabled=False)
+    task_id = engine.enqueue("dtq.fail").id
+    run_burst(cfg)
+    assert engine.get_task(task_id)["status"] == "FAILED"
+    assert redis_client.xlen(engine.keys.dlq()) == 0
+
+
+def test_a_handler_timeout_retries_then_dead_letters(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.02)
+    task_id = engine.enqueue("dtq.sleep", {"seconds": 5}, timeout_seconds=0.2, max_attempts=2).id
+    started = time.monotonic()
+    run_burst(cfg)
+    assert time.monotonic() - started < 4
+    task = engine.get_task(task_id)
+    assert task["status"] == "DEAD_LETTERED"
+    assert [e["error"] for e in task["errors"]] == ["dtq.HandlerTimeout", "dtq.HandlerTimeout"]
+
+
+def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("dtq.sleep_sync", {"seconds": 1.5}, timeout_seconds=0.2, max_attempts=1).id
+    started = time.monotonic()
+    run_burst(cfg)
+    assert time.monotonic() - started < 1.4  # the worker did not wait for the thread
+    assert engine.get_task(task_id)["errors"][0]["error"] == "dtq.HandlerTimeout"
+
+
+def test_a_task_past_its_ttl_expires_without_running(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("test.record", {"x": 1}, ttl_seconds=0.05).id
+    time.sleep(0.1)  # let the ttl pass before any worker exists
+    run_burst(cfg)
+    assert engine.get_task(task_id)["status"] == "EXPIRED" and RECORDED == []
+
+
+def test_large_results_are_truncated_and_flagged(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config, result_max_bytes=100)
+    task_id = engine.enqueue("test.big", {"n": 1000}).id
+    run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "SUCCEEDED" and task["result_truncated"] is True
+    assert isinstance(task["result"], str) and 50 < len(task["result"]) <= 100
+
+
+def test_high_before_normal_before_low(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config)
+    for priority in ("low", "normal", "high", "low", "high", "normal"):
+        engine.enqueue("test.record", priority, priority=priority)
+    run_burst(cfg, concurrency=1)
+    assert RECORDED == ["high", "high", "normal", "normal", "low", "low"]
+
+
+def test_a_paused_queue_is_skipped_until_resumed(config: DtqConfig) -> None:
+    from dtq_core.admin import Actor
+
+    engine, cfg = make_engine(config)
+    engine.enqueue("test.record", "paused-work", queue="slow")
+    engine.enqueue("test.record", "other-work", queue="fast")
+    engine.set_paused("slow", True, Actor.cli())
+    run_burst(cfg)
+    assert RECORDED == ["other-work"]
+    assert engine.queue_stats(["slow"])[0]["waiting"] == 1
+    engine.set_paused("slow", False, Actor.cli())
+    run_burst(cfg)
+    assert RECORDED == ["other-work", "paused-work"]
+
+
+def test_duplicate_entries_are_absorbed_not_run(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("test.record", "once").id
+    stream = engine.keys.stream("default", "normal")
+    redis_client.xadd(stream, {"task_id": task_id, "attempt": 1})  # e.g. a scheduler split-brain duplicate
+    run_burst(cfg, concurrency=1)
+    assert RECORDED == ["once"]
+    redis_client.xadd(stream, {"task_id": task_id, "attempt": 1})  # and one after it finished
+    run_burst(cfg)
+    assert RECORDED == ["once"] and engine.get_task(task_id)["status"] == "SUCCEEDED"
+    assert int(redis_client.hget(engine.keys.stats_counters(), "absorbed")) == 2
+    assert redis_client.xlen(stream) == 0
+
+
+def test_sync_handlers_run_in_the_pool_and_see_their_context(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("test.where", queue="ctx").id
+    run_burst(cfg)
+    result = engine.get_task(task_id)["result"]
+    assert result["thread"].startswith("dtq-handler")
+    assert (result["task_id"], result["attempt"], result["queue"]) == (task_id, 1, "ctx")
+
+
+def test_delayed_tasks_run_after_their_delay(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config, scheduler_interval_s=0.05)
+    task_id = engine.enqueue("test.record", "later", delay_seconds=0.3).id
+    assert engine.get_task(task_id)["status"] == "PENDING"
+    started = time.monotonic()
+    run_burst(cfg)
+    assert RECORDED == ["later"] and time.monotonic() - started >= 0.25
+
+
+def test_worker_only_serves_its_queues(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config)
+    engine.enqueue("test.record", "a", queue="qa")
+    engine.enqueue("test.record", "b", queue="qb")
+    run_burst(cfg, queues=["qa"])
+    assert RECORDED == ["a"]
+
+
+def test_idempotent_operation_runs_once_per_key(live_engine: Engine) -> None:
+    calls: list[int] = []
+
+    def effect() -> dict[str, int]:
+        calls.append(1)
+        return {"n": len(calls)}
+
+    first = dtq_tasks.idempotent_operation("charge-1", effect)
+    second = dtq_tasks.idempotent_operation("charge-1", effect)
+    assert first == second == {"n": 1} and len(calls) == 1
+    assert dtq_tasks.idempotent_operation("charge-2", effect) == {"n": 2}
+
+
+def test_idempotent_operation_releases_the_key_when_fn_fails(live_engine: Engine) -> None:
+    def boom() -> None:
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        dtq_tasks.idempotent_operation("k", boom)
+    assert dtq_tasks.idempotent_operation("k", lambda: 7) == 7
+
+
+def test_async_idempotent_operation(live_engine: Engine) -> None:
+    calls: list[int] = []
+
+    async def effect() -> int:
+        calls.append(1)
+        return 5
+
+    async def twice() -> list[int]:
+        return [await dtq_tasks.aidempotent_operation("a-1", effect) for _ in range(2)]
+
+    assert asyncio.run(twice()) == [5, 5] and len(calls) == 1
+
+
+def test_enqueue_helper_returns_the_task_id(live_engine: Engine) -> None:
+    task_id = dtq_tasks.enqueue("dtq.echo", {"a": 1}, queue="helpers", priority="low", max_attempts=2)
+    task = live_engine.get_task(task_id)
+    assert (task["queue"], task["priority"], task["max_attempts"]) == ("helpers", "low", 2)
