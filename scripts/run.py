@@ -17,7 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-REDIS_PORT = 6380
+# Overridable so the suite can run this script without touching a developer's port 6380.
+REDIS_PORT = int(os.environ.get("DTQ_LOCAL_REDIS_PORT", "6380"))
+REDIS_DIR = Path(os.environ.get("DTQ_LOCAL_REDIS_DIR", str(ROOT / "var" / "redis")))
 
 
 def say(line: str) -> None:
@@ -59,7 +61,7 @@ def main() -> int:
         if port_open(REDIS_PORT):
             say(f"port {REDIS_PORT} is already in use; stop that process or set DTQ_REDIS_URL to use it")
             return 1
-        data = ROOT / "var" / "redis"
+        data = REDIS_DIR
         data.mkdir(parents=True, exist_ok=True)
         redis_proc = start([binary, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--dir", str(data),
                             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
@@ -71,9 +73,10 @@ def main() -> int:
                 return 1
             time.sleep(0.05)
         env["DTQ_REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
-        say(f"persistent redis on 127.0.0.1:{REDIS_PORT} (AOF everysec, data in var/redis/)")
+        say(f"persistent redis on 127.0.0.1:{REDIS_PORT} (AOF everysec, data in {data}) pid {redis_proc.pid}")
     daphne = start([PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dtq_site.asgi:application"], env)
     worker = start([PY, "manage.py", "runworker_dtq"], env)
+    say(f"daphne pid {daphne.pid}, worker pid {worker.pid}")
     say(f"console    http://127.0.0.1:{port}/")
     say(f"API        http://127.0.0.1:{port}/api/v1/   (schema: /api/schema/, metrics: /metrics)")
     say(f"WebSocket  ws://127.0.0.1:{port}/ws/events")

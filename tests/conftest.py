@@ -133,13 +133,15 @@ def start_worker(redis_server: RedisServer, key_prefix: str, tmp_path: Path
         proc.kill()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02, message: str = "") -> Any:
-    """Poll until predicate() is truthy; fail with `message` at the deadline."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02,
+             message: str | Callable[[], str] = "") -> Any:
+    """Poll until predicate() is truthy; fail with `message` (or its result) at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(message or f"condition not met within {timeout}s")
+            text = message() if callable(message) else message
+            raise AssertionError(text or f"condition not met within {timeout}s")
         time.sleep(interval)

@@ -1,0 +1,65 @@
+"""`make run`'s launcher as a real process tree: Redis, daphne and a worker come up, a task
+submitted over HTTP runs, and Ctrl-C (SIGINT) leaves no process of ours behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from ..conftest import ROOT, wait_for
+from ..redis_server import free_port
+
+
+def _get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+    except OSError:
+        return 0, {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None:
+    port, redis_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_")}
+    env.update(PORT=str(port), DTQ_LOCAL_REDIS_PORT=str(redis_port), DTQ_LOCAL_REDIS_DIR=str(tmp_path / "redis"),
+               DTQ_DRAIN_TIMEOUT_S="5", DTQ_KEY_PREFIX="dtqtest-run", PYTHONUNBUFFERED="1")
+    log = open(tmp_path / "run.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "scripts/run.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _get(f"{base}/ready")[0] == 200, timeout=40,
+                 message=lambda: (tmp_path / "run.log").read_text())
+        request = urllib.request.Request(f"{base}/api/v1/tasks", data=json.dumps({"type": "dtq.echo", "payload": 7}).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            task_id = json.loads(response.read())["id"]
+        wait_for(lambda: _get(f"{base}/api/v1/tasks/{task_id}")[1].get("status") == "SUCCEEDED", timeout=20)
+        output = (tmp_path / "run.log").read_text()
+        assert f"http://127.0.0.1:{port}/" in output and "createsuperuser" in output
+        pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
+        assert len(pids) == 3  # redis-server, daphne, worker
+        assert (tmp_path / "redis" / "appendonlydir").exists()  # persistent: AOF on
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10, message="a child outlived make run")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
