@@ -1,0 +1,153 @@
+"""The built-in handlers that run Django tasks on a dtq worker: `django.task` and `django.atask`.
+
+Two types because a dtq type has one handler and dtq runs sync handlers in the worker's thread
+pool (with its timeout and detach accounting) and async ones on the event loop: the backend
+picks the type from the task function. Each attempt:
+  1. imports the Task at the payload's module_path (and applies the enqueue-time overrides);
+  2. records this worker for the attempt (TaskResult.worker_ids, started_at) in the task hash;
+  3. sends task_started, calls the function (with a TaskContext first when takes_context);
+  4. sends task_finished once the outcome is final and returns the JSON-normalised value, or
+     re-raises so the executor records the error (RetryableError retries; others are permanent).
+Django and the Tasks framework are imported lazily so a worker without them still starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from . import registry
+
+logger = logging.getLogger(__name__)
+
+SYNC_TYPE = "django.task"
+ASYNC_TYPE = "django.atask"
+
+
+@dataclass(slots=True)
+class Attempt:
+    task: Any  # the Django Task
+    result: Any  # its TaskResult, RUNNING, as task_started receivers and the TaskContext see it
+    call_args: list[Any]
+    call_kwargs: dict[str, Any]
+    final_on_error: bool  # False: a RetryableError now is retried, so the task is not finished
+
+
+def prepare(payload: Any) -> Attempt:
+    """Resolve the task and build its RUNNING TaskResult for this attempt (steps 1 and 2)."""
+    from . import django_tasks_results as results
+    from .django_tasks_compat import TaskContext, TaskResult, TaskResultStatus
+
+    ctx = registry.current_task()
+    if ctx is None:
+        raise RuntimeError("the Django task runner must run inside a dtq worker")
+    call = results.Call.from_payload(payload)
+    task = results.resolve_task(call)
+    ids, first_start, errors, created = _record(ctx)
+    now = datetime.now(tz=UTC)
+    result = TaskResult(
+        task=task, id=ctx.task_id, status=TaskResultStatus.RUNNING, enqueued_at=results.from_ms(created),
+        started_at=results.from_ms(first_start) or now, finished_at=None, last_attempted_at=now,
+        args=call.args, kwargs=call.kwargs, backend=call.overrides.get("backend", task.backend),
+        errors=results.task_errors(errors), worker_ids=ids or [ctx.worker_id],
+    )
+    args = [TaskContext(task_result=result), *call.args] if call.takes_context else list(call.args)
+    return Attempt(task=task, result=result, call_args=args, call_kwargs=call.kwargs,
+                   final_on_error=ctx.attempt >= ctx.max_attempts)
+
+
+def _record(ctx: registry.TaskContext) -> tuple[list[str], str, str, str]:
+    import json
+
+    from .engine import get_engine
+
+    engine = get_engine()
+    reply = engine.scripts("recordDjangoAttempt", keys=[engine.keys.task(ctx.task_id)],
+                           args=[ctx.attempt, ctx.worker_id])
+    if not reply:  # cancelled or reclaimed meanwhile: run anyway, the completion is fenced
+        return [ctx.worker_id], "", "", ""
+    ids, first_start, errors, created = reply
+    return [str(i) for i in json.loads(ids)], first_start, errors, created
+
+
+def _sender() -> type:
+    from .django_tasks import DtqBackend
+
+    return DtqBackend
+
+
+def _succeeded(attempt: Attempt, raw: Any) -> Any:
+    from .django_tasks_compat import TaskResultStatus, normalize_json
+
+    value = normalize_json(raw)  # a value with no JSON form fails the task, as in Django's backends
+    result = attempt.result
+    object.__setattr__(result, "_return_value", value)
+    object.__setattr__(result, "finished_at", datetime.now(tz=UTC))
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    return value
+
+
+def _failed(attempt: Attempt, exc: Exception) -> bool:
+    """Record the error on the TaskResult; return whether the task is now finished."""
+    import traceback
+
+    from .django_tasks_compat import TaskError, TaskResultStatus
+
+    final = attempt.final_on_error or not isinstance(exc, registry.RetryableError)
+    result = attempt.result
+    cls = type(exc)
+    result.errors.append(TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+                                   traceback="".join(traceback.format_exception(exc))))
+    if final:
+        object.__setattr__(result, "finished_at", datetime.now(tz=UTC))
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+    else:
+        object.__setattr__(result, "status", TaskResultStatus.READY)
+    return final
+
+
+def run_sync(payload: Any) -> Any:
+    """Run a sync Django task in this worker thread."""
+    from django.db import close_old_connections
+
+    from .django_tasks_compat import task_finished, task_started
+
+    attempt = prepare(payload)
+    sender = _sender()
+    close_old_connections()  # a pooled thread may hold a connection the database dropped
+    try:
+        task_started.send(sender=sender, task_result=attempt.result)
+        try:
+            value = _succeeded(attempt, attempt.task.call(*attempt.call_args, **attempt.call_kwargs))
+        except Exception as exc:
+            if _failed(attempt, exc):
+                task_finished.send(sender=sender, task_result=attempt.result)
+            raise
+        task_finished.send(sender=sender, task_result=attempt.result)
+        return value
+    finally:
+        close_old_connections()
+
+
+async def run_async(payload: Any) -> Any:
+    """Run a coroutine Django task on the worker's event loop."""
+    from .django_tasks_compat import task_finished, task_started
+
+    attempt = await asyncio.to_thread(prepare, payload)  # blocking import and Redis call
+    sender = _sender()
+    await task_started.asend(sender=sender, task_result=attempt.result)
+    try:
+        value = _succeeded(attempt, await attempt.task.acall(*attempt.call_args, **attempt.call_kwargs))
+    except Exception as exc:  # CancelledError (timeout, cancel, drain) passes through: not an outcome
+        if _failed(attempt, exc):
+            await task_finished.asend(sender=sender, task_result=attempt.result)
+        raise
+    await task_finished.asend(sender=sender, task_result=attempt.result)
+    return value
+
+
+registry.register(SYNC_TYPE, run_sync)
+registry.register(ASYNC_TYPE, run_async)

@@ -1,0 +1,94 @@
+"""Django task functions the real worker processes import by module path in these tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+from dtq_core.django_tasks_compat import task, task_finished, task_started
+from dtq_tasks import RetryableError
+
+SIGNAL_LOG_ENV = "DTQ_TEST_SIGNAL_LOG"  # set on a worker: its task signals are appended here
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+async def aadd(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@task
+async def anap(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@task(takes_context=True)
+def whoami(context: Any, value: Any) -> dict[str, Any]:
+    result = context.task_result
+    return {"attempt": context.attempt, "id": result.id, "worker_ids": result.worker_ids, "value": value,
+            "status": str(result.status), "queue": result.task.queue_name, "priority": result.task.priority}
+
+
+@task(takes_context=True)
+async def flaky(context: Any, fail_times: int) -> dict[str, Any]:
+    if context.attempt <= fail_times:
+        raise RetryableError(f"planned failure {context.attempt} of {fail_times}")
+    return {"attempt": context.attempt, "errors": len(context.task_result.errors)}
+
+
+@task(takes_context=True)
+def stall_first(context: Any) -> list[str]:
+    """Hang on attempt 1 (the test kills that worker), then report the workers per attempt."""
+    if context.attempt == 1:
+        time.sleep(60)
+    return list(context.task_result.worker_ids)
+
+
+@task
+def boom(message: str) -> None:
+    raise ValueError(message)
+
+
+@task
+def unserialisable() -> object:
+    return object()
+
+
+@task
+def returns_tuple() -> Any:
+    return {"pair": (1, 2), "bytes": b"ok"}
+
+
+def _log_signal(name: str, task_result: Any) -> None:
+    path = os.environ.get(SIGNAL_LOG_ENV)
+    if path:
+        with open(path, "a") as log:
+            log.write(json.dumps({"signal": name, "id": task_result.id, "status": str(task_result.status),
+                                  "worker_ids": task_result.worker_ids}) + "\n")
+
+
+def _on_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    _log_signal("task_started", task_result)
+
+
+def _on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    _log_signal("task_finished", task_result)
+
+
+task_started.connect(_on_started, dispatch_uid="tests.django_tasks.started")
+task_finished.connect(_on_finished, dispatch_uid="tests.django_tasks.finished")

@@ -1,0 +1,92 @@
+"""Transaction safety: a task enqueued inside a transaction reaches Redis only if it commits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from django.db import transaction
+
+from dtq_core.django_tasks import DtqBackend, enqueue_on_commit
+from dtq_core.django_tasks_compat import SOURCE, InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
+from dtq_core.engine import Engine
+
+from . import tasks_module as tm
+from .conftest import BACKEND
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Rollback(Exception):
+    pass
+
+
+def task_keys(redis_client: redis.Redis, engine: Engine) -> list[str]:
+    return list(redis_client.scan_iter(match=engine.keys.task("*")))
+
+
+def test_rollback_leaves_nothing_in_redis(backend: DtqBackend, live_engine: Engine,
+                                          redis_client: redis.Redis) -> None:
+    with pytest.raises(Rollback), transaction.atomic():
+        result = enqueue_on_commit(tm.add, 1, 2)
+        assert result.status == TaskResultStatus.READY and result.enqueued_at is None
+        assert task_keys(redis_client, live_engine) == []  # not before the commit either
+        raise Rollback
+    assert task_keys(redis_client, live_engine) == []
+    assert redis_client.zcard(live_engine.keys.schedule()) == 0
+    with pytest.raises(TaskResultDoesNotExist):
+        tm.add.get_result(result.id)
+
+
+def test_commit_leaves_exactly_one_task(backend: DtqBackend, live_engine: Engine,
+                                        redis_client: redis.Redis) -> None:
+    sent: list[str] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        with transaction.atomic():
+            result = enqueue_on_commit(tm.add, 1, b=2)
+            assert sent == []
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert task_keys(redis_client, live_engine) == [live_engine.keys.task(result.id)]
+    assert sent == [result.id] and result.enqueued_at is not None
+    assert tm.add.get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_a_nested_savepoint_rollback_drops_only_its_task(backend: DtqBackend, live_engine: Engine,
+                                                         redis_client: redis.Redis) -> None:
+    with transaction.atomic():
+        kept = enqueue_on_commit(tm.add, 1, 1)
+        with pytest.raises(Rollback), transaction.atomic():
+            enqueue_on_commit(tm.add, 2, 2)
+            raise Rollback
+    assert task_keys(redis_client, live_engine) == [live_engine.keys.task(kept.id)]
+
+
+def test_outside_a_transaction_it_enqueues_at_once(backend: DtqBackend, live_engine: Engine) -> None:
+    result = enqueue_on_commit(tm.add, 1, 1)
+    assert live_engine.get_task(result.id)["status"] == "QUEUED"
+
+
+def test_the_enqueue_on_commit_option_defers_every_enqueue(tasks_settings: Any, live_engine: Engine,
+                                                           redis_client: redis.Redis) -> None:
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": {"ENQUEUE_ON_COMMIT": True}}}
+    with pytest.raises(Rollback), transaction.atomic():
+        tm.add.enqueue(1, 1)
+        raise Rollback
+    assert task_keys(redis_client, live_engine) == []
+    with transaction.atomic():
+        result = tm.aadd.enqueue(1, 1)
+    assert task_keys(redis_client, live_engine) == [live_engine.keys.task(result.id)]
+
+
+def test_the_helper_refuses_a_backend_that_is_not_dtq(tasks_settings: Any) -> None:
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND},
+                            "immediate": {"BACKEND": f"{SOURCE}.backends.immediate.ImmediateBackend"}}
+    with pytest.raises(InvalidTask, match="DtqBackend"):
+        enqueue_on_commit(tm.add.using(backend="immediate"), 1, 1)

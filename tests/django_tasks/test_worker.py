@@ -1,0 +1,156 @@
+"""Django tasks executed by real `manage.py runworker_dtq` processes against a real Redis."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from dtq_core.django_tasks import DtqBackend
+from dtq_core.django_tasks_compat import InvalidTask, TaskResultStatus
+from dtq_core.engine import Engine
+
+from ..conftest import WorkerProcess, wait_for
+from . import tasks_module as tm
+
+FAST_RETRIES = {"DTQ_RETRY_BASE_S": "0.01", "DTQ_RETRY_MAX_S": "0.05"}
+
+
+def burst(start_worker: Callable[..., WorkerProcess], *args: str, **env: Any) -> WorkerProcess:
+    worker = start_worker("--burst", "--name", "w1", *args, **{**FAST_RETRIES, **env})
+    assert worker.wait(60) == 0, worker.output()
+    return worker
+
+
+def test_sync_and_async_tasks_succeed_with_their_records(backend: DtqBackend, live_engine: Engine,
+                                                         start_worker: Callable[..., WorkerProcess],
+                                                         tmp_path: Path) -> None:
+    log = tmp_path / "signals.jsonl"
+    sync, coro = tm.add.enqueue(2, 3), tm.aadd.enqueue(a=4, b=5)
+    normalised, queued = tm.returns_tuple.enqueue(), tm.add.using(queue_name="emails").enqueue(1, 1)
+    before = datetime.now(tz=UTC)
+    burst(start_worker, DTQ_TEST_SIGNAL_LOG=str(log))
+    for result, value in ((sync, 5), (coro, 9), (normalised, {"pair": [1, 2], "bytes": "ok"}), (queued, 2)):
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+        assert result.return_value == value and result.worker_ids == ["w1"] and result.attempts == 1
+        assert result.errors == [] and result.enqueued_at <= before
+        assert before <= result.started_at == result.last_attempted_at <= result.finished_at
+    assert live_engine.get_task(queued.id)["queue"] == "emails"
+    signals = [json.loads(line) for line in log.read_text().splitlines()]
+    # It should send task_started (RUNNING) then task_finished (SUCCESSFUL), once each, per task.
+    for result in (sync, coro):
+        mine = [(s["signal"], s["status"], s["worker_ids"]) for s in signals if s["id"] == result.id]
+        assert mine == [("task_started", "RUNNING", ["w1"]), ("task_finished", "SUCCESSFUL", ["w1"])]
+
+
+def test_context_carries_the_attempt_and_retries_count_workers(backend: DtqBackend,
+                                                               start_worker: Callable[..., WorkerProcess]) -> None:
+    plain = tm.whoami.using(priority=20).enqueue("hello")
+    flaky = tm.flaky.enqueue(2)
+    burst(start_worker)
+    plain.refresh()
+    assert plain.return_value == {"attempt": 1, "id": plain.id, "worker_ids": ["w1"], "value": "hello",
+                                  "status": "RUNNING", "queue": "default", "priority": 20}
+    flaky.refresh()
+    assert flaky.status == TaskResultStatus.SUCCESSFUL, flaky.errors
+    # Two RetryableErrors, then success on attempt 3: the context saw both earlier errors.
+    assert flaky.return_value == {"attempt": 3, "errors": 2}
+    assert flaky.worker_ids == ["w1", "w1", "w1"] and flaky.attempts == 3
+    assert [e.exception_class_path for e in flaky.errors] == ["dtq_tasks.RetryableError"] * 2
+    assert "planned failure 1 of 2" in flaky.errors[0].traceback
+    assert flaky.started_at < flaky.last_attempted_at <= flaky.finished_at
+
+
+def test_an_exception_fails_the_task_with_its_class_path_and_traceback(
+        backend: DtqBackend, live_engine: Engine, start_worker: Callable[..., WorkerProcess],
+        tmp_path: Path) -> None:
+    log = tmp_path / "signals.jsonl"
+    failed, bad_return = tm.boom.enqueue("kaput"), tm.unserialisable.enqueue()
+    burst(start_worker, DTQ_TEST_SIGNAL_LOG=str(log))
+    failed.refresh()
+    assert failed.status == TaskResultStatus.FAILED and failed.finished_at is not None
+    (error,) = failed.errors
+    assert error.exception_class_path == "builtins.ValueError" and error.exception_class is ValueError
+    assert "ValueError: kaput" in error.traceback and "tasks_module.py" in error.traceback
+    assert live_engine.get_task(failed.id)["status"] == "DEAD_LETTERED"  # one attempt: permanent
+    bad_return.refresh()
+    assert bad_return.status == TaskResultStatus.FAILED
+    assert bad_return.errors[-1].exception_class_path == "builtins.TypeError"
+    finished = [json.loads(line) for line in log.read_text().splitlines() if failed.id in line]
+    assert [(s["signal"], s["status"]) for s in finished] == [("task_started", "RUNNING"), ("task_finished", "FAILED")]
+
+
+def test_priorities_run_high_before_normal_before_low(backend: DtqBackend,
+                                                      start_worker: Callable[..., WorkerProcess]) -> None:
+    low = [tm.nap.using(priority=-10).enqueue(0.02) for _ in range(2)]
+    normal = [tm.nap.enqueue(0.02) for _ in range(2)]
+    high = [tm.nap.using(priority=10).enqueue(0.02) for _ in range(2)]
+    burst(start_worker, "--concurrency", "1")
+    for result in (*low, *normal, *high):
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    assert max(r.started_at for r in high) < min(r.started_at for r in normal)
+    assert max(r.started_at for r in normal) < min(r.started_at for r in low)
+
+
+def test_a_deferred_task_runs_after_run_after(backend: DtqBackend, live_engine: Engine,
+                                              start_worker: Callable[..., WorkerProcess]) -> None:
+    when = datetime.now(tz=UTC) + timedelta(seconds=1.5)
+    result = tm.add.using(run_after=when).enqueue(1, 2)
+    worker = start_worker("--name", "w1")
+    wait_for(lambda: live_engine.get_task(result.id)["status"] == "SUCCEEDED", timeout=20, message=worker.output())
+    worker.kill()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+    assert result.started_at >= when - timedelta(milliseconds=5)
+
+
+def test_a_running_task_reads_running_and_a_cancel_fails_it(backend: DtqBackend, live_engine: Engine,
+                                                             start_worker: Callable[..., WorkerProcess]) -> None:
+    result = tm.anap.enqueue(30)
+    worker = start_worker("--name", "w1")
+    wait_for(lambda: tm.anap.get_result(result.id).status == TaskResultStatus.RUNNING, message=worker.output())
+    running = tm.anap.get_result(result.id)
+    assert running.worker_ids == ["w1"] and running.started_at is not None and running.finished_at is None
+    live_engine.cancel(result.id)
+    wait_for(lambda: tm.anap.get_result(result.id).is_finished, message=worker.output())
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == "dtq_core.django_tasks_results.TaskCancelled"
+
+
+def test_bad_payloads_sent_around_the_backend_dead_letter(live_engine: Engine, redis_client: redis.Redis,
+                                                          start_worker: Callable[..., WorkerProcess]) -> None:
+    missing = live_engine.enqueue("django.task", {"module_path": "tests.django_tasks.nowhere.add", "args": []}).id
+    not_a_task = live_engine.enqueue("django.task", {"module_path": "json.dumps", "args": [1]}).id
+    malformed = live_engine.enqueue("django.atask", {"module_path": 5}).id
+    burst(start_worker)
+    for task_id, error in ((missing, "ModuleNotFoundError"), (not_a_task, InvalidTask.__name__),
+                           (malformed, "MalformedPayload")):
+        stored = live_engine.get_task(task_id)
+        assert stored["status"] == "DEAD_LETTERED" and stored["attempt"] == 1
+        assert stored["errors"][0]["error"].endswith(error), stored["errors"]
+
+
+def test_a_killed_worker_s_task_reruns_elsewhere_and_records_both_workers(
+        backend: DtqBackend, live_engine: Engine, redis_client: redis.Redis,
+        start_worker: Callable[..., WorkerProcess]) -> None:
+    fast = {"DTQ_VISIBILITY_TIMEOUT_S": "1", "DTQ_HEARTBEAT_INTERVAL_S": "0.2"}
+    result = tm.stall_first.enqueue()
+    first = start_worker("--name", "w1", **fast)
+    # Wait for the runner to have recorded attempt 1 (just after the claim made it RUNNING).
+    wait_for(lambda: redis_client.hget(live_engine.keys.task(result.id), "django_worker_ids") == '["w1"]',
+             message=first.output())
+    first.kill()  # SIGKILL mid-attempt: no completion is ever written
+    second = start_worker("--name", "w2", **fast)
+    wait_for(lambda: tm.stall_first.get_result(result.id).is_finished, timeout=30, message=second.output())
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+    assert result.return_value == ["w1", "w2"] and result.worker_ids == ["w1", "w2"]
+    assert [e.exception_class.__name__ for e in result.errors] == ["WorkerLost"]
+    assert result.started_at < result.last_attempted_at
