@@ -1,0 +1,223 @@
+"""Prometheus collector that reads the cluster's state from Redis at scrape time.
+
+Every API process serves the same figures: queue gauges come from the streams themselves, and
+the worker-side counters and histogram are hashes the workers' Lua scripts keep in Redis, so a
+scrape of any API replica sees the whole cluster. A scrape costs two pipelined round trips
+however many queues exist: (1) the queue set, the schedule, DLQ, registry, lock and stats
+hashes; (2) XLEN and XPENDING for every queue stream. When Redis does not answer, the scrape
+still succeeds with dtq_redis_up 0 and nothing else from Redis (no stale values).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from prometheus_client.core import (
+    REGISTRY,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .connection import UNAVAILABLE_ERRORS
+from .executor import BUCKETS
+from .keys import PRIORITIES, Keys
+
+logger = logging.getLogger("dtq.metrics")
+
+# Worker-written counters: field of keys.stats_counters() -> metric name (without _total) and help.
+COUNTERS: dict[str, tuple[str, str]] = {
+    "redeliveries": ("dtq_redeliveries", "Entries reclaimed from a silent worker after the visibility timeout."),
+    "absorbed": ("dtq_absorbed_duplicates", "Duplicate stream entries acknowledged without running."),
+    "fenced": ("dtq_fenced_completions", "Completions discarded because a newer attempt owns the task."),
+    "dlq_trimmed": ("dtq_dlq_trimmed", "Dead letters evicted by the DLQ cap (DTQ_DLQ_MAXLEN)."),
+    "events_dropped": ("dtq_events_dropped", "Non-terminal live events dropped for slow WebSocket clients."),
+}
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """What one scrape read from Redis, already parsed."""
+
+    queues: list[str] = field(default_factory=list)
+    depth: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, priority) -> waiting entries
+    pending: dict[str, int] = field(default_factory=dict)  # queue -> delivered, not yet acknowledged
+    retry_scheduled: int = 0
+    dlq_depth: int = 0
+    workers_alive: int = 0
+    leader: str | None = None
+    tasks: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, type, outcome) -> count
+    duration_buckets: list[tuple[str, float]] = field(default_factory=lambda: parse_histogram({})[0])  # cumulative
+    duration_sum: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+def _bucket_field(bound: float) -> str:
+    # Must match executor.bucket_label, which writes the fields.
+    return f"le_{bound:g}"
+
+
+def _num(raw: Any) -> float:
+    try:
+        return max(0.0, float(raw))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def parse_tasks(raw: dict[str, str]) -> dict[tuple[str, str, str], float]:
+    """Split "queue|type|outcome" fields; queue names and types cannot hold "|", outcomes neither."""
+    out: dict[tuple[str, str, str], float] = {}
+    for name, value in raw.items():
+        queue, _, rest = name.partition("|")
+        ttype, _, outcome = rest.rpartition("|")
+        if queue and ttype and outcome:
+            out[(queue, ttype, outcome)] = _num(value)
+    return out
+
+
+def parse_histogram(raw: dict[str, str]) -> tuple[list[tuple[str, float]], float]:
+    """Turn per-bucket counts (non-cumulative, as workers write them) into Prometheus buckets."""
+    buckets: list[tuple[str, float]] = []
+    running = 0.0
+    for bound in BUCKETS:
+        running += _num(raw.get(_bucket_field(bound)))
+        buckets.append((f"{bound:g}", running))
+    running += _num(raw.get("le_inf"))
+    buckets.append(("+Inf", running))
+    return buckets, _num(raw.get("sum"))
+
+
+def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_ms: int) -> Snapshot:
+    """Read everything a scrape exports in two pipelined round trips."""
+    snap = Snapshot()
+    pipe = client.pipeline(transaction=False)
+    pipe.smembers(keys.queues())
+    pipe.zcard(keys.schedule())
+    pipe.xlen(keys.dlq())
+    pipe.zcount(keys.workers(), now_ms - alive_window_ms, "+inf")
+    pipe.get(keys.scheduler_lock())
+    pipe.hgetall(keys.stats_tasks())
+    pipe.hgetall(keys.stats_duration())
+    pipe.hgetall(keys.stats_counters())
+    queues, scheduled, dlq, alive, leader, tasks, duration, counters = pipe.execute()
+    snap.queues = sorted(queues)
+    snap.retry_scheduled, snap.dlq_depth, snap.workers_alive = int(scheduled), int(dlq), int(alive)
+    snap.leader = leader or None
+    snap.tasks = parse_tasks(tasks)
+    snap.duration_buckets, snap.duration_sum = parse_histogram(duration)
+    snap.counters = {name: _num(counters.get(name)) for name in COUNTERS}
+
+    if not snap.queues:
+        return snap
+    pipe = client.pipeline(transaction=False)
+    for queue in snap.queues:
+        for stream in keys.streams(queue):
+            pipe.xlen(stream)
+            pipe.xpending(stream, Keys.GROUP)
+    # A stream or group may be missing (a queue known before its first worker): count it as 0.
+    replies = pipe.execute(raise_on_error=False)
+    for error in (r for r in replies if isinstance(r, Exception)):
+        if isinstance(error, UNAVAILABLE_ERRORS):
+            raise error
+    for i, queue in enumerate(snap.queues):
+        in_flight = 0
+        for j, priority in enumerate(PRIORITIES):
+            length, summary = replies[(i * len(PRIORITIES) + j) * 2: (i * len(PRIORITIES) + j) * 2 + 2]
+            pending = int(summary["pending"]) if isinstance(summary, dict) else 0
+            in_flight += pending
+            # Entries stay in the stream until acknowledged, so waiting = length - in flight
+            # (the same figure as GET /api/v1/queues); depth + pending is what the gate counts.
+            snap.depth[(queue, priority)] = max(0, (length if isinstance(length, int) else 0) - pending)
+        snap.pending[queue] = in_flight
+    return snap
+
+
+def families(snap: Snapshot | None, *, max_queue_depth: int) -> Iterator[Metric]:
+    """Build the exported metric families; snap None means Redis did not answer."""
+    up = GaugeMetricFamily("dtq_redis_up", "1 when this scrape could read Redis, 0 when it could not.")
+    up.add_metric([], 0 if snap is None else 1)
+    yield up
+    if snap is None:
+        return
+    depth = GaugeMetricFamily("dtq_queue_depth", "Tasks waiting in a queue's priority stream (not yet delivered).",
+                              labels=["queue", "priority"])
+    for (queue, priority), value in sorted(snap.depth.items()):
+        depth.add_metric([queue, priority], value)
+    yield depth
+    pending = GaugeMetricFamily("dtq_queue_pending", "Entries delivered to a worker and not yet acknowledged.",
+                                labels=["queue"])
+    for queue, value in sorted(snap.pending.items()):
+        pending.add_metric([queue], value)
+    yield pending
+    yield GaugeMetricFamily("dtq_queue_depth_limit", "The ingest gate per queue (DTQ_MAX_QUEUE_DEPTH; 0 = off).",
+                            value=max_queue_depth)
+    yield GaugeMetricFamily("dtq_retry_scheduled", "Due retries and delayed tasks waiting in the schedule.",
+                            value=snap.retry_scheduled)
+    yield GaugeMetricFamily("dtq_dlq_depth", "Entries in the dead-letter stream.", value=snap.dlq_depth)
+    yield GaugeMetricFamily("dtq_workers_alive", "Workers whose last heartbeat is within the visibility timeout.",
+                            value=snap.workers_alive)
+    yield GaugeMetricFamily("dtq_scheduler_leader", "1 while a worker holds the scheduler leader lock.",
+                            value=1 if snap.leader else 0)
+    info = InfoMetricFamily("dtq_scheduler_leader", "The worker id holding the scheduler leader lock.",
+                            labels=["worker_id"])
+    if snap.leader:
+        info.add_metric([snap.leader], {})
+    yield info
+    tasks = CounterMetricFamily("dtq_tasks", "Attempts finished, by queue, task type and outcome.",
+                                labels=["queue", "type", "outcome"])
+    for labels, value in sorted(snap.tasks.items()):
+        tasks.add_metric(list(labels), value)
+    yield tasks
+    yield HistogramMetricFamily("dtq_task_duration_seconds", "Handler run time per attempt (cancelled ones excluded).",
+                                buckets=snap.duration_buckets, sum_value=snap.duration_sum)
+    for name, (metric, help_text) in COUNTERS.items():
+        yield CounterMetricFamily(metric, help_text, value=snap.counters.get(name, 0.0))
+
+
+class RedisCollector(Collector):
+    """Reads a fresh Snapshot from Redis on every collect()."""
+
+    def __init__(self, engine_factory: Callable[[], Any]) -> None:
+        self._engine_factory = engine_factory
+
+    def describe(self) -> Iterator[Metric]:
+        # Names only, so registering the collector does not touch Redis.
+        return families(Snapshot(), max_queue_depth=0)
+
+    def collect(self) -> Iterator[Metric]:
+        engine = self._engine_factory()
+        config = engine.config
+        try:
+            snap: Snapshot | None = read_snapshot(
+                engine.client, engine.keys, now_ms=engine.clock.now_ms(),
+                alive_window_ms=int(config.visibility_timeout_s * 1000))
+        except (*UNAVAILABLE_ERRORS, redis.RedisError) as exc:
+            # Any Redis failure reports dtq_redis_up 0: a scrape must answer, never 500 or hang.
+            logger.warning("metrics scrape could not read Redis: %s: %s", type(exc).__name__, exc)
+            snap = None
+        return families(snap, max_queue_depth=config.max_queue_depth)
+
+
+_registered: RedisCollector | None = None
+_lock = threading.Lock()
+
+
+def register(registry: CollectorRegistry = REGISTRY) -> RedisCollector:
+    """Register the collector once per process (idempotent)."""
+    global _registered
+    with _lock:
+        if _registered is None:
+            from .engine import get_engine
+
+            collector = RedisCollector(get_engine)
+            registry.register(collector)
+            _registered = collector
+        return _registered
