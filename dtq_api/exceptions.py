@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -45,6 +46,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return Response(envelope("REDIS_UNAVAILABLE", "Redis is unavailable; try again shortly", request),
                         status=503)
+    if isinstance(exc, RequestDataTooBig):  # a body past DATA_UPLOAD_MAX_MEMORY_SIZE: 413, not Django's HTML 400
+        return Response(envelope("PAYLOAD_TOO_LARGE", "request body is too large", request), status=413)
     response = drf_handler(exc, context)
     if response is None:
         return None

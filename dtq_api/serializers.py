@@ -30,3 +30,175 @@ class SubmitSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
         return super().to_internal_value(data)
+
+
+class BatchSerializer(serializers.Serializer):
+    """Shape of a batch body; each item is validated on its own so one bad item fails alone."""
+
+    tasks = serializers.ListField(child=serializers.JSONField(), max_length=1000, allow_empty=True,
+                                  help_text="submit bodies, at most 1000")
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
+        unknown = sorted(set(data) - {"tasks"})
+        if unknown:
+            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class DlqSelectionSerializer(serializers.Serializer):
+    """Documentation of a bulk DLQ body; dtq_core.admin.DlqSelection.from_body does the checking."""
+
+    ids = serializers.ListField(child=serializers.CharField(), required=False, max_length=10000)
+    task_ids = serializers.ListField(child=serializers.CharField(), required=False, max_length=10000)
+    queue = serializers.CharField(required=False, max_length=200)
+    type = serializers.CharField(required=False, max_length=200)
+    q = serializers.CharField(required=False, max_length=200)
+    all = serializers.BooleanField(required=False)
+
+
+# -- output shapes, for the OpenAPI schema (the engine builds the dicts) -----------------------
+
+class ErrorBodySerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    request_id = serializers.CharField()
+    field = serializers.CharField(required=False)
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorBodySerializer()
+
+
+class TaskSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.CharField()
+    queue = serializers.CharField()
+    priority = serializers.CharField()
+    status = serializers.CharField()
+    payload = serializers.JSONField(allow_null=True)
+    attempt = serializers.IntegerField(allow_null=True)
+    max_attempts = serializers.IntegerField(allow_null=True)
+    timeout_s = serializers.FloatField(allow_null=True)
+    created_at = serializers.DateTimeField(allow_null=True)
+    updated_at = serializers.DateTimeField(allow_null=True)
+    enqueued_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    due_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    worker_id = serializers.CharField(allow_null=True)
+    last_error = serializers.CharField(allow_null=True)
+    errors = serializers.JSONField()
+    result_truncated = serializers.BooleanField()
+    cancel_requested = serializers.BooleanField()
+    idempotency_key = serializers.CharField(allow_null=True)
+    request_id = serializers.CharField(allow_null=True)
+    dlq_entry_id = serializers.CharField(required=False)
+    result = serializers.JSONField(required=False)
+
+
+class BatchResultsSerializer(serializers.Serializer):
+    results = serializers.ListField(child=serializers.JSONField(),
+                                    help_text='one per item, in order: {"id", "status"} or {"error": {...}}')
+
+
+class QueueSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    depth = serializers.DictField(child=serializers.IntegerField(), help_text="waiting entries per priority")
+    waiting = serializers.IntegerField()
+    pending = serializers.IntegerField(help_text="delivered to a worker, not yet acknowledged (in flight)")
+    retry_scheduled = serializers.IntegerField()
+    dlq = serializers.IntegerField()
+    paused = serializers.BooleanField()
+    finished_last_minute = serializers.IntegerField()
+
+
+class QueueListSerializer(serializers.Serializer):
+    results = QueueSerializer(many=True)
+
+
+class PauseResultSerializer(QueueSerializer):
+    changed = serializers.BooleanField(help_text="false when the queue already was in that state")
+
+
+class CountSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+
+
+class PurgeResultSerializer(CountSerializer):
+    queue = serializers.CharField()
+
+
+class DlqItemSerializer(serializers.Serializer):
+    entry_id = serializers.CharField()
+    task_id = serializers.CharField(allow_null=True)
+    queue = serializers.CharField(allow_null=True)
+    type = serializers.CharField(allow_null=True)
+    attempt = serializers.IntegerField()
+    error_class = serializers.CharField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+    failed_at = serializers.DateTimeField(allow_null=True)
+
+
+class DlqEntrySerializer(DlqItemSerializer):
+    task = TaskSerializer(allow_null=True)
+
+
+class AuditEntrySerializer(serializers.Serializer):
+    id = serializers.CharField()
+    ts = serializers.DateTimeField(allow_null=True)
+    actor = serializers.CharField(allow_null=True)
+    source = serializers.CharField(allow_null=True)
+    action = serializers.CharField(allow_null=True)
+    target = serializers.CharField(allow_null=True)
+    count = serializers.IntegerField()
+    request_id = serializers.CharField(allow_null=True)
+
+
+class WorkerSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    hostname = serializers.CharField(allow_null=True)
+    pid = serializers.IntegerField()
+    queues = serializers.ListField(child=serializers.CharField())
+    concurrency = serializers.IntegerField()
+    in_flight = serializers.IntegerField()
+    processed = serializers.IntegerField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_age_s = serializers.FloatField()
+    alive = serializers.BooleanField()
+    leader = serializers.BooleanField()
+    state = serializers.CharField()
+
+
+class WorkerListSerializer(serializers.Serializer):
+    results = WorkerSerializer(many=True)
+    scheduler_leader = serializers.CharField(allow_null=True)
+
+
+class ScheduleItemSerializer(serializers.Serializer):
+    task_id = serializers.CharField()
+    type = serializers.CharField(allow_null=True)
+    queue = serializers.CharField(allow_null=True)
+    status = serializers.CharField(allow_null=True)
+    attempt = serializers.IntegerField()
+    max_attempts = serializers.IntegerField()
+    due_at = serializers.DateTimeField(allow_null=True)
+    due_in_s = serializers.FloatField()
+    kind = serializers.ChoiceField(choices=["retry", "delayed"])
+
+
+def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """A cursor page of `item`: {"results": [...], "next": url or null}."""
+    return type(name, (serializers.Serializer,), {
+        "results": item(many=True),
+        "next": serializers.URLField(allow_null=True, help_text="the next page, or null at the end"),
+    })
+
+
+TaskPageSerializer = page_of(TaskSerializer, "TaskPage")
+DlqPageSerializer = page_of(DlqItemSerializer, "DlqPage")
+AuditPageSerializer = page_of(AuditEntrySerializer, "AuditPage")
+SchedulePageSerializer = page_of(ScheduleItemSerializer, "SchedulePage")

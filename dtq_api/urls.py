@@ -1,10 +1,35 @@
-from django.urls import path
+from __future__ import annotations
+
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView
 
 from . import views
 
+V1 = "api/v1/"
+
 urlpatterns = [
-    path("api/v1/tasks", views.TaskListView.as_view(), name="task-list"),
-    path("api/v1/tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task-detail"),
+    path(V1 + "tasks", views.TaskListView.as_view(), name="task-list"),
+    path(V1 + "tasks/batch", views.TaskBatchView.as_view(), name="task-batch"),
+    path(V1 + "tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task-detail"),
+    path(V1 + "tasks/<str:task_id>/cancel", views.TaskCancelView.as_view(), name="task-cancel"),
+    path(V1 + "queues", views.QueueListView.as_view(), name="queue-list"),
+    path(V1 + "queues/<str:queue>", views.QueueDetailView.as_view(), name="queue-detail"),
+    path(V1 + "queues/<str:queue>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
+    path(V1 + "queues/<str:queue>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
+    path(V1 + "queues/<str:queue>/purge", views.QueuePurgeView.as_view(), name="queue-purge"),
+    path(V1 + "dlq", views.DlqListView.as_view(), name="dlq-list"),
+    path(V1 + "dlq/retry", views.DlqBulkRetryView.as_view(), name="dlq-retry"),
+    path(V1 + "dlq/discard", views.DlqBulkDiscardView.as_view(), name="dlq-discard"),
+    path(V1 + "dlq/<str:entry_id>", views.DlqEntryView.as_view(), name="dlq-entry"),
+    path(V1 + "dlq/<str:entry_id>/retry", views.DlqEntryRetryView.as_view(), name="dlq-entry-retry"),
+    path(V1 + "dlq/<str:entry_id>/discard", views.DlqEntryDiscardView.as_view(),
+         name="dlq-entry-discard"),
+    path(V1 + "audit", views.AuditListView.as_view(), name="audit-list"),
+    path(V1 + "workers", views.WorkerListView.as_view(), name="worker-list"),
+    path(V1 + "schedule", views.ScheduleListView.as_view(), name="schedule-list"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema", SpectacularAPIView.as_view()),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),
+    re_path(r"^api/", views.api_not_found, name="api-not-found"),
 ]

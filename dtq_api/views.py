@@ -1,48 +1,255 @@
-"""Thin DRF views over the engine: parse, call, shape."""
+"""Thin DRF views over the engine: parse, call, shape.
+
+Destructive views use DestructiveMixin (X-API-Key or a staff session; audited through an Actor).
+Every error leaves through dtq_api.exceptions as the contract's envelope.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dtq_core.admin import DlqSelection
 from dtq_core.connection import UNAVAILABLE_ERRORS
 from dtq_core.engine import get_engine
+from dtq_core.errors import ValidationError
+from dtq_core.task import Status
 
+from . import serializers as s
+from .auth import actor_for
+from .batch import submit_batch
 from .exceptions import envelope
-from .serializers import SubmitSerializer
+from .middleware import request_id_of
+from .pagination import PAGE_PARAMETERS, page_params, page_response, text_param
+from .permissions import DestructiveMixin
 
+ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
+    400: "VALIDATION_ERROR or MALFORMED_JSON", 404: "not found", 503: "REDIS_UNAVAILABLE"}.items()}
+DESTRUCTIVE_ERRORS = {**ERRORS, 401: OpenApiResponse(s.ErrorSerializer, description="API_KEY_REQUIRED"),
+                      403: OpenApiResponse(s.ErrorSerializer, description="API_KEY_INVALID or CSRF")}
+
+
+def _filters(*names: str) -> list[OpenApiParameter]:
+    return [OpenApiParameter(n, OpenApiTypes.STR, description=f"only entries with this {n}") for n in names]
+
+
+# -- tasks ------------------------------------------------------------------------------------
 
 class TaskListView(APIView):
-    @extend_schema(request=SubmitSerializer, responses={201: dict, 200: dict})
+    @extend_schema(operation_id="tasks_submit", request=s.SubmitSerializer,
+                   responses={201: s.TaskSerializer, 200: s.TaskSerializer, 413: s.ErrorSerializer,
+                              429: s.ErrorSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
-        data = SubmitSerializer(data=request.data)
+        data = s.SubmitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         engine = get_engine()
         enqueued = engine.enqueue(request_id=request._request.request_id, **data.validated_data)
         task = engine.get_task(enqueued.id)
         return Response(task, status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK)
 
+    @extend_schema(operation_id="tasks_list", parameters=[*_filters("queue", "status", "type"), *PAGE_PARAMETERS],
+                   responses={200: s.TaskPageSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        wanted = text_param(request, "status")
+        if wanted is not None and wanted not in Status.__members__:
+            raise ValidationError(f"status must be one of {', '.join(Status)}", field="status")
+        page = get_engine().list_tasks(queue=text_param(request, "queue"), status=wanted,
+                                       type=text_param(request, "type"), **page_params(request))
+        return page_response(request, page)
+
+
+class TaskBatchView(APIView):
+    @extend_schema(operation_id="tasks_batch_submit", request=s.BatchSerializer,
+                   responses={200: s.BatchResultsSerializer, **ERRORS})
+    def post(self, request: Request) -> Response:
+        data = s.BatchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        results = submit_batch(get_engine(), data.validated_data["tasks"], request_id_of(request._request))
+        return Response({"results": results})
+
 
 class TaskDetailView(APIView):
+    @extend_schema(operation_id="tasks_get", responses={200: s.TaskSerializer, **ERRORS})
     def get(self, request: Request, task_id: str) -> Response:
         return Response(get_engine().get_task(task_id))
 
 
+class TaskCancelView(DestructiveMixin, APIView):
+    @extend_schema(operation_id="tasks_cancel", request=None,
+                   responses={202: s.TaskSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, task_id: str) -> Response:
+        engine = get_engine()
+        engine.cancel_as(task_id, actor_for(request))
+        return Response(engine.get_task(task_id), status=status.HTTP_202_ACCEPTED)
+
+
+# -- queues -----------------------------------------------------------------------------------
+
+class QueueListView(APIView):
+    @extend_schema(operation_id="queues_list", responses={200: s.QueueListSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        return Response({"results": get_engine().queue_stats()})
+
+
+class QueueDetailView(APIView):
+    @extend_schema(operation_id="queues_get", responses={200: s.QueueSerializer, **ERRORS})
+    def get(self, request: Request, queue: str) -> Response:
+        return Response(get_engine().queue_detail(queue))
+
+
+class QueueFlagView(DestructiveMixin, APIView):
+    """Pause or resume a queue; `changed` says whether it was in the other state."""
+
+    paused = True
+
+    @extend_schema(request=None, responses={200: s.PauseResultSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, queue: str) -> Response:
+        engine = get_engine()
+        changed = engine.set_paused(queue, self.paused, actor_for(request))
+        return Response({**engine.queue_detail(queue), "changed": changed})
+
+
+@extend_schema_view(post=extend_schema(operation_id="queues_pause"))
+class QueuePauseView(QueueFlagView):
+    paused = True
+
+
+@extend_schema_view(post=extend_schema(operation_id="queues_resume"))
+class QueueResumeView(QueueFlagView):
+    paused = False
+
+
+class QueuePurgeView(DestructiveMixin, APIView):
+    @extend_schema(operation_id="queues_purge", request=None,
+                   responses={200: s.PurgeResultSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, queue: str) -> Response:
+        return Response({"queue": queue, "count": get_engine().purge(queue, actor_for(request))})
+
+
+# -- dead letters -----------------------------------------------------------------------------
+
+class DlqListView(APIView):
+    @extend_schema(operation_id="dlq_list",
+                   parameters=[*_filters("queue", "type"), *PAGE_PARAMETERS,
+                               OpenApiParameter("q", OpenApiTypes.STR, description="text in the error or payload")],
+                   responses={200: s.DlqPageSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        page = get_engine().dlq_list(queue=text_param(request, "queue"), type=text_param(request, "type"),
+                                     q=text_param(request, "q"), **page_params(request))
+        return page_response(request, page)
+
+
+class DlqEntryView(APIView):
+    @extend_schema(operation_id="dlq_get", responses={200: s.DlqEntrySerializer, **ERRORS})
+    def get(self, request: Request, entry_id: str) -> Response:
+        return Response(get_engine().dlq_entry(entry_id))
+
+
+class DlqEntryActionView(DestructiveMixin, APIView):
+    """Retry or discard one dead letter; 404 when the entry is gone."""
+
+    operation = "retry"
+
+    @extend_schema(request=None, responses={200: s.CountSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, entry_id: str) -> Response:
+        engine = get_engine()
+        engine.dlq_entry(entry_id)  # 404 DLQ_ENTRY_NOT_FOUND before anything is audited
+        act = engine.retry_dead_letters if self.operation == "retry" else engine.discard_dead_letters
+        return Response({"count": act(DlqSelection(ids=(entry_id,)), actor_for(request))})
+
+
+class DlqBulkView(DestructiveMixin, APIView):
+    """Retry or discard every dead letter a body selects; an empty body is refused."""
+
+    operation = "retry"
+
+    @extend_schema(request=s.DlqSelectionSerializer, responses={200: s.CountSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request) -> Response:
+        selection = DlqSelection.from_body(request.data)
+        engine = get_engine()
+        act = engine.retry_dead_letters if self.operation == "retry" else engine.discard_dead_letters
+        return Response({"count": act(selection, actor_for(request))})
+
+
+@extend_schema_view(post=extend_schema(operation_id="dlq_retry_one"))
+class DlqEntryRetryView(DlqEntryActionView):
+    operation = "retry"
+
+
+@extend_schema_view(post=extend_schema(operation_id="dlq_discard_one"))
+class DlqEntryDiscardView(DlqEntryActionView):
+    operation = "discard"
+
+
+@extend_schema_view(post=extend_schema(operation_id="dlq_retry_bulk"))
+class DlqBulkRetryView(DlqBulkView):
+    operation = "retry"
+
+
+@extend_schema_view(post=extend_schema(operation_id="dlq_discard_bulk"))
+class DlqBulkDiscardView(DlqBulkView):
+    operation = "discard"
+
+
+# -- audit, workers, schedule -----------------------------------------------------------------
+
+class AuditListView(APIView):
+    @extend_schema(operation_id="audit_list", parameters=[*_filters("action", "actor", "source"), *PAGE_PARAMETERS],
+                   responses={200: s.AuditPageSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        page = get_engine().audit_list(action=text_param(request, "action"), actor=text_param(request, "actor"),
+                                       source=text_param(request, "source"), **page_params(request))
+        return page_response(request, page)
+
+
+class WorkerListView(APIView):
+    @extend_schema(operation_id="workers_list", responses={200: s.WorkerListSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        engine = get_engine()
+        return Response({"results": engine.workers(), "scheduler_leader": engine.scheduler_leader()})
+
+
+class ScheduleListView(APIView):
+    @extend_schema(operation_id="schedule_list", parameters=PAGE_PARAMETERS,
+                   responses={200: s.SchedulePageSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        return page_response(request, get_engine().schedule_list(**page_params(request)))
+
+
+# -- probes and fallbacks ---------------------------------------------------------------------
+
+def _method_not_allowed(request: HttpRequest) -> JsonResponse:
+    response = JsonResponse(envelope("METHOD_NOT_ALLOWED", f'Method "{request.method}" not allowed.', request),
+                            status=405)
+    response["Allow"] = "GET, HEAD"
+    return response
+
+
 def health(request: HttpRequest) -> JsonResponse:
     """Liveness: 200 while the process serves requests."""
+    if request.method not in ("GET", "HEAD"):
+        return _method_not_allowed(request)
     return JsonResponse({"status": "ok"})
 
 
 def ready(request: HttpRequest) -> JsonResponse:
     """Readiness: 503 REDIS_UNAVAILABLE when Redis does not answer within the client timeout."""
+    if request.method not in ("GET", "HEAD"):
+        return _method_not_allowed(request)
     try:
         get_engine().ping()
     except UNAVAILABLE_ERRORS:
         return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is unavailable", request), status=503)
     return JsonResponse({"status": "ready"})
+
+
+def api_not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+    """Unknown routes under /api/ get the envelope whether DEBUG is on or off."""
+    return JsonResponse(envelope("NOT_FOUND", f"no route for {request.path}", request), status=404)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .clock import iso
 from .errors import QueueNotFound, ValidationError
+from .inspect import valid_stream_id
 from .keys import PRIORITIES, Keys
 from .task import valid_queue_name
 
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 BATCH = 500
+PIPELINE_DEPTH = 8  # script calls per round trip in bulk actions
 MAX_SELECTION = 1_000_000
+MAX_LISTED = 10_000  # ids or task ids in one bulk request
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,11 +78,11 @@ class DlqSelection:
         for name in ("ids", "task_ids"):
             value = body.get(name)
             if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)
-                                      or len(value) > 10000):
-                raise ValidationError(f"{name} must be a list of at most 10000 strings", field=name)
+                                      or len(value) > MAX_LISTED):
+                raise ValidationError(f"{name} must be a list of at most {MAX_LISTED} strings", field=name)
         for name in ("queue", "type", "q"):
-            if body.get(name) is not None and not isinstance(body[name], str):
-                raise ValidationError(f"{name} must be a string", field=name)
+            if body.get(name) is not None and (not isinstance(body[name], str) or len(body[name]) > 200):
+                raise ValidationError(f"{name} must be a string of at most 200 characters", field=name)
         if "all" in body and not isinstance(body["all"], bool):
             raise ValidationError("all must be true or false", field="all")
         selection = cls(ids=tuple(body.get("ids") or ()), task_ids=tuple(body.get("task_ids") or ()),
@@ -88,7 +91,20 @@ class DlqSelection:
         if not selection.chooses_something():
             raise ValidationError('say which entries: {"ids": [...]}, {"task_ids": [...]}, filters '
                                   '{"queue", "type", "q"}, or {"all": true}')
+        selection.check()
         return selection
+
+    def check(self) -> None:
+        """Refuse ids Redis could not parse and selections that mix ways of choosing."""
+        bad = next((i for i in self.ids if not valid_stream_id(i)), None)
+        if bad is not None:
+            raise ValidationError(f"{bad[:80]!r} is not a DLQ entry id (like 1700000000000-0)", field="ids")
+        if any(not 0 < len(t) <= 128 for t in self.task_ids):
+            raise ValidationError("task_ids must be 1-128 characters each", field="task_ids")
+        if self.ids and self.task_ids:
+            raise ValidationError("give ids or task_ids, not both")
+        if (self.ids or self.task_ids) and (self.queue or self.type or self.q or self.all):
+            raise ValidationError("ids/task_ids cannot be combined with filters or all")
 
     def chooses_something(self) -> bool:
         return bool(self.ids or self.task_ids or self.queue or self.type or self.q or self.all)
@@ -164,6 +180,7 @@ class AdminMixin:
     # -- dead letters -------------------------------------------------------------------------
     def select_dead_letters(self: Engine, selection: DlqSelection) -> list[str]:
         """Snapshot the DLQ entry ids a selection matches right now (newest first)."""
+        selection.check()
         if selection.ids:
             return list(dict.fromkeys(selection.ids))
         if selection.task_ids:
@@ -182,17 +199,40 @@ class AdminMixin:
             cursor = page.next_cursor
         return ids
 
+    def count_dead_letters(self: Engine, selection: DlqSelection) -> int:
+        """Count the entries a bulk action would touch now (a dry run: nothing changes)."""
+        ids = self.select_dead_letters(selection)
+        if not selection.ids:
+            return len(ids)
+        pipe = self.client.pipeline(transaction=False)
+        for entry_id in ids:
+            pipe.xrange(self.keys.dlq(), entry_id, entry_id)
+        return sum(1 for rows in pipe.execute() if rows)
+
+    def _in_batches(self: Engine, script: str, keys: list[str], fixed: list[object], ids: list[str]) -> list[Any]:
+        """Run `script` over ids, BATCH per call, PIPELINE_DEPTH calls per round trip; return the replies.
+
+        Each call is atomic but short, so other clients are never blocked for long; pipelining
+        keeps a 10,000-entry action to a few round trips.
+        """
+        replies: list[Any] = []
+        calls = [ids[start:start + BATCH] for start in range(0, len(ids), BATCH)]
+        for first in range(0, len(calls), PIPELINE_DEPTH):
+            pipe = self.client.pipeline(transaction=False)
+            for chunk in calls[first:first + PIPELINE_DEPTH]:
+                self.scripts(script, keys=keys, args=[*fixed, *chunk], client=pipe)
+            replies.extend(pipe.execute())
+        return replies
+
     def retry_dead_letters(self: Engine, selection: DlqSelection, actor: Actor) -> int:
         """Requeue the matching dead letters with a fresh attempt budget; return how many."""
         ids = self.select_dead_letters(selection)
         now = self.clock.now_ms()
         k = self.keys
-        retried = 0
-        for start in range(0, len(ids), BATCH):
-            reply = self.scripts("retryDeadLetters", keys=[k.dlq(), k.events(), k.event_seq()],
-                                 args=[now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
-                                       k.stream_prefix(), Keys.GROUP, *ids[start:start + BATCH]])
-            retried += int(reply[0])
+        replies = self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq()],
+                                   [now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
+                                    k.stream_prefix(), Keys.GROUP], ids)
+        retried = sum(int(reply[0]) for reply in replies)
         self.audit(actor, "dlq.retry", selection.describe(), retried)
         return retried
 
@@ -201,10 +241,9 @@ class AdminMixin:
         ids = self.select_dead_letters(selection)
         now = self.clock.now_ms()
         k = self.keys
-        discarded = 0
-        for start in range(0, len(ids), BATCH):
-            discarded += int(self.scripts("discardDeadLetters", keys=[k.dlq(), k.events(), k.event_seq()],
-                                          args=[now, iso(now), k.task_prefix(), *ids[start:start + BATCH]]))
+        replies = self._in_batches("discardDeadLetters", [k.dlq(), k.events(), k.event_seq()],
+                                   [now, iso(now), k.task_prefix()], ids)
+        discarded = sum(int(reply) for reply in replies)
         self.audit(actor, "dlq.discard", selection.describe(), discarded)
         return discarded
 

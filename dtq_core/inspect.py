@@ -5,6 +5,7 @@ Mixed into Engine; every method costs a fixed number of round trips however larg
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 MAX_PAGE = 500
 SCAN_BUDGET = 5000  # entries examined per filtered page before returning a cursor
+STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_SCORE_RE = re.compile(r"[0-9]{1,20}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,6 +34,25 @@ def _fields(flat: list[Any] | dict[str, Any]) -> dict[str, str]:
     if isinstance(flat, dict):
         return flat
     return dict(zip(flat[::2], flat[1::2], strict=False))
+
+
+def valid_stream_id(value: object) -> bool:
+    """Say whether value is a full stream entry id ("<ms>-<seq>"), the only form Redis accepts here."""
+    return isinstance(value, str) and STREAM_ID_RE.fullmatch(value) is not None
+
+
+def _stream_cursor(cursor: str | None) -> str | None:
+    # An unparsable id would make XRANGE fail with a ResponseError (a 500): refuse it as bad input.
+    if cursor and not valid_stream_id(cursor):
+        raise ValidationError("invalid cursor", field="cursor")
+    return cursor or None
+
+
+def _score_cursor(cursor: str | None) -> str | None:
+    # str.isdigit() accepts "²", which ZRANGEBYSCORE rejects: match ASCII digits only.
+    if cursor and not _SCORE_RE.fullmatch(cursor):
+        raise ValidationError("invalid cursor", field="cursor")
+    return cursor or None
 
 
 def _limit(limit: int | None, default: int = 50) -> int:
@@ -101,7 +123,7 @@ class InspectMixin:
         start_priority, start_id = "high", "-"
         if after:
             start_priority, _, start_id = after.partition(":")
-            if start_priority not in PRIORITIES or not start_id:
+            if start_priority not in PRIORITIES or not valid_stream_id(start_id):
                 raise ValidationError("invalid cursor", field="cursor")
             start_id = "(" + start_id
         rows: list[tuple[str, str, str]] = []
@@ -129,47 +151,58 @@ class InspectMixin:
     # -- tasks --------------------------------------------------------------------------------
     def list_tasks(self: Engine, *, queue: str | None = None, status: str | None = None,
                    type: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
-        """Recent tasks, newest first, filtered; the cursor is the created_at score to go below."""
+        """Recent tasks, newest first, filtered; the cursor is "<created ms>-<tasks of that ms seen>".
+
+        Many tasks share a millisecond (a batch submit), so the cursor resumes by offset within
+        that score instead of skipping the rest of it. Scores only grow (creation time), so the
+        members of a past millisecond do not change between pages.
+        """
         limit = _limit(limit)
-        upper = "+inf"
+        key = self.keys.recent()
+        upper, seen_at_score, last_score = "+inf", 0, None
         if cursor:
-            if not cursor.isdigit():
+            score, _, seen = cursor.partition("-")
+            if not _SCORE_RE.fullmatch(score) or not seen.isascii() or not seen.isdigit() or len(seen) > 9:
                 raise ValidationError("invalid cursor", field="cursor")
-            upper = f"({cursor}"
+            upper, seen_at_score, last_score = score, int(seen), int(score)
+        offset = seen_at_score
+        filtering = bool(queue or status or type)
         items: list[dict[str, Any]] = []
-        scanned = 0
-        next_cursor: str | None = None
+        scanned, exhausted = 0, False
         while len(items) < limit and scanned < SCAN_BUDGET:
-            batch = self.client.zrevrangebyscore(self.keys.recent(), upper, "-inf", start=0,
-                                                 num=min(500, SCAN_BUDGET - scanned), withscores=True)
-            if not batch:
-                next_cursor = None
-                break
+            want = min(500, SCAN_BUDGET - scanned) if filtering else min(500, limit - len(items))
+            batch = self.client.zrevrangebyscore(key, upper, "-inf", start=offset, num=want, withscores=True)
             scanned += len(batch)
+            offset += len(batch)
+            exhausted = len(batch) < want
             pipe = self.client.pipeline(transaction=False)
             for task_id, _ in batch:
                 pipe.hgetall(self.keys.task(task_id))
-            for (task_id, score), fields in zip(batch, pipe.execute(), strict=True):
-                upper = f"({int(score)}"
-                next_cursor = str(int(score))
+            for (_, score), fields in zip(batch, pipe.execute() if batch else [], strict=True):
+                if int(score) == last_score:
+                    seen_at_score += 1
+                else:
+                    last_score, seen_at_score = int(score), 1
                 if not fields:
-                    continue
+                    continue  # expired: its index entry outlives it until trimmed
                 if (queue and fields.get("queue") != queue) or (status and fields.get("status") != status) \
                         or (type and fields.get("type") != type):
                     continue
                 items.append(codec.task_view(fields))
                 if len(items) == limit:
+                    exhausted = False
                     break
-        if len(items) < limit and scanned < SCAN_BUDGET:
-            next_cursor = None
-        return Page(items=items, next_cursor=next_cursor)
+            if exhausted:
+                break
+        more = not exhausted and last_score is not None
+        return Page(items=items, next_cursor=f"{last_score}-{seen_at_score}" if more else None)
 
     # -- dead letters -------------------------------------------------------------------------
     def dlq_list(self: Engine, *, queue: str | None = None, type: str | None = None, q: str | None = None,
                  cursor: str | None = None, limit: int | None = None) -> Page:
         """Dead letters newest first, filtered by queue, type and text in error or payload."""
         limit = _limit(limit)
-        upper = "+" if not cursor else "(" + cursor
+        upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         items: list[dict[str, Any]] = []
         scanned = 0
         exhausted = False
@@ -203,12 +236,9 @@ class InspectMixin:
         return Page(items=items, next_cursor=next_cursor)
 
     def dlq_entry(self: Engine, entry_id: str) -> dict[str, Any]:
-        try:
-            entries = self.client.xrange(self.keys.dlq(), entry_id, entry_id)
-        except Exception as exc:  # an unparsable id is a 404, not a 500
-            if "Invalid stream ID" in str(exc):
-                raise DeadLetterNotFound(f"dead letter {entry_id!r} not found") from None
-            raise
+        if not valid_stream_id(entry_id):  # an unparsable id is a 404, not a 500
+            raise DeadLetterNotFound(f"dead letter {entry_id!r} not found", entry_id=entry_id)
+        entries = self.client.xrange(self.keys.dlq(), entry_id, entry_id)
         if not entries:
             raise DeadLetterNotFound(f"dead letter {entry_id!r} not found", entry_id=entry_id)
         item = self._dlq_item(entries[0][0], _fields(entries[0][1]))
@@ -231,9 +261,7 @@ class InspectMixin:
     def schedule_list(self: Engine, *, cursor: str | None = None, limit: int | None = None) -> Page:
         """Delayed tasks and due retries by due time; the cursor is the last due score."""
         limit = _limit(limit)
-        lower = "-inf" if not cursor else "(" + cursor
-        if cursor and not cursor.isdigit():
-            raise ValidationError("invalid cursor", field="cursor")
+        lower = "-inf" if not _score_cursor(cursor) else "(" + str(cursor)
         rows = self.client.zrangebyscore(self.keys.schedule(), lower, "+inf", start=0, num=limit + 1,
                                          withscores=True)
         more = len(rows) > limit
@@ -283,7 +311,7 @@ class InspectMixin:
     def audit_list(self: Engine, *, action: str | None = None, actor: str | None = None,
                    source: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
         limit = _limit(limit)
-        upper = "+" if not cursor else "(" + cursor
+        upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         items: list[dict[str, Any]] = []
         scanned, exhausted, last_seen = 0, False, None
         while len(items) < limit and scanned < SCAN_BUDGET:
@@ -305,3 +333,65 @@ class InspectMixin:
                     break
         next_cursor = None if exhausted or (len(items) < limit and scanned < SCAN_BUDGET) else last_seen
         return Page(items=items, next_cursor=next_cursor)
+
+    # -- console helpers (added for the operations console) -----------------------------------
+    def dlq_groups(self: Engine, *, queue: str | None = None, type: str | None = None,
+                   window: int = 1000) -> dict[str, Any]:
+        """Group the newest `window` dead letters by type, error class and message: one XREVRANGE."""
+        window = max(1, min(int(window), SCAN_BUDGET))
+        batch = self.client.xrevrange(self.keys.dlq(), "+", "-", count=window)
+        groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for eid, raw in batch:
+            f = _fields(raw)
+            if (queue and f.get("queue") != queue) or (type and f.get("type") != type):
+                continue
+            # The first line, bounded, so tracebacks and long messages still group together.
+            message = (f.get("error") or "").strip().splitlines()[0][:200] if f.get("error") else ""
+            key = (f.get("type") or "", f.get("error_class") or "", message)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {"type": key[0], "error_class": key[1], "message": message, "count": 0,
+                                       "queues": set(), "latest_entry_id": eid,
+                                       "latest_failed_at": iso(f.get("failed_at"))}
+            group["count"] += 1
+            group["queues"].add(f.get("queue") or "")
+        items = sorted(groups.values(), key=lambda g: (-g["count"], g["type"], g["message"]))
+        for group in items:
+            group["queues"] = sorted(group["queues"])
+        return {"groups": items, "scanned": len(batch), "window": window, "partial": len(batch) == window}
+
+    def dlq_match_count(self: Engine, *, queue: str | None = None, type: str | None = None,
+                        q: str | None = None, budget: int = SCAN_BUDGET) -> dict[str, Any]:
+        """How many dead letters a filter matches (the preview before a bulk action), in bounded time.
+
+        Queue-only and unfiltered counts are exact from the counts hash. Type and text filters count
+        within the newest `budget` entries; `exact` is False when older entries were not examined
+        (the action itself still matches every entry).
+        """
+        if not (type or q):
+            if queue:
+                return {"count": max(0, int(self.client.hget(self.keys.dlq_counts(), queue) or 0)), "exact": True}
+            return {"count": self.dlq_count(), "exact": True}
+        needle = q.lower() if q else None
+        upper, scanned, count = "+", 0, 0
+        while scanned < budget:
+            batch = self.client.xrevrange(self.keys.dlq(), upper, "-", count=min(2000, budget - scanned))
+            if not batch:
+                return {"count": count, "exact": True}
+            scanned += len(batch)
+            upper = "(" + batch[-1][0]
+            rows = [f for f in (_fields(raw) for _, raw in batch)
+                    if not (queue and f.get("queue") != queue) and not (type and f.get("type") != type)]
+            if needle:
+                # Only entries whose error text does not match need their payload read.
+                unmatched = [f for f in rows
+                             if needle not in (f.get("error", "") + " " + f.get("error_class", "")).lower()]
+                count += len(rows) - len(unmatched)
+                pipe = self.client.pipeline(transaction=False)
+                for f in unmatched:
+                    pipe.hget(self.keys.task(f.get("task_id", "")), "payload")
+                count += sum(1 for payload in pipe.execute() if needle in (payload or "").lower())
+            else:
+                count += len(rows)
+        more = bool(self.client.xrevrange(self.keys.dlq(), upper, "-", count=1))
+        return {"count": count, "exact": not more}

@@ -1,6 +1,6 @@
 --[[
   Requeue dead letters: each entry leaves the DLQ and its task goes back to QUEUED under the
-  same id with a fresh attempt budget. Entries already gone are skipped (another operator or
+  same id with a fresh attempt budget (and no expiry). Entries already gone are skipped (another operator or
   a trim got there first); an entry whose task hash expired stays in the DLQ.
   Input:
     KEYS[1] DLQ stream  KEYS[2] events channel  KEYS[3] event seq
@@ -31,7 +31,9 @@ for i = 7, #ARGV do
         local eid = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', 1)
         rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', 0, 'entry_id', eid, 'dlq_entry_id', '',
               'enqueued_at', now_ms, 'updated_at', now_ms, 'finished_at', '', 'cancel_requested', '0',
-              'retried_from_dlq_at', now_ms)
+              'retried_from_dlq_at', now_ms, 'expires_at', '')
+        -- expires_at is cleared: the operator asked for this run, so a passed ttl_seconds must
+        -- not turn the retry into an instant EXPIRED.
         rcall('PEXPIRE', tkey, ARGV[3])
         emit(KEYS[2], KEYS[3], 'dlq.retried', task_id, queue, 'QUEUED', 0, now_ms, now_iso)
         emit(KEYS[2], KEYS[3], 'task.queued', task_id, queue, 'QUEUED', 0, now_ms, now_iso)

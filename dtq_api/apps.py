@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.core import checks
+
+
+class DtqApiConfig(AppConfig):
+    name = "dtq_api"
+    verbose_name = "dtq REST API"
+
+    def ready(self) -> None:
+        from .checks import destructive_operations_open
+
+        checks.register(destructive_operations_open, checks.Tags.security)
+        from . import schema  # noqa: F401  registers the OpenAPI extension

@@ -1,0 +1,48 @@
+"""Batch submit: validate every item on its own, enqueue the valid ones in one pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtq_core.engine import Engine
+from dtq_core.errors import DtqError, QueueFull, ValidationError
+from dtq_core.submit import Submission
+
+from .exceptions import _flatten
+from .serializers import SubmitSerializer
+
+
+def _error(exc: DtqError, request_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": exc.code, "message": exc.message, "request_id": request_id}
+    if isinstance(exc, ValidationError) and exc.field:
+        body["field"] = exc.field
+    return {"error": body}
+
+
+def _validate(engine: Engine, item: Any, request_id: str) -> Submission | dict[str, Any]:
+    shape = SubmitSerializer(data=item)
+    if not shape.is_valid():
+        message, _ = _flatten(shape.errors)
+        return _error(ValidationError(message), request_id)
+    try:
+        return engine.validate(request_id=request_id, **shape.validated_data)
+    except DtqError as exc:
+        return _error(exc, request_id)
+
+
+def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict[str, Any]]:
+    """Return one result per item, in order: {"id", "status", "created"} or {"error": {...}}."""
+    checked = [_validate(engine, item, request_id) for item in items]
+    valid = [c for c in checked if isinstance(c, Submission)]
+    outcomes = iter(engine.enqueue_many(valid) if valid else [])
+    results: list[dict[str, Any]] = []
+    for c in checked:
+        if not isinstance(c, Submission):
+            results.append(c)
+            continue
+        outcome = next(outcomes)
+        if isinstance(outcome, QueueFull):
+            results.append(_error(outcome, request_id))
+        else:
+            results.append({"id": outcome.id, "status": outcome.status, "created": outcome.created})
+    return results

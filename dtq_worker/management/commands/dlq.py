@@ -1,0 +1,74 @@
+"""manage.py dlq list|show|retry|discard: inspect and drain the dead-letter queue (audited as cli:<user>)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from dtq_core.admin import Actor, DlqSelection
+from dtq_core.engine import get_engine
+from dtq_worker.ops import OperatorCommand, page_limit, short
+
+HEADERS = ("ENTRY ID", "TASK ID", "QUEUE", "TYPE", "ATTEMPT", "FAILED AT", "ERROR")
+
+
+class Command(OperatorCommand):
+    help = "Inspect, retry or discard dead letters."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = self.subcommands(parser, "list", "show", "retry", "discard")
+        listing = sub.add_parser("list", help="dead letters, newest first")
+        self._filters(listing)
+        listing.add_argument("--q", dest="q", default=None, help="text in the error or payload")
+        listing.add_argument("--limit", type=page_limit, default=50, help="at most this many (1-500, default 50)")
+        listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        show = sub.add_parser("show", help="one dead letter with its task")
+        show.add_argument("entry_id")
+        for name, verb in (("retry", "requeue with a fresh attempt budget"), ("discard", "drop for good")):
+            act = sub.add_parser(name, help=f"{verb}: entry ids, or --all (narrowed by --queue/--type)")
+            act.add_argument("ids", nargs="*", metavar="ID", help="DLQ entry ids")
+            act.add_argument("--all", action="store_true", help="every dead letter matching the filters")
+            self._filters(act)
+            act.add_argument("--dry-run", action="store_true", help="print how many would be touched; change nothing")
+
+    @staticmethod
+    def _filters(parser: CommandParser) -> None:
+        parser.add_argument("--queue", default=None, help="only this queue")
+        parser.add_argument("--type", default=None, help="only this task type")
+
+    def do_list(self, *, queue: str | None, type: str | None, q: str | None, limit: int, json: bool,
+                **_: Any) -> None:
+        page = get_engine().dlq_list(queue=queue, type=type, q=q, limit=limit)
+        if json:
+            self.emit_json(page.items)
+            return
+        self.emit_table(HEADERS, [(i["entry_id"], i["task_id"], i["queue"], i["type"], i["attempt"], i["failed_at"],
+                                   short(f"{i['error_class'] or ''}: {i['error'] or ''}")) for i in page.items])
+        if page.next_cursor:
+            self.stderr.write(f"(more than {limit}; raise --limit or narrow with --queue/--type/--q)")
+
+    def do_show(self, *, entry_id: str, **_: Any) -> None:
+        self.emit_json(get_engine().dlq_entry(entry_id))
+
+    def do_retry(self, **options: Any) -> None:
+        self._act("retry", "retried", **options)
+
+    def do_discard(self, **options: Any) -> None:
+        self._act("discard", "discarded", **options)
+
+    def _act(self, verb: str, done: str, *, ids: list[str], all: bool, queue: str | None, type: str | None,
+             dry_run: bool, **_: Any) -> None:
+        if ids and (all or queue or type):
+            raise CommandError("give entry ids or --all (with optional --queue/--type), not both")
+        if not ids and not all:
+            raise CommandError(f"say which dead letters to {verb}: entry ids, or --all [--queue Q] [--type T]")
+        selection = DlqSelection(ids=tuple(ids), queue=queue, type=type, all=all and not ids)
+        engine = get_engine()
+        if dry_run:
+            self.stdout.write(f"would {verb} {engine.count_dead_letters(selection)} dead letter(s)")
+            return
+        if ids and engine.count_dead_letters(selection) == 0:
+            raise CommandError(f"no dead letter with id {', '.join(ids[:5])}")
+        method = engine.retry_dead_letters if verb == "retry" else engine.discard_dead_letters
+        self.stdout.write(f"{done} {method(selection, Actor.cli())} dead letter(s)")

@@ -1,0 +1,100 @@
+"""Shared plumbing of the operator commands (dlq, queue, task): parsing, errors, output.
+
+Every failure leaves as one line and a non-zero exit: argparse errors (exit 2) without the
+usage block, dtq errors and an unreachable Redis as CommandError (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from dtq_core.conf import get_config
+from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.errors import DtqError
+from dtq_core.inspect import MAX_PAGE
+from dtq_core.task import valid_queue_name
+
+
+class OneLineParser(CommandParser):
+    """A CommandParser whose command-line errors are one line, not usage plus message."""
+
+    def error(self, message: str) -> NoReturn:
+        if self.called_from_command_line:
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        raise CommandError(f"Error: {message}")
+
+
+def redacted(url: str) -> str:
+    """Drop the password from a Redis URL before printing it."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Turn dtq errors and Redis outages into CommandError (one line, exit 1)."""
+    try:
+        yield
+    except DtqError as exc:
+        raise CommandError(exc.message) from None
+    except UNAVAILABLE_ERRORS as exc:
+        raise CommandError(f"cannot reach Redis at {redacted(get_config().redis_url)}: {exc}") from None
+
+
+class OperatorCommand(BaseCommand):
+    """Base of `manage.py dlq|queue|task`: subcommands dispatched to `do_<name>` methods."""
+
+    # The open-API warning (dtq.W001) is about HTTP; it would only be noise on an operator's terminal.
+    requires_system_checks: ClassVar[list[str]] = []
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.__class__ = OneLineParser  # errors before the subcommand ("dtq dlq") are one line too
+        return parser
+
+    @staticmethod
+    def subcommands(parser: CommandParser, *names: str) -> Any:
+        """Add the required subcommand argument (dest "action"); its parsers report errors in one line."""
+        return parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(names) + "}",
+                                     parser_class=OneLineParser)
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        with one_line_errors():
+            getattr(self, f"do_{action.replace('-', '_')}")(**options)
+
+    def emit_json(self, value: Any) -> None:
+        self.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+    def emit_table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+        widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+        for row in [list(headers), *cells]:
+            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def page_limit(raw: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"must be a whole number between 1 and {MAX_PAGE} (got {raw!r})")
+    return int(raw)
+
+
+def queue_name(raw: str) -> str:
+    if not valid_queue_name(raw):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a queue name ([a-z0-9][a-z0-9_-]{{0,63}})")
+    return raw
+
+
+def short(text: Any, width: int = 60) -> str:
+    value = "" if text is None else " ".join(str(text).split())
+    return value if len(value) <= width else value[: width - 1] + "…"

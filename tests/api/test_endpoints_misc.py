@@ -1,0 +1,138 @@
+"""GET /api/v1/audit, /workers, /schedule; /health, /ready; /api/schema/; the browsable API; the
+envelope for unknown routes with DEBUG on and off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from django.test import Client
+from drf_spectacular.validation import validate_schema
+from rest_framework.test import APIClient
+
+from dtq_core.admin import Actor
+from dtq_core.engine import Engine
+
+from ..conftest import wait_for
+
+
+@pytest.fixture
+def api(live_engine: Engine) -> APIClient:
+    return APIClient()
+
+
+def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"] and error["request_id"] == response["X-Request-ID"]
+    return error
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+def test_audit_is_newest_first_and_filters_by_action_actor_and_source(api: APIClient, live_engine: Engine) -> None:
+    live_engine.enqueue("dtq.echo", queue="a")
+    live_engine.set_paused("a", True, Actor.cli())
+    api.post("/api/v1/queues/a/resume", HTTP_X_REQUEST_ID="r-1")
+    api.post("/api/v1/queues/a/purge")
+    entries = api.get("/api/v1/audit").json()["results"]
+    assert [e["action"] for e in entries] == ["queue.purge", "queue.resume", "queue.pause"]
+    assert entries[1]["request_id"] == "r-1" and entries[1]["ts"].endswith("Z")
+    assert entries[2]["actor"].startswith("cli:") and entries[2]["source"] == "cli"
+    assert [e["action"] for e in api.get("/api/v1/audit?source=api").json()["results"]] == \
+        ["queue.purge", "queue.resume"]
+    assert len(api.get("/api/v1/audit?action=queue.pause").json()["results"]) == 1
+    assert len(api.get("/api/v1/audit?actor=api:anonymous").json()["results"]) == 2
+    first = api.get("/api/v1/audit?limit=2").json()
+    assert len(first["results"]) == 2 and first["next"]
+    rest = api.get(first["next"]).json()
+    assert [e["action"] for e in rest["results"]] == ["queue.pause"] and rest["next"] is None
+
+
+@pytest.mark.parametrize("query", ["limit=0", "cursor=zzz", "actor=" + "a" * 300])
+def test_audit_refuses_bad_parameters(api: APIClient, query: str) -> None:
+    assert_error(api.get(f"/api/v1/audit?{query}"), 400, "VALIDATION_ERROR")
+
+
+# -- workers and schedule -----------------------------------------------------------------------
+
+def test_workers_show_heartbeat_age_in_flight_and_queues(
+        api: APIClient, live_engine: Engine, start_worker: Any) -> None:
+    assert api.get("/api/v1/workers").json() == {"results": [], "scheduler_leader": None}
+    task = live_engine.enqueue("dtq.sleep", {"seconds": 30}, queue="slow")
+    start_worker("--queues", "slow,fast", "--name", "w-api", "--concurrency", "3", DTQ_HEARTBEAT_INTERVAL_S="0.5")
+    wait_for(lambda: live_engine.get_task(task.id)["status"] == "RUNNING", timeout=20)
+    body = wait_for(lambda: (b := api.get("/api/v1/workers").json())["results"]
+                    and b["results"][0]["in_flight"] == 1 and b, timeout=10)
+    worker = body["results"][0]
+    assert worker["id"] == "w-api" and worker["queues"] == ["slow", "fast"] and worker["concurrency"] == 3
+    assert worker["alive"] is True and 0 <= worker["heartbeat_age_s"] < 5 and worker["heartbeat_at"]
+    assert body["scheduler_leader"] == "w-api" and worker["leader"] is True
+
+
+def test_schedule_lists_delayed_tasks_by_due_time(api: APIClient, live_engine: Engine) -> None:
+    late = live_engine.enqueue("dtq.echo", delay_seconds=120)
+    soon = live_engine.enqueue("dtq.echo", queue="q2", delay_seconds=30)
+    items = api.get("/api/v1/schedule").json()["results"]
+    assert [i["task_id"] for i in items] == [soon.id, late.id]
+    assert items[0]["kind"] == "delayed" and items[0]["queue"] == "q2" and 25 < items[0]["due_in_s"] <= 30
+    page = api.get("/api/v1/schedule?limit=1").json()
+    assert [i["task_id"] for i in page["results"]] == [soon.id]
+    assert [i["task_id"] for i in api.get(page["next"]).json()["results"]] == [late.id]
+    assert_error(api.get("/api/v1/schedule?cursor=x1"), 400, "VALIDATION_ERROR")
+
+
+def test_reads_answer_503_when_redis_is_down(settings: Any) -> None:
+    api = APIClient()
+    for path in ("/api/v1/audit", "/api/v1/workers", "/api/v1/schedule", "/api/v1/tasks/abc"):
+        assert_error(api.get(path), 503, "REDIS_UNAVAILABLE")
+    assert api.get("/health").status_code == 200
+    assert_error(api.get("/ready"), 503, "REDIS_UNAVAILABLE")
+
+
+# -- probes, schema, browsable API, fallbacks ---------------------------------------------------
+
+def test_probes_refuse_other_methods_with_the_envelope(api: APIClient) -> None:
+    assert api.get("/ready").json() == {"status": "ready"}
+    for path in ("/health", "/ready"):
+        assert_error(api.post(path), 405, "METHOD_NOT_ALLOWED")
+
+
+def test_the_openapi_schema_is_valid_and_names_every_endpoint(api: APIClient) -> None:
+    response = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    schema = response.json() if response["Content-Type"].startswith("application/vnd.oai.openapi+json") \
+        else yaml.safe_load(response.content)
+    validate_schema(schema)
+    paths = set(schema["paths"])
+    for path in ("/api/v1/tasks", "/api/v1/tasks/batch", "/api/v1/tasks/{task_id}", "/api/v1/tasks/{task_id}/cancel",
+                 "/api/v1/queues", "/api/v1/queues/{queue}", "/api/v1/queues/{queue}/pause",
+                 "/api/v1/queues/{queue}/resume", "/api/v1/queues/{queue}/purge", "/api/v1/dlq",
+                 "/api/v1/dlq/{entry_id}", "/api/v1/dlq/{entry_id}/retry", "/api/v1/dlq/{entry_id}/discard",
+                 "/api/v1/dlq/retry", "/api/v1/dlq/discard", "/api/v1/audit", "/api/v1/workers",
+                 "/api/v1/schedule"):
+        assert path in paths, path
+    assert schema["components"]["securitySchemes"]["ApiKeyAuth"] == {"type": "apiKey", "in": "header",
+                                                                      "name": "X-API-Key"}
+
+
+def test_the_api_is_browsable_in_a_browser(api: APIClient, live_engine: Engine) -> None:
+    live_engine.enqueue("dtq.echo")
+    for path in ("/api/v1/tasks", "/api/v1/queues", "/api/v1/dlq", "/api/v1/queues/default"):
+        response = api.get(path, HTTP_ACCEPT="text/html")
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/html")
+        assert b"Django REST framework" in response.content
+    error = api.get("/api/v1/tasks/missing", HTTP_ACCEPT="text/html")
+    assert error.status_code == 404 and b"TASK_NOT_FOUND" in error.content
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_unknown_api_routes_get_the_envelope_with_debug_on_and_off(settings: Any, debug: bool) -> None:
+    settings.DEBUG = debug
+    client = Client()
+    for path in ("/api/v1/nothing", "/api/v2/tasks", "/api/", "/api/v1/tasks/a/b/c"):
+        response = client.get(path)
+        assert response.status_code == 404 and response["Content-Type"] == "application/json", path
+        assert response.json()["error"]["code"] == "NOT_FOUND"
+        assert response.json()["error"]["request_id"] == response["X-Request-ID"]

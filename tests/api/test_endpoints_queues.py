@@ -1,0 +1,125 @@
+"""GET /api/v1/queues[/<q>] and POST /api/v1/queues/<q>/pause|resume|purge."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from dtq_core.engine import Engine
+
+from ..redis_server import RedisServer
+from .support import make_dead_letters
+
+
+@pytest.fixture
+def api(live_engine: Engine) -> APIClient:
+    return APIClient()
+
+
+def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"] and error["request_id"] == response["X-Request-ID"]
+    return error
+
+
+def test_queue_detail_counts_depth_per_priority_scheduled_and_dead(api: APIClient, live_engine: Engine) -> None:
+    make_dead_letters(live_engine, 2, queue="mail")
+    for priority, n in (("high", 3), ("normal", 1), ("low", 2)):
+        for _ in range(n):
+            live_engine.enqueue("dtq.echo", queue="mail", priority=priority)
+    live_engine.enqueue("dtq.echo", queue="mail", delay_seconds=60)
+    q = api.get("/api/v1/queues/mail").json()
+    assert q["name"] == "mail" and q["depth"] == {"high": 3, "normal": 1, "low": 2}
+    assert q["waiting"] == 6 and q["pending"] == 0 and q["retry_scheduled"] == 1 and q["dlq"] == 2
+    assert q["paused"] is False
+    listed = api.get("/api/v1/queues").json()["results"]
+    assert [x["name"] for x in listed] == ["mail"] and listed[0] == q
+
+
+@pytest.mark.parametrize("name", ["nope", "UPPER", "a" * 65, "dlq"])
+def test_an_unknown_queue_is_404(api: APIClient, name: str) -> None:
+    assert_error(api.get(f"/api/v1/queues/{name}"), 404, "QUEUE_NOT_FOUND")
+    assert_error(api.post(f"/api/v1/queues/{name}/pause"), 404, "QUEUE_NOT_FOUND")
+    assert_error(api.post(f"/api/v1/queues/{name}/purge"), 404, "QUEUE_NOT_FOUND")
+
+
+def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, live_engine: Engine) -> None:
+    live_engine.enqueue("dtq.echo", queue="q1")
+    first = api.post("/api/v1/queues/q1/pause")
+    assert first.status_code == 200 and first.json()["paused"] is True and first.json()["changed"] is True
+    assert api.post("/api/v1/queues/q1/pause").json()["changed"] is False
+    assert api.get("/api/v1/queues/q1").json()["paused"] is True
+    resumed = api.post("/api/v1/queues/q1/resume").json()
+    assert resumed["paused"] is False and resumed["changed"] is True
+    actions = [(e["action"], e["target"], e["count"]) for e in live_engine.audit_list().items]
+    assert actions == [("queue.resume", "queue:q1", 1), ("queue.pause", "queue:q1", 0),
+                       ("queue.pause", "queue:q1", 1)]
+
+
+def test_a_paused_queue_is_not_served(api: APIClient, live_engine: Engine) -> None:
+    from .support import drain
+
+    task = live_engine.enqueue("dtq.echo", queue="held")
+    api.post("/api/v1/queues/held/pause")
+    drain(live_engine.config, queues=["held"])
+    assert live_engine.get_task(task.id)["status"] == "QUEUED"
+    api.post("/api/v1/queues/held/resume")
+    drain(live_engine.config, queues=["held"])
+    assert live_engine.get_task(task.id)["status"] == "SUCCEEDED"
+
+
+def test_purge_cancels_the_waiting_tasks_and_reports_the_count(api: APIClient, live_engine: Engine) -> None:
+    waiting = [live_engine.enqueue("dtq.echo", queue="p", priority=p).id for p in ("high", "normal", "low", "low")]
+    delayed = live_engine.enqueue("dtq.echo", queue="p", delay_seconds=60).id
+    other = live_engine.enqueue("dtq.echo", queue="other").id
+    response = api.post("/api/v1/queues/p/purge")
+    assert response.status_code == 200 and response.json() == {"queue": "p", "count": 4}
+    assert {live_engine.get_task(i)["status"] for i in waiting} == {"CANCELLED"}
+    assert live_engine.get_task(delayed)["status"] == "PENDING"  # scheduled work is not "waiting"
+    assert live_engine.get_task(other)["status"] == "QUEUED"
+    assert api.get("/api/v1/queues/p").json()["waiting"] == 0
+    entry = live_engine.audit_list(limit=1).items[0]
+    assert (entry["action"], entry["target"], entry["count"]) == ("queue.purge", "queue:p", 4)
+    assert api.post("/api/v1/queues/p/purge").json()["count"] == 0
+
+
+def test_queue_actions_refuse_wrong_methods(api: APIClient, live_engine: Engine) -> None:
+    live_engine.enqueue("dtq.echo")
+    assert_error(api.get("/api/v1/queues/default/pause"), 405, "METHOD_NOT_ALLOWED")
+    assert_error(api.delete("/api/v1/queues/default"), 405, "METHOD_NOT_ALLOWED")
+    assert_error(api.post("/api/v1/queues"), 405, "METHOD_NOT_ALLOWED")
+
+
+def test_queue_endpoints_answer_503_when_redis_is_down(settings: Any) -> None:
+    api = APIClient()
+    for response in (api.get("/api/v1/queues"), api.get("/api/v1/queues/default"),
+                     api.post("/api/v1/queues/default/pause"), api.post("/api/v1/queues/default/purge")):
+        assert_error(response, 503, "REDIS_UNAVAILABLE")
+
+
+@pytest.fixture
+def frozen_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "frozen", appendonly=False) as server:
+        settings.DTQ = {**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": "frozen"}
+        server.pause()
+        try:
+            yield server
+        finally:
+            server.resume()
+
+
+def test_a_frozen_redis_gives_503_within_2_seconds(frozen_redis: RedisServer) -> None:
+    api = APIClient()
+    for path in ("/api/v1/queues", "/api/v1/dlq"):
+        started = time.monotonic()
+        assert_error(api.get(path), 503, "REDIS_UNAVAILABLE")
+        assert time.monotonic() - started < 2
+    started = time.monotonic()
+    assert_error(api.post("/api/v1/queues/default/pause"), 503, "REDIS_UNAVAILABLE")
+    assert time.monotonic() - started < 2

@@ -1,0 +1,183 @@
+"""manage.py dlq|queue|task: listings (table and --json), actions (audited as cli:<os user>),
+--dry-run, and one clear line with a non-zero exit on bad input or a Redis that is down."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from dtq_core.engine import Engine
+
+from ..api.support import make_dead_letters
+from ..conftest import ROOT, worker_env
+from ..redis_server import RedisServer
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def cli_actor() -> str:
+    return f"cli:{getpass.getuser()}"
+
+
+# -- dlq --------------------------------------------------------------------------------------
+
+def test_dlq_list_prints_a_table_and_json_with_filters(live_engine: Engine) -> None:
+    mail = make_dead_letters(live_engine, 2, queue="mail", message="smtp refused")
+    make_dead_letters(live_engine, 1, queue="sms")
+    table = run("dlq", "list").splitlines()
+    assert table[0].split()[:3] == ["ENTRY", "ID", "TASK"] and len(table) == 4
+    assert "smtp refused" in table[1] or "smtp refused" in table[2]
+    items = json.loads(run("dlq", "list", "--queue", "mail", "--json"))
+    assert {i["task_id"] for i in items} == set(mail)
+    assert json.loads(run("dlq", "list", "--type", "nope", "--json")) == []
+    assert len(json.loads(run("dlq", "list", "--limit", "1", "--json"))) == 1
+    assert len(json.loads(run("dlq", "list", "--q", "SMTP", "--json"))) == 2
+
+
+def test_dlq_show_prints_the_entry_and_its_task(live_engine: Engine) -> None:
+    [task_id] = make_dead_letters(live_engine, 1)
+    entry = json.loads(run("dlq", "show", live_engine.get_task(task_id)["dlq_entry_id"]))
+    assert entry["task_id"] == task_id and entry["task"]["status"] == "DEAD_LETTERED"
+    with pytest.raises(CommandError, match="not found"):
+        run("dlq", "show", "1-0")
+
+
+def test_dlq_retry_by_id_and_all_with_filters_is_audited_as_the_os_user(live_engine: Engine) -> None:
+    a = make_dead_letters(live_engine, 3, queue="a")
+    b = make_dead_letters(live_engine, 2, queue="b")
+    entry = live_engine.get_task(a[0])["dlq_entry_id"]
+    assert run("dlq", "retry", entry).strip() == "retried 1 dead letter(s)"
+    assert live_engine.get_task(a[0])["status"] == "QUEUED"
+    assert run("dlq", "retry", "--all", "--queue", "b", "--dry-run").strip() == "would retry 2 dead letter(s)"
+    assert live_engine.dlq_count() == 4  # a dry run changes nothing
+    assert run("dlq", "retry", "--all", "--queue", "b").strip() == "retried 2 dead letter(s)"
+    assert {live_engine.get_task(t)["status"] for t in b} == {"QUEUED"}
+    audit = live_engine.audit_list().items
+    assert [(e["action"], e["count"]) for e in audit] == [("dlq.retry", 2), ("dlq.retry", 1)]
+    assert {e["actor"] for e in audit} == {cli_actor()} and {e["source"] for e in audit} == {"cli"}
+
+
+def test_dlq_discard_all_and_its_dry_run(live_engine: Engine) -> None:
+    make_dead_letters(live_engine, 3)
+    assert run("dlq", "discard", "--all", "--dry-run").strip() == "would discard 3 dead letter(s)"
+    assert run("dlq", "discard", "--all", "--type", "dtq.fail").strip() == "discarded 3 dead letter(s)"
+    assert live_engine.dlq_count() == 0
+    assert live_engine.audit_list(limit=1).items[0]["target"] == "dlq:type=dtq.fail"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("dlq", "retry"), "say which dead letters"),
+    (("dlq", "retry", "1-0", "--all"), "not both"),
+    (("dlq", "discard", "--queue", "a"), "say which dead letters"),
+    (("dlq", "retry", "not-an-id"), "is not a DLQ entry id"),
+    (("dlq", "retry", "1-0"), "no dead letter with id 1-0"),
+])
+def test_dlq_actions_refuse_bad_input(live_engine: Engine, args: tuple[str, ...], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+    assert live_engine.audit_list().items == []
+
+
+# -- queue ------------------------------------------------------------------------------------
+
+def test_queue_list_pause_resume_and_purge(live_engine: Engine) -> None:
+    for priority in ("high", "low", "low"):
+        live_engine.enqueue("dtq.echo", queue="work", priority=priority)
+    table = run("queue", "list").splitlines()
+    assert table[0].split()[0] == "QUEUE" and table[1].split() == ["work", "1", "0", "2", "3", "0", "0", "0", "no"]
+    assert run("queue", "pause", "work").strip() == "queue work paused"
+    assert run("queue", "pause", "work").strip() == "queue work was already paused"
+    assert json.loads(run("queue", "list", "--json"))[0]["paused"] is True
+    assert run("queue", "resume", "work").strip() == "queue work resumed"
+    assert run("queue", "purge", "work").strip() == "purged 3 waiting task(s) from queue work"
+    actions = [(e["action"], e["count"], e["actor"]) for e in live_engine.audit_list().items]
+    assert [a[:2] for a in actions] == [("queue.purge", 3), ("queue.resume", 1), ("queue.pause", 0),
+                                        ("queue.pause", 1)]
+    assert {a[2] for a in actions} == {cli_actor()}
+
+
+def test_queue_actions_on_an_unknown_queue_fail(live_engine: Engine) -> None:
+    for action in ("pause", "resume", "purge"):
+        with pytest.raises(CommandError, match="queue 'ghost' not found"):
+            run("queue", action, "ghost")
+
+
+# -- task -------------------------------------------------------------------------------------
+
+def test_task_show_and_cancel(live_engine: Engine) -> None:
+    task = live_engine.enqueue("dtq.echo", {"hello": "world"}, queue="t")
+    shown = run("task", "show", task.id)
+    assert f"id:               {task.id}" in shown and "status:           QUEUED" in shown
+    assert '{"hello":"world"}' in shown
+    assert json.loads(run("task", "show", task.id, "--json"))["payload"] == {"hello": "world"}
+    assert run("task", "cancel", task.id).strip() == f"task {task.id} cancelled"
+    entry = live_engine.audit_list(limit=1).items[0]
+    assert (entry["action"], entry["target"], entry["actor"]) == ("task.cancel", f"task:{task.id}", cli_actor())
+    with pytest.raises(CommandError, match="already CANCELLED"):
+        run("task", "cancel", task.id)
+    with pytest.raises(CommandError, match="not found"):
+        run("task", "show", "nope")
+
+
+def test_a_dead_lettered_task_shows_its_errors(live_engine: Engine) -> None:
+    [task_id] = make_dead_letters(live_engine, 1, message="kaboom")
+    shown = run("task", "show", task_id)
+    assert "DEAD_LETTERED" in shown and "kaboom" in shown and "dlq_entry_id:" in shown
+
+
+# -- the process: exit codes and one line --------------------------------------------------------
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False, timeout=60)
+
+
+@pytest.mark.parametrize("args", [("dlq", "list", "--limit", "0"), ("dlq",), ("dlq", "retry")])
+def test_bad_input_exits_non_zero_with_one_line(redis_server: RedisServer, key_prefix: str,
+                                                args: tuple[str, ...]) -> None:
+    proc = manage(*args, env=worker_env(redis_server.url, key_prefix))
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("args", [("dlq", "list", "--limit", "x"), ("task", "explode", "x"), ("task",),
+                                  ("queue", "purge"), ("dlq", "list", "--colour")])
+def test_bad_arguments_raise_a_command_error_in_process(args: tuple[str, ...]) -> None:
+    with pytest.raises(CommandError, match="^Error: "):
+        run(*args)
+
+
+def test_redis_down_exits_1_with_one_line_naming_it() -> None:
+    env = worker_env("redis://:hunter2@127.0.0.1:1/0", "dtqtest:down")
+    for args in (("dlq", "list"), ("queue", "pause", "q")):
+        proc = manage(*args, env=env)
+        assert proc.returncode == 1, proc.stderr
+        [line] = proc.stderr.strip().splitlines()
+        assert line.startswith("CommandError: cannot reach Redis at redis://:***@127.0.0.1:1/0")
+        assert "hunter2" not in line
+
+
+@pytest.mark.parametrize("args", [("dlq", "show", "1-0"), ("dlq", "retry", "--all"), ("dlq", "discard", "1-0"),
+                                  ("queue", "list"), ("queue", "purge", "q"), ("task", "show", "abc"),
+                                  ("task", "cancel", "abc")])
+def test_every_command_says_when_redis_is_down(args: tuple[str, ...]) -> None:
+    with pytest.raises(CommandError, match="^cannot reach Redis at redis://127.0.0.1:1/0"):
+        run(*args)
+
+
+def test_no_open_api_warning_is_printed_on_an_operator_terminal(redis_server: RedisServer, key_prefix: str) -> None:
+    proc = manage("queue", "list", "--json", env=worker_env(redis_server.url, key_prefix, DJANGO_DEBUG="false"))
+    assert proc.returncode == 0 and json.loads(proc.stdout) == [] and "dtq.W001" not in proc.stderr
+
+

@@ -1,0 +1,62 @@
+"""The `dtq` console script and bin/dtq: the operator names of failure-modes.md reach the commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dtq_core.admin import Actor
+from dtq_core.engine import Engine
+from dtq_worker.cli import translate
+
+from ..api.support import make_dead_letters
+from ..conftest import ROOT, worker_env
+from ..redis_server import RedisServer
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    (["dlq", "list", "--json"], ["dlq", "list", "--json"]),
+    (["retry-dlq", "--all", "--queue", "q"], ["dlq", "retry", "--all", "--queue", "q"]),
+    (["discard-dlq", "1-0"], ["dlq", "discard", "1-0"]),
+    (["queue", "resume", "q"], ["queue", "resume", "q"]),
+    (["task", "show", "abc"], ["task", "show", "abc"]),
+    (["runworker_dtq", "--burst"], ["runworker_dtq", "--burst"]),
+])
+def test_operator_names_map_to_manage_py_commands(given: list[str], expected: list[str]) -> None:
+    assert translate(given) == expected
+
+
+def dtq(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(ROOT / "bin" / "dtq"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=60)
+
+
+def test_bin_dtq_runs_the_operator_commands_from_anywhere(
+        live_engine: Engine, redis_server: RedisServer, key_prefix: str, tmp_path: Path) -> None:
+    make_dead_letters(live_engine, 2, queue="q")
+    live_engine.set_paused("q", True, Actor.cli())
+    env = worker_env(redis_server.url, key_prefix)
+    retried = dtq("retry-dlq", "--all", "--queue", "q", env=env, cwd=tmp_path)
+    assert retried.returncode == 0 and retried.stdout.strip() == "retried 2 dead letter(s)", retried.stderr
+    resumed = dtq("queue", "resume", "q", env=env, cwd=tmp_path)
+    assert resumed.returncode == 0 and resumed.stdout.strip() == "queue q resumed", resumed.stderr
+    assert live_engine.queue_detail("q")["paused"] is False and live_engine.dlq_count() == 0
+
+
+def test_python_m_dtq_worker_cli_works_outside_the_project(
+        live_engine: Engine, redis_server: RedisServer, key_prefix: str, tmp_path: Path) -> None:
+    make_dead_letters(live_engine, 1)
+    env = worker_env(redis_server.url, key_prefix, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "dtq_worker.cli", "dlq", "list", "--json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [i["queue"] for i in json.loads(proc.stdout)] == ["default"]
+
+
+def test_dtq_without_arguments_prints_its_usage(tmp_path: Path) -> None:
+    proc = dtq(env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert proc.returncode == 0 and "dtq retry-dlq" in proc.stdout and "dtq queue" in proc.stdout
