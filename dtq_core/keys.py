@@ -80,6 +80,11 @@ class Keys:
         """Zset of task ids by creation time, for listing recent tasks without SCAN."""
         return f"{self.prefix}:tasks:recent"
 
+    def running(self) -> str:
+        """Zset of RUNNING task ids by their owner's last sign of life (claim or heartbeat), so the
+        leader can recover tasks whose stream entry was deleted while pending."""
+        return f"{self.prefix}:tasks:running"
+
     def stats_tasks(self) -> str:
         """Hash "queue|type|outcome" -> count, written by workers, read by /metrics."""
         return f"{self.prefix}:stats:tasks"

@@ -141,6 +141,7 @@ class Worker:
             await self._quietly(self.store.release_lock())
             self.is_leader = False
         pending = [ex.task for ex in self._running.values() if ex.task is not None]
+        logger.info("worker_id=%s stopped taking work; draining %d attempt(s)", self.worker_id, len(pending))
         if pending:
             done, not_done = await asyncio.wait(pending, timeout=self.config.drain_timeout_s)
             if not_done:
@@ -157,6 +158,13 @@ class Worker:
             await asyncio.gather(flush, return_exceptions=True)
         if self._completions:
             await self._quietly(self._flush_once())
+        # Heartbeats kept in-flight entries fresh through the drain; stop them now, because one
+        # landing after the deregistration would re-register a worker that is gone.
+        for name in ("heartbeat", "reaper", "cancel-watcher"):
+            loop_task = self._loops.pop(name, None)
+            if loop_task is not None:
+                loop_task.cancel()
+                await asyncio.gather(loop_task, return_exceptions=True)
         await self._quietly(self.store.deregister())
         self.state = "stopped"
         logger.info("worker_id=%s stopped processed=%d", self.worker_id, self.processed)
@@ -250,8 +258,11 @@ class Worker:
         if self._running or self._unacked or self._completions:
             return False
         horizon = self.clock.now_ms() + int(BURST_HORIZON_S * 1000)
-        due = await self.client.zcount(self.keys.schedule(), "-inf", horizon)
-        return int(due) == 0
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcount(self.keys.schedule(), "-inf", horizon)
+        pipe.zcard(self.keys.schedule_claims())  # due work between the scheduler's two scripts
+        due, claimed = await pipe.execute()
+        return int(due) == 0 and int(claimed) == 0
 
     def _start(self, row: Row) -> None:
         ex = Execution(row)
@@ -292,6 +303,12 @@ class Worker:
             if status == "fenced":
                 logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
                                completion.row.task_id, completion.row.attempt, self.worker_id)
+            elif status in ("DEAD_LETTERED", "FAILED"):
+                # The one place a handler failure ends the task: say where it went and why.
+                logger.warning("task_id=%s queue=%s attempt=%d worker_id=%s %s: %s: %s",
+                               completion.row.task_id, completion.row.queue, completion.row.attempt,
+                               self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
+                               completion.error_class, completion.error_message[:200])
         self.processed += len(batch)
         if self.max_tasks is not None and self.processed >= self.max_tasks:
             self.request_stop()
@@ -300,8 +317,8 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_s)
-            entries = [(r.stream, r.entry_id) for r in self._unacked.values()]
-            entries += [(ex.row.stream, ex.row.entry_id) for ex in self._running.values()]
+            entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
+            entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
             await self.store.heartbeat(self._info(), entries)
 
     async def _reaper_loop(self) -> None:
@@ -313,12 +330,16 @@ class Worker:
                 return
             for stream in list(self._all_streams):
                 free = self._free_slots()
-                if free <= 0:
+                if free <= 0 or self._stopping:  # a draining worker takes no reclaimed work either
                     break
                 for row in await self.store.reclaim(stream, free):
                     logger.info("task_id=%s attempt=%d worker_id=%s reclaimed after visibility timeout",
                                 row.task_id, row.attempt, self.worker_id)
                     self._start(row)
+            if self.store.deleted_seen:
+                logger.warning("worker_id=%s %d pending entr(ies) were deleted from their stream; the leader's "
+                               "lost-task sweep requeues their tasks", self.worker_id, self.store.deleted_seen)
+                self.store.deleted_seen = 0
             if time.monotonic() - last_prune > 30:
                 last_prune = time.monotonic()
                 await self.store.prune_workers(max(300.0, self.config.visibility_timeout_s * 10))
@@ -338,7 +359,8 @@ class Worker:
 
     # -- scheduler ----------------------------------------------------------------------------
     async def _scheduler_loop(self) -> None:
-        last_stale_check = 0.0
+        last_stale_check = last_sweep = 0.0
+        sweep_every = max(0.5, min(self.config.visibility_timeout_s / 2, 5.0))
         while not self._stopping:
             leader = await self.store.acquire_or_renew_lock(self.is_leader)
             if leader != self.is_leader:
@@ -351,7 +373,13 @@ class Worker:
                 if time.monotonic() - last_stale_check > min(5.0, self.config.stale_claim_s / 2):
                     last_stale_check = time.monotonic()
                     returned = await self.store.requeue_stale_claims()
-                    if returned:
+                    if returned > 0:
                         logger.warning("worker_id=%s returned %d stale scheduler claim(s) to the schedule",
                                        self.worker_id, returned)
+                if time.monotonic() - last_sweep > sweep_every:
+                    last_sweep = time.monotonic()
+                    recovered = await self.store.recover_lost_tasks()
+                    if recovered > 0:
+                        logger.warning("worker_id=%s requeued %d running task(s) whose stream entry was lost",
+                                       self.worker_id, recovered)
             await self._pause(self.config.scheduler_interval_s)

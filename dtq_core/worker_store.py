@@ -3,6 +3,7 @@ scheduler's leader lock and promotion. Each is one script or one pipeline."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from .keys import Keys
 from .scripts import Scripts
 
 COMPLETE_BATCH = 500
+logger = logging.getLogger("dtq.worker")
 
 
 class WorkerStore:
@@ -28,6 +30,7 @@ class WorkerStore:
         self.keys = Keys(config.key_prefix)
         self.worker_id = worker_id
         self.scripts = Scripts(client)
+        self.deleted_seen = 0  # pending entries XAUTOCLAIM reported deleted (for the log)
 
     # -- queues -------------------------------------------------------------------------------
     async def known_and_paused(self) -> tuple[set[str], set[str]]:
@@ -57,13 +60,13 @@ class WorkerStore:
 
     def _claim_keys(self) -> list[str]:
         k = self.keys
-        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters()]
+        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running()]
 
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
         reply = await self.scripts("fetchTasks", keys=self._claim_keys(),
                                    args=[*self._claim_args(), count, *streams])
-        return [Row.from_reply(r) for r in reply]
+        return self._runnable(reply)
 
     async def block_read(self, streams: Sequence[str], count: int, block_ms: int) -> list[Row]:
         """Wait up to block_ms for new entries on any stream, then claim what arrived."""
@@ -85,10 +88,33 @@ class WorkerStore:
     async def claim(self, quads: list[object], *, reclaim: bool) -> list[Row]:
         reply = await self.scripts("claimEntries", keys=self._claim_keys(),
                                    args=[*self._claim_args(), 1 if reclaim else 0, *quads])
-        return [Row.from_reply(r) for r in reply]
+        return self._runnable(reply)
+
+    def _runnable(self, reply: list[Any]) -> list[Row]:
+        """Keep the rows to run; log, once each, the entries the claim script settled itself."""
+        rows: list[Row] = []
+        for r in reply:
+            if r[0] == "run":
+                rows.append(Row.from_reply(r))
+                continue
+            outcome, entry_id, stream, task_id, reason = r[:5]
+            if outcome == "absorbed":
+                logger.info("task_id=%s worker_id=%s duplicate entry %s on %s absorbed: %s", task_id,
+                            self.worker_id, entry_id, stream, reason)
+            elif outcome == "dead":
+                logger.warning("task_id=%s worker_id=%s moved to the DLQ (or FAILED when it is off): dtq.WorkerLost: "
+                               "%s and no attempt is left", task_id, self.worker_id, reason)
+            else:
+                logger.info("task_id=%s worker_id=%s %s: %s and a cancel was requested", task_id, self.worker_id,
+                            outcome, reason)
+        return rows
 
     async def reclaim(self, stream: str, count: int) -> list[Row]:
-        """XAUTOCLAIM entries idle past the visibility timeout and claim them with the increment."""
+        """XAUTOCLAIM entries idle past the visibility timeout and claim them with the increment.
+
+        Entries deleted from the stream while pending come back in XAUTOCLAIM's third element
+        (and leave the PEL); their tasks stay RUNNING until recover_lost_tasks requeues them.
+        """
         min_idle = int(self.config.visibility_timeout_s * 1000)
         try:
             reply = await self.client.xautoclaim(stream, Keys.GROUP, self.worker_id, min_idle, "0-0", count=count)
@@ -97,6 +123,7 @@ class WorkerStore:
                 return []
             raise
         entries = reply[1]
+        self.deleted_seen += len(reply[2]) if len(reply) > 2 else 0
         quads: list[object] = []
         for entry_id, fields in entries:
             if fields is None:
@@ -119,7 +146,7 @@ class WorkerStore:
             statuses += await self.scripts(
                 "completeTasks",
                 keys=[k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),
-                      k.stats_counters(), k.throughput(now // 60000)],
+                      k.stats_counters(), k.throughput(now // 60000), k.running()],
                 args=args,
             )
         return statuses
@@ -135,7 +162,7 @@ class WorkerStore:
         score = await self.client.zscore(self.keys.workers(), worker_id)
         return None if score is None else (self.clock.now_ms() - score) / 1000
 
-    async def heartbeat(self, info: dict[str, Any], entries: Sequence[tuple[str, str]]) -> None:
+    async def heartbeat(self, info: dict[str, Any], entries: Sequence[tuple[str, str, str]]) -> None:
         """Record liveness and refresh the idle time of our in-flight entries, in one round trip."""
         now = self.clock.now_ms()
         k = self.keys
@@ -145,8 +172,9 @@ class WorkerStore:
                                                       "pid": os.getpid()})
         pipe.pexpire(k.worker(self.worker_id), int(max(60, self.config.visibility_timeout_s * 4) * 1000))
         if entries:
-            flat = [part for pair in entries for part in pair]
-            await self.scripts("touchEntries", keys=[], args=[Keys.GROUP, self.worker_id, *flat], client=pipe)
+            flat = [part for triple in entries for part in triple]  # stream, entry id, task id
+            await self.scripts("touchEntries", keys=[k.running()],
+                               args=[Keys.GROUP, self.worker_id, now, k.task_prefix(), *flat], client=pipe)
         await pipe.execute()
 
     async def deregister(self) -> None:
@@ -194,9 +222,16 @@ class WorkerStore:
                   k.stream_prefix(), *ids],
         ))
 
+    async def recover_lost_tasks(self, limit: int = 500) -> int:
+        """Requeue RUNNING tasks whose entry vanished and whose owner went silent; -1: not leader."""
+        cutoff = self.clock.now_ms() - int(self.config.visibility_timeout_s * 1000)
+        return int(await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock()],
+                                      args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix()]))
+
     async def requeue_stale_claims(self) -> int:
         k = self.keys
         now = self.clock.now_ms()
         cutoff = now - int(self.config.stale_claim_s * 1000)
-        return int(await self.scripts("requeueStaleClaims", keys=[k.schedule_claims(), k.schedule()],
-                                      args=[cutoff, now, k.task_prefix()]))
+        return int(await self.scripts("requeueStaleClaims",
+                                      keys=[k.schedule_claims(), k.schedule(), k.scheduler_lock()],
+                                      args=[cutoff, now, k.task_prefix(), self.worker_id]))

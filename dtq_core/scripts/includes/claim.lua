@@ -1,6 +1,8 @@
 -- Decide what a delivered stream entry means and, when it is runnable, move the task to RUNNING.
 -- Needs: common. ctx fields: group, worker_id, now_ms, now_iso, retention_ms, task_prefix,
--- dlq_enabled, dlq_maxlen, paused_key, events_key, seq_key, dlq_key, counters_key.
+-- dlq_enabled, dlq_maxlen, paused_key, events_key, seq_key, dlq_key, counters_key, running_key.
+-- The running index (running_key, a zset of RUNNING task ids scored by the owner's last sign of
+-- life: claim or heartbeat) lets the leader's sweep find RUNNING tasks whose entry vanished.
 local paused_memo = {}
 local function is_paused(ctx, queue)
   if paused_memo[queue] == nil then
@@ -14,12 +16,44 @@ local function finish_entry(ctx, stream, entry_id)
   rcall('XDEL', stream, entry_id)
 end
 
+local TASK_FIELDS = {'status', 'attempt', 'max_attempts', 'type', 'payload', 'timeout_s', 'queue',
+                     'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested'}
+
+-- The worker running attempt h[2] went silent: honour a cancel it never got to act on, or count
+-- the lost attempt against the budget (DLQ when spent). The caller finishes the old entry.
+-- Returns 'cancelled', 'dead', or 'again' (run the next attempt).
+local function lose_attempt(ctx, tkey, task_id, h)
+  local cur = tonumber(h[2])
+  if h[12] == '1' then
+    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
+    rcall('PEXPIRE', tkey, ctx.retention_ms)
+    rcall('ZREM', ctx.running_key, task_id)
+    emit(ctx.events_key, ctx.seq_key, 'task.cancelled', task_id, h[7], 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
+    return 'cancelled'
+  end
+  rcall('HINCRBY', ctx.counters_key, 'redeliveries', 1)
+  local msg = 'worker lost during attempt ' .. cur
+  rcall('HSET', tkey, 'errors', push_error(h[11], cur, 'dtq.WorkerLost', msg, '', ctx.now_iso),
+        'last_error', 'dtq.WorkerLost: ' .. msg)
+  if cur >= tonumber(h[3]) then
+    local st = dead_letter(tkey, task_id, h[7], h[4], cur, 'dtq.WorkerLost', msg, ctx.now_ms,
+                           ctx.dlq_key, ctx.dlq_enabled, ctx.dlq_maxlen, ctx.counters_key)
+    rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
+    rcall('PEXPIRE', tkey, ctx.retention_ms)
+    rcall('ZREM', ctx.running_key, task_id)
+    emit(ctx.events_key, ctx.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
+         task_id, h[7], st, cur, ctx.now_ms, ctx.now_iso)
+    return 'dead'
+  end
+  return 'again'
+end
+
 -- Returns {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload, timeout_s,
--- queue, priority} or {outcome} where outcome is absorbed|missing|expired|deferred|dead.
+-- queue, priority} or {outcome, reason} where outcome is absorbed|missing|expired|deferred|dead|cancelled
+-- (a reason only for absorbed, dead and cancelled: the worker logs those).
 local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclaim)
   local tkey = ctx.task_prefix .. task_id
-  local h = rcall('HMGET', tkey, 'status', 'attempt', 'max_attempts', 'type', 'payload',
-                  'timeout_s', 'queue', 'expires_at', 'entry_id', 'priority', 'errors')
+  local h = rcall('HMGET', tkey, unpack(TASK_FIELDS))
   if not h[1] then
     finish_entry(ctx, stream, entry_id)
     return {'missing'}
@@ -27,29 +61,23 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
   local status, cur, ea = h[1], tonumber(h[2]), tonumber(entry_attempt)
   if reclaim and status == 'RUNNING' and h[9] == entry_id then
     -- The worker that ran this attempt went silent past the visibility timeout: count the lost
-    -- attempt against the budget and run the next one.
-    rcall('HINCRBY', ctx.counters_key, 'redeliveries', 1)
-    local msg = 'worker lost during attempt ' .. cur
-    rcall('HSET', tkey, 'errors', push_error(h[11], cur, 'dtq.WorkerLost', msg, '', ctx.now_iso),
-          'last_error', msg)
-    if cur >= tonumber(h[3]) then
-      local st = dead_letter(tkey, task_id, h[7], h[4], cur, 'dtq.WorkerLost', msg, ctx.now_ms,
-                             ctx.dlq_key, ctx.dlq_enabled, ctx.dlq_maxlen, ctx.counters_key)
-      rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
+    -- attempt against the budget and run the next one (or honour a cancel it never acted on).
+    local lost = lose_attempt(ctx, tkey, task_id, h)
+    if lost ~= 'again' then
       finish_entry(ctx, stream, entry_id)
-      emit(ctx.events_key, ctx.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
-           task_id, h[7], st, cur, ctx.now_ms, ctx.now_iso)
-      return {'dead'}
+      return {lost, 'worker lost during attempt ' .. h[2]}
     end
     ea = cur + 1
   elseif not (status == 'QUEUED' and ea == cur + 1) then
     -- Terminal, superseded, or already started under another entry: a duplicate to absorb.
     finish_entry(ctx, stream, entry_id)
     rcall('HINCRBY', ctx.counters_key, 'absorbed', 1)
-    return {'absorbed'}
+    return {'absorbed', 'task is ' .. status .. ' at attempt ' .. tostring(h[2]) .. ', entry is for attempt '
+            .. tostring(entry_attempt)}
   end
   if h[8] and h[8] ~= '' and tonumber(h[8]) <= tonumber(ctx.now_ms) then
     rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
+    rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
     emit(ctx.events_key, ctx.seq_key, 'task.expired', task_id, h[7], 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
     return {'expired'}
@@ -58,6 +86,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     -- Delivered in a race with a pause: put it back at the tail instead of starting it.
     local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', ea)
     rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', ea - 1, 'entry_id', new_id)
+    rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
     return {'deferred'}
   end
@@ -65,6 +94,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
         'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id,
         'cancel_requested', '0')
   rcall('PEXPIRE', tkey, ctx.retention_ms)
+  rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
   emit(ctx.events_key, ctx.seq_key, 'task.started', task_id, h[7], 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
   return {'run', entry_id, stream, task_id, ea, h[3], h[4], h[5], h[6], h[7], h[10]}
 end
@@ -74,5 +104,5 @@ local function claim_context(argv_offset)
           now_iso = ARGV[argv_offset + 3], retention_ms = ARGV[argv_offset + 4],
           task_prefix = ARGV[argv_offset + 5], dlq_enabled = ARGV[argv_offset + 6],
           dlq_maxlen = ARGV[argv_offset + 7], paused_key = KEYS[1], events_key = KEYS[2],
-          seq_key = KEYS[3], dlq_key = KEYS[4], counters_key = KEYS[5]}
+          seq_key = KEYS[3], dlq_key = KEYS[4], counters_key = KEYS[5], running_key = KEYS[6]}
 end

@@ -5,7 +5,7 @@
   Input:
     KEYS[1] events channel  KEYS[2] event seq  KEYS[3] schedule  KEYS[4] DLQ stream
     KEYS[5] stats tasks     KEYS[6] stats duration histogram     KEYS[7] stats counters
-    KEYS[8] finished-per-queue hash of the current minute
+    KEYS[8] finished-per-queue hash of the current minute   KEYS[9] running index
     ARGV[1..9] group, now (ms), now (ISO), retention (ms), result retention (ms),
                task key prefix, result key prefix, dlq enabled (1/0), dlq maxlen
     ARGV[10..] records of 13: task id, attempt, entry id, stream, outcome (ok|retry|fail|cancel),
@@ -19,6 +19,11 @@ local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
 local retention_ms, result_retention_ms = ARGV[4], ARGV[5]
 local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 
+-- Stats are summed over the batch and written once at the end: one HINCRBY per distinct field
+-- instead of five commands per task (the hot path's Redis CPU).
+local task_counts, finished, buckets, duration_sum = {}, {}, {}, 0
+local function add(t, field, n) t[field] = (t[field] or 0) + n end
+
 local function complete_one(i)
   local task_id, attempt, entry_id, stream, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local tkey = task_prefix .. task_id
@@ -28,6 +33,7 @@ local function complete_one(i)
     return 'fenced'
   end
   local queue, ttype = h[4], h[5]
+  rcall('ZREM', KEYS[9], task_id)
   local status, etype
   if outcome == 'ok' then
     local result = ARGV[i + 5]
@@ -57,14 +63,11 @@ local function complete_one(i)
   rcall('PEXPIRE', tkey, retention_ms)
   rcall('XACK', stream, group, entry_id)
   rcall('XDEL', stream, entry_id)
-  rcall('HINCRBY', KEYS[5], queue .. '|' .. ttype .. '|' .. string.lower(status), 1)
-  if status ~= 'RETRYING' then
-    rcall('HINCRBY', KEYS[8], queue, 1)
-    rcall('PEXPIRE', KEYS[8], 3600000)
-  end
+  add(task_counts, queue .. '|' .. ttype .. '|' .. string.lower(status), 1)
+  if status ~= 'RETRYING' then add(finished, queue, 1) end
   if outcome ~= 'cancel' then
-    rcall('HINCRBY', KEYS[6], ARGV[i + 12], 1)
-    rcall('HINCRBYFLOAT', KEYS[6], 'sum', ARGV[i + 11])
+    add(buckets, ARGV[i + 12], 1)
+    duration_sum = duration_sum + tonumber(ARGV[i + 11])
   end
   emit(KEYS[1], KEYS[2], etype, task_id, queue, status, attempt, now_ms, now_iso)
   return status
@@ -73,5 +76,14 @@ end
 local statuses = {}
 for i = 10, #ARGV, 13 do
   statuses[#statuses + 1] = complete_one(i)
+end
+for field, n in pairs(task_counts) do rcall('HINCRBY', KEYS[5], field, n) end
+if next(finished) then
+  for field, n in pairs(finished) do rcall('HINCRBY', KEYS[8], field, n) end
+  rcall('PEXPIRE', KEYS[8], 3600000)
+end
+if next(buckets) then
+  for field, n in pairs(buckets) do rcall('HINCRBY', KEYS[6], field, n) end
+  rcall('HINCRBYFLOAT', KEYS[6], 'sum', string.format('%.6f', duration_sum))
 end
 return statuses

@@ -4,13 +4,14 @@
   trip for a whole batch; the blocking wait for new work happens in Python (XREADGROUP BLOCK).
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
-    KEYS[4] DLQ stream          KEYS[5] stats counters
+    KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
     ARGV[9] count   ARGV[10..] stream keys, highest priority first
   Output:
     list of runnable rows {'run', entry_id, stream, task_id, attempt, max_attempts, type,
-    payload, timeout_s, queue, priority}
+    payload, timeout_s, queue, priority}, and for the worker's log {'absorbed', entry_id,
+    stream, task_id, reason} of duplicates settled here
 ]]
 -- #include common
 -- #include claim
@@ -40,6 +41,8 @@ for i = 10, #ARGV do
       if row[1] == 'run' then
         runnable[#runnable + 1] = row
         remaining = remaining - 1
+      elseif row[2] then  -- settled here (absorbed duplicate): reported for the worker's log
+        runnable[#runnable + 1] = {row[1], entry[1], stream, task_id, row[2]}
       end
     end
   end

@@ -4,12 +4,13 @@
   the crash-redelivery attempt increment (or goes to the DLQ when its attempts are spent).
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
-    KEYS[4] DLQ stream          KEYS[5] stats counters
+    KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
     ARGV[9] reclaim (1/0)   ARGV[10..] quads: stream, entry id, task id, entry attempt
   Output:
-    list of runnable rows, as fetchTasks returns them
+    list of rows: runnable ones, as fetchTasks returns them, and for the worker's log
+    {outcome, entry id, stream, task id, reason} of absorbed duplicates and lost attempts
 ]]
 -- #include common
 -- #include claim
@@ -18,6 +19,10 @@ local reclaim = ARGV[9] == '1'
 local runnable = {}
 for i = 10, #ARGV, 4 do
   local row = claim_entry(ctx, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], reclaim)
-  if row[1] == 'run' then runnable[#runnable + 1] = row end
+  if row[1] == 'run' then
+    runnable[#runnable + 1] = row
+  elseif row[2] then
+    runnable[#runnable + 1] = {row[1], ARGV[i + 1], ARGV[i], ARGV[i + 2], row[2]}
+  end
 end
 return runnable

@@ -1,0 +1,58 @@
+--[[
+  Leader sweep for RUNNING tasks whose stream entry vanished (trimmed or XDELed while pending,
+  which XAUTOCLAIM reports as deleted and drops from the PEL): the visibility reaper can no
+  longer see them, so the task hash is the only record. A task qualifies when its owner showed
+  no sign of life (claim or heartbeat) since the cutoff and its entry is no longer both in the
+  stream and pending. Its lost attempt counts like a crash redelivery: a new entry is queued
+  (or the task is dead-lettered when its budget is spent, or cancelled if that was requested).
+  Fenced on the scheduler lock, like the other leader scripts.
+  Input:
+    KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
+    KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
+    KEYS[7] scheduler lock
+    ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
+               dlq enabled (1/0), dlq maxlen
+    ARGV[9] cutoff (ms)   ARGV[10] limit   ARGV[11] stream key prefix
+  Output:
+    number of tasks recovered, or -1 when this worker does not hold the lock
+]]
+-- #include common
+-- #include claim
+local ctx = claim_context(1)
+if rcall('GET', KEYS[7]) ~= ctx.worker_id then return -1 end
+local recovered = 0
+for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9], 'LIMIT', 0, ARGV[10])) do
+  local tkey = ctx.task_prefix .. task_id
+  local h = rcall('HMGET', tkey, unpack(TASK_FIELDS))
+  if h[1] ~= 'RUNNING' then
+    rcall('ZREM', ctx.running_key, task_id)  -- moved on (or expired) by a path that keeps no index
+  else
+    local stream = ARGV[11] .. h[7] .. ':' .. h[10]
+    local entry_id = h[9] or ''
+    local exists = entry_id ~= '' and #rcall('XRANGE', stream, entry_id, entry_id) > 0
+    local pel = exists and redis.pcall('XPENDING', stream, ctx.group, entry_id, entry_id, 1)
+    local pending = type(pel) == 'table' and #pel > 0  -- an error reply (no group) has no rows
+    if exists and pending then
+      -- Still reclaimable: the visibility reaper owns it. Look again one cutoff later.
+      rcall('ZADD', ctx.running_key, 'XX', ctx.now_ms, task_id)
+    else
+      if entry_id ~= '' then
+        -- pcall: a stream recreated without its group must not abort the whole sweep.
+        redis.pcall('XACK', stream, ctx.group, entry_id)
+        rcall('XDEL', stream, entry_id)
+      end
+      local lost = lose_attempt(ctx, tkey, task_id, h)
+      if lost == 'again' then
+        local cur = tonumber(h[2])
+        local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', cur + 1)
+        rcall('HSET', tkey, 'status', 'QUEUED', 'entry_id', new_id, 'enqueued_at', ctx.now_ms,
+              'updated_at', ctx.now_ms)
+        rcall('PEXPIRE', tkey, ctx.retention_ms)
+        rcall('ZREM', ctx.running_key, task_id)
+        emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, h[7], 'QUEUED', cur, ctx.now_ms, ctx.now_iso)
+      end
+      recovered = recovered + 1
+    end
+  end
+end
+return recovered

@@ -1,0 +1,28 @@
+--[[
+  Keep this worker's in-flight entries fresh so the visibility reaper never takes work from a
+  live owner: reset the idle time of each entry that is still ours (never one a peer took), and
+  refresh the task's score in the running index while the task hash still names us, so the
+  lost-task sweep leaves it alone even when its entry was deleted from the stream.
+  Input:
+    KEYS[1] running index
+    ARGV[1] group  ARGV[2] worker id  ARGV[3] now (ms)  ARGV[4] task key prefix
+    ARGV[5..] triples: stream, entry id, task id
+  Output:
+    number of entries refreshed
+]]
+local rcall = redis.call
+local touched = 0
+for i = 5, #ARGV, 3 do
+  local stream, entry_id, task_id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local info = rcall('XPENDING', stream, ARGV[1], entry_id, entry_id, 1)[1]
+  if info and info[2] == ARGV[2] then
+    -- XCLAIM also drops the entry from the PEL if it was deleted from the stream (Redis 7).
+    rcall('XCLAIM', stream, ARGV[1], ARGV[2], 0, entry_id, 'JUSTID')
+    touched = touched + 1
+  end
+  local h = rcall('HMGET', ARGV[4] .. task_id, 'status', 'entry_id', 'worker_id')
+  if h[1] == 'RUNNING' and h[2] == entry_id and h[3] == ARGV[2] then
+    rcall('ZADD', KEYS[1], 'XX', ARGV[3], task_id)
+  end
+end
+return touched

@@ -1,0 +1,111 @@
+"""Redis outages with a private redis-server per test: frozen (SIGSTOP/SIGCONT) and crashed
+(kill -9, restarted on the same port and directory with AOF). Workers recover on their own; the
+API answers 503 REDIS_UNAVAILABLE within 2 s and /ready recovers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+import redis
+from django.test import Client
+
+from dtq_core.engine import get_engine
+from dtq_core.keys import Keys
+
+from ..conftest import WorkerProcess, wait_for, worker_env
+from ..redis_server import RedisServer
+from .support import env, pending, statuses
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def private(tmp_path: Path, settings: Any) -> Iterator[tuple[RedisServer, Keys]]:
+    """A redis-server of this test's own (AOF on), with Django's settings pointed at it."""
+    prefix = f"dtqtest:{uuid4().hex[:12]}"
+    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": prefix}
+    try:
+        yield server, Keys(prefix)
+    finally:
+        server.stop()
+
+
+def _worker(server: RedisServer, keys: Keys, tmp_path: Path, name: str) -> WorkerProcess:
+    return WorkerProcess(["--name", name, "--queues", "out"], worker_env(server.url, keys.prefix, **env()),
+                         tmp_path / f"{name}.log")
+
+
+def _assert_unavailable_fast(client: Client, task_id: str) -> None:
+    """/ready, submit and a read each answer 503 REDIS_UNAVAILABLE within 2 s, never hang or 500."""
+    for method, path, body in (("get", "/ready", None), ("post", "/api/v1/tasks", {"type": "failure.work"}),
+                               ("get", f"/api/v1/tasks/{task_id}", None)):
+        started = time.monotonic()
+        response = getattr(client, method)(path, body, content_type="application/json") if body \
+            else getattr(client, method)(path)
+        assert time.monotonic() - started < 2, path
+        assert response.status_code == 503 and response.json()["error"]["code"] == "REDIS_UNAVAILABLE", path
+
+
+def _ready(client: Client) -> bool:
+    return client.get("/ready").status_code == 200
+
+
+def test_a_frozen_redis_fails_the_api_fast_and_everyone_recovers(
+        private: tuple[RedisServer, Keys], tmp_path: Path) -> None:
+    # It should survive: every task (none lost or stuck pending) and the worker process, with no
+    # manual step after Redis thaws; the API never hangs while Redis is frozen.
+    server, keys = private
+    engine, client = get_engine(), Client()
+    data = redis.Redis.from_url(server.url, decode_responses=True)
+    worker = _worker(server, keys, tmp_path, "a")
+    try:
+        ids = [engine.enqueue("failure.awork", {"seconds": 0.3}, queue="out").id for _ in range(20)]
+        wait_for(lambda: "RUNNING" in statuses(data, keys, ids), message=worker.output())
+        server.pause()
+        try:
+            _assert_unavailable_fast(client, ids[0])
+        finally:
+            server.resume()
+        wait_for(lambda: _ready(client), timeout=5)
+        ids.append(engine.enqueue("failure.awork", queue="out").id)
+        wait_for(lambda: set(statuses(data, keys, ids)) == {"SUCCEEDED"}, timeout=30, message=worker.output())
+        assert pending(data, keys, ["out"]) == 0 and worker.proc.poll() is None
+    finally:
+        worker.kill()
+
+
+def test_redis_killed_and_restarted_with_aof_loses_nothing_fsynced(
+        private: tuple[RedisServer, Keys], tmp_path: Path) -> None:
+    # It should survive: streams, consumer groups, the schedule, the DLQ and task hashes (AOF with
+    # appendfsync always here, so the test needs no fsync timing; everysec may lose ~1 s), and the
+    # worker, which reconnects by itself and finishes work that was in flight during the crash.
+    server, keys = private
+    engine, client = get_engine(), Client()
+    data = redis.Redis.from_url(server.url, decode_responses=True)
+    data.config_set("appendfsync", "always")
+    worker = _worker(server, keys, tmp_path, "a")
+    try:
+        wait_for(lambda: data.zscore(keys.workers(), "a"), message=worker.output())
+        poison = engine.enqueue("dtq.fail", queue="out").id
+        ids = [engine.enqueue("failure.awork", {"seconds": 1}, queue="out").id for _ in range(30)]
+        delayed = [engine.enqueue("failure.work", queue="out", delay_seconds=3).id for _ in range(3)]
+        wait_for(lambda: statuses(data, keys, [poison]) == ["DEAD_LETTERED"] and
+                 "RUNNING" in statuses(data, keys, ids), message=worker.output())
+        server.kill()
+        _assert_unavailable_fast(client, ids[0])
+        server.start()  # same port, same directory: replays the AOF
+        wait_for(lambda: _ready(client), timeout=10)
+        assert data.xlen(keys.dlq()) == 1 and data.exists(keys.task(poison))
+        wait_for(lambda: set(statuses(data, keys, [*ids, *delayed])) == {"SUCCEEDED"}, timeout=40,
+                 message=worker.output())
+        assert pending(data, keys, ["out"]) == 0 and data.zcard(keys.schedule()) == 0
+        assert worker.proc.poll() is None  # the same process, no restart needed
+        assert "restarting in" in worker.output()  # its loops were supervised through the outage
+    finally:
+        worker.kill()

@@ -1,0 +1,69 @@
+"""SIGTERM with work in flight: stop taking work, hand the leader lock back, drain within
+DTQ_DRAIN_TIMEOUT_S, leave unfinished entries to peers, deregister, exit 0. A second signal
+exits at once."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from dtq_core.engine import Engine
+
+from ..conftest import WorkerProcess, wait_for
+from .support import env, execs, pending, registered, started, status, statuses
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should survive: finished work (written), unfinished work (left pending for a peer, which
+    # runs it again), work queued after the signal (untouched by the draining worker).
+    keys = engine.keys
+    a = start_worker("--name", "a", "--queues", "drain", "--concurrency", "4", **env(DTQ_DRAIN_TIMEOUT_S=2))
+    wait_for(lambda: redis_client.get(keys.scheduler_lock()) == "a", message=a.output())
+    short = engine.enqueue("failure.work", {"seconds": 1}, queue="drain").id
+    long_async = engine.enqueue("failure.awork", {"by_attempt": {"1": 60, "2": 0}}, queue="drain").id
+    long_sync = engine.enqueue("failure.work", {"by_attempt": {"1": 60, "2": 0}}, queue="drain").id
+    wait_for(lambda: started(redis_client, keys, short, long_async, long_sync), message=a.output())
+    a.proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    wait_for(lambda: "stopped taking work" in a.output(), timeout=10, message=a.output())
+    late = engine.enqueue("failure.work", queue="drain").id
+    assert a.wait(15) == 0, a.output()
+    assert time.monotonic() - signalled < 2 + 4  # the drain window plus the consumer's last read
+    assert "drain timeout: abandoning 2 attempt(s)" in a.output()
+    assert status(redis_client, keys, short) == "SUCCEEDED"
+    assert statuses(redis_client, keys, [long_async, long_sync]) == ["RUNNING"] * 2  # left for peers
+    assert pending(redis_client, keys, ["drain"]) == 2
+    assert status(redis_client, keys, late) == "QUEUED" and execs(redis_client, keys, late) == 0
+    assert not registered(redis_client, keys, "a") and redis_client.get(keys.scheduler_lock()) is None
+
+    b = start_worker("--name", "b", "--queues", "drain", **env())
+    wait_for(lambda: set(statuses(redis_client, keys, [long_async, long_sync, late])) == {"SUCCEEDED"},
+             timeout=20, message=b.output())
+    assert [engine.get_task(t)["attempt"] for t in (long_async, long_sync, late)] == [2, 2, 1]
+    assert execs(redis_client, keys, short) == 1 and execs(redis_client, keys, late) == 1
+    assert pending(redis_client, keys, ["drain"]) == 0
+
+
+def test_a_second_signal_exits_at_once(engine: Engine, redis_client: redis.Redis,
+                                       start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should survive: the operator's patience. A long drain is cut short by a second signal;
+    # the abandoned entry stays pending for a peer.
+    keys = engine.keys
+    a = start_worker("--name", "a", "--queues", "twice", **env(DTQ_DRAIN_TIMEOUT_S=60))
+    tid = engine.enqueue("failure.awork", {"seconds": 60}, queue="twice").id
+    wait_for(lambda: started(redis_client, keys, tid), message=a.output())
+    a.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "stop requested" in a.output(), timeout=10, message=a.output())
+    second = time.monotonic()
+    a.proc.send_signal(signal.SIGINT)
+    assert a.wait(5) == 1
+    assert time.monotonic() - second < 2
+    assert "second signal: exiting now" in a.output()
+    assert pending(redis_client, keys, ["twice"]) == 1 and status(redis_client, keys, tid) == "RUNNING"
