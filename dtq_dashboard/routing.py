@@ -1,3 +1,11 @@
-"""WebSocket routes (the live event feed)."""
+"""WebSocket routes: the live event feed at /ws/events."""
 
-websocket_urlpatterns: list = []
+from __future__ import annotations
+
+from django.urls import path
+
+from .consumers import EventsConsumer
+
+websocket_urlpatterns = [
+    path("ws/events", EventsConsumer.as_asgi()),
+]

@@ -1,1 +1,34 @@
-urlpatterns: list = []
+"""Console URLs: pages are GET, actions are POST-only (GET on an action URL is 405)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from . import views
+
+app_name = "dtq_dashboard"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("console/state.json", views.state, name="state"),
+    path("queues/<str:name>/", views.queue, name="queue"),
+    path("queues/<str:name>/pause", views.pause, name="pause"),
+    path("queues/<str:name>/resume", views.resume, name="resume"),
+    path("queues/<str:name>/purge", views.purge, name="purge"),
+    path("queues/<str:name>/purge/confirm", views.purge_confirm, name="purge-confirm"),
+    path("tasks/", views.tasks, name="tasks"),
+    path("tasks/<str:task_id>/", views.task, name="task"),
+    path("tasks/<str:task_id>/cancel", views.cancel, name="cancel"),
+    path("dlq/", views.dlq, name="dlq"),
+    path("dlq/retry", views.dlq_retry, name="dlq-retry"),
+    path("dlq/discard", views.dlq_discard, name="dlq-discard"),
+    path("dlq/matching/confirm", views.dlq_confirm, name="dlq-confirm"),
+    path("dlq/matching/retry", views.dlq_retry_matching, name="dlq-retry-matching"),
+    path("dlq/matching/discard", views.dlq_discard_matching, name="dlq-discard-matching"),
+    path("schedule/", views.schedule, name="schedule"),
+    path("workers/", views.workers, name="workers"),
+    path("audit/", views.audit, name="audit"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+]

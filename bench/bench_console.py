@@ -1,0 +1,211 @@
+"""Console page render times at scale: 1,000,000 waiting tasks and 100,000 dead letters (target < 300 ms).
+
+Run: .venv/bin/python -m bench.bench_console [--waiting N] [--dead N] [--repeat R]. A throwaway
+Redis is filled server-side by a Lua helper (batches of XADD/HSET, so a million tasks take seconds),
+then every console page is rendered through Django's full request stack (middleware, templates)
+R times; the report gives median, p95 and max per page and flags any page over the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import override_settings, setup_test_environment  # noqa: E402
+
+from dtq_core.config import DtqConfig  # noqa: E402
+from dtq_core.engine import Engine, reset_engine  # noqa: E402
+from dtq_core.keys import Keys  # noqa: E402
+
+from .common import percentile, start_redis  # noqa: E402
+
+TARGET_MS = 300.0
+QUEUES = ("default", "emails", "billing", "reports")
+ERRORS = [("RuntimeError", "card declined by issuer (code 51)"), ("TimeoutError", "gateway timed out after 30s"),
+          ("KeyError", "'customer_id'"), ("dtq.UnknownTaskType", "no handler registered for task type 'old.task'"),
+          ("ValueError", "invalid literal for int() with base 10: 'abc'")]
+
+# Fill helper: runs inside Redis so the bench spends seconds, not minutes, making a million tasks.
+FILL_WAITING = """
+local stream, task_prefix, recent, now = KEYS[1], ARGV[1], KEYS[2], tonumber(ARGV[2])
+local first, n, queue, priority, ttype = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+for i = first, first + n - 1 do
+  local id = 'w' .. i
+  local eid = redis.call('XADD', stream, '*', 'task_id', id, 'attempt', 1)
+  redis.call('HSET', task_prefix .. id, 'id', id, 'type', ttype, 'queue', queue, 'priority', priority,
+             'payload', '{"order":' .. i .. ',"note":"bench"}', 'status', 'QUEUED', 'attempt', 0,
+             'max_attempts', 5, 'timeout_s', 300, 'created_at', now - i, 'updated_at', now - i,
+             'enqueued_at', now - i, 'entry_id', eid)
+  if i % 10 == 0 then redis.call('ZADD', recent, now - i, id) end
+end
+return n
+"""
+FILL_DEAD = """
+local dlq, counts, task_prefix, now = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
+local first, n = tonumber(ARGV[3]), tonumber(ARGV[4])
+local queues, types = cjson.decode(ARGV[5]), {'billing.charge', 'emails.send', 'reports.build'}
+local errors = cjson.decode(ARGV[6])
+for i = first, first + n - 1 do
+  local id, queue = 'd' .. i, queues[(i % #queues) + 1]
+  local err, ttype = errors[(i % #errors) + 1], types[(i % 3) + 1]
+  local eid = redis.call('XADD', dlq, '*', 'task_id', id, 'queue', queue, 'type', ttype, 'attempt', 5,
+                         'error_class', err[1], 'error', err[2], 'failed_at', now - i)
+  redis.call('HINCRBY', counts, queue, 1)
+  redis.call('HSET', task_prefix .. id, 'id', id, 'type', ttype, 'queue', queue, 'priority', 'normal',
+             'payload', '{"customer":"cus_' .. i .. '"}', 'status', 'DEAD_LETTERED', 'attempt', 5,
+             'max_attempts', 5, 'created_at', now - i, 'updated_at', now - i, 'dlq_entry_id', eid,
+             'last_error', err[1] .. ': ' .. err[2],
+             'errors', '[{"attempt":5,"error":"' .. err[1] .. '","message":"bench","traceback":"",' ..
+                       '"at":"2026-01-01T00:00:00.000Z"}]')
+end
+return n
+"""
+
+
+def fill(engine: Engine, waiting: int, dead: int) -> float:
+    """Make `waiting` queued tasks spread over queues and priorities, `dead` dead letters, and the rest."""
+    import json
+
+    started = time.perf_counter()
+    client, k, now = engine.client, engine.keys, engine.clock.now_ms()
+    fill_waiting, fill_dead = client.register_script(FILL_WAITING), client.register_script(FILL_DEAD)
+    client.sadd(k.queues(), *QUEUES)
+    for queue in QUEUES:
+        for stream in k.streams(queue):
+            client.xgroup_create(stream, Keys.GROUP, id="0", mkstream=True)
+    # 70% normal, 20% high, 10% low; most work waits in "default" and "emails".
+    plan = [("default", "normal", 0.45), ("default", "high", 0.15), ("emails", "normal", 0.2),
+            ("emails", "low", 0.1), ("billing", "high", 0.05), ("reports", "normal", 0.05)]
+    first = 0
+    for queue, priority, share in plan:
+        count = int(waiting * share) if (queue, priority) != plan[-1][:2] else waiting - first
+        for start in range(first, first + count, 10_000):
+            n = min(10_000, first + count - start)
+            fill_waiting(keys=[k.stream(queue, priority), k.recent()],
+                         args=[k.task_prefix(), now, start, n, queue, priority, f"{queue}.work"])
+        first += count
+    for start in range(0, dead, 10_000):
+        fill_dead(keys=[k.dlq(), k.dlq_counts()],
+                  args=[k.task_prefix(), now, start, min(10_000, dead - start), json.dumps(list(QUEUES)),
+                        json.dumps(ERRORS)])
+    # Some in flight (pending in the group), a schedule, workers, a leader and an audit trail.
+    client.xreadgroup(Keys.GROUP, "bench-worker", {k.stream("default", "high"): ">"}, count=200)
+    pipe = client.pipeline(transaction=False)
+    for i in range(10_000):
+        pipe.zadd(k.schedule(), {f"w{i}": now + 1000 * i})
+    pipe.hset(k.schedule_counts(), "default", 10_000)
+    for i in range(20):
+        wid = f"bench-host:{1000 + i}"
+        pipe.zadd(k.workers(), {wid: now - i * 100})
+        pipe.hset(k.worker(wid), mapping={"hostname": "bench-host", "pid": 1000 + i, "queues": "",
+                                          "concurrency": 10, "in_flight": 10, "processed": 123456,
+                                          "started_at": now - 3_600_000})
+    pipe.set(k.scheduler_lock(), "bench-host:1000")
+    for i in range(10_000):
+        pipe.xadd(k.audit(), {"ts": now - i, "actor": f"user:op{i % 7}", "source": ("api", "console", "cli")[i % 3],
+                              "action": ("dlq.retry", "queue.pause", "task.cancel")[i % 3],
+                              "target": "dlq:all", "count": i, "request_id": f"req-{i}"})
+    pipe.execute()
+    return time.perf_counter() - started
+
+
+def pages(engine: Engine, waiting: int, dead: int) -> dict[str, str]:
+    deep = engine.waiting_tasks("default", limit=500)
+    for _ in range(3):  # a cursor a few pages in, to show paging by stream id does not slow down
+        if deep.next_cursor:
+            deep = engine.waiting_tasks("default", after=deep.next_cursor, limit=500)
+    dlq_deep = engine.dlq_list(limit=500)
+    return {
+        "overview": "/",
+        "state.json": "/console/state.json",
+        "queue default": "/queues/default/",
+        "queue default (deep cursor)": f"/queues/default/?cursor={deep.next_cursor or ''}",
+        "queue emails (low tail)": "/queues/emails/",
+        "purge confirm": "/queues/default/purge/confirm",
+        "tasks (recent)": "/tasks/",
+        "tasks (status filter)": "/tasks/?status=QUEUED&queue=emails",
+        "task": f"/tasks/w{min(12345, waiting - 1)}/",
+        "dead task": f"/tasks/d{min(4242, dead - 1)}/",
+        "dlq": "/dlq/",
+        "dlq (page 2)": f"/dlq/?cursor={dlq_deep.next_cursor or ''}",
+        "dlq (queue filter)": "/dlq/?queue=billing",
+        "dlq (type filter)": "/dlq/?type=reports.build",
+        "dlq (text search)": "/dlq/?q=timed+out",
+        "dlq (rare text)": "/dlq/?q=cus_99999",
+        "dlq confirm (all)": "/dlq/matching/confirm?action=retry",
+        "dlq confirm (queue)": "/dlq/matching/confirm?action=retry&queue=billing",
+        "dlq confirm (type+text)": "/dlq/matching/confirm?action=discard&type=emails.send&q=declined",
+        "schedule": "/schedule/",
+        "workers": "/workers/",
+        "audit": "/audit/",
+        "audit (filter)": "/audit/?actor=user:op3&source=cli",
+    }
+
+
+def measure(client: Client, path: str, repeat: int) -> list[float]:
+    client.get(path)  # warm up templates and connections
+    out = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        response = client.get(path)
+        out.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 200:
+            raise SystemExit(f"{path}: HTTP {response.status_code}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_console", description=__doc__.splitlines()[0])
+    parser.add_argument("--waiting", type=int, default=1_000_000)
+    parser.add_argument("--dead", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    if args.waiting < 1000 or args.dead < 1000:
+        parser.error("--waiting and --dead must be at least 1000")
+    server = start_redis("console")
+    try:
+        config = DtqConfig(redis_url=server.url, key_prefix="bench", dlq_maxlen=max(args.dead, 1))
+        engine = Engine(config)
+        print(f"filling redis: {args.waiting:,} waiting tasks, {args.dead:,} dead letters ...", flush=True)
+        took = fill(engine, args.waiting, args.dead)
+        memory = engine.client.info("memory")["used_memory_human"]
+        print(f"filled in {took:.1f} s (redis used_memory {memory})", flush=True)
+        setup_test_environment()
+        results: list[dict[str, Any]] = []
+        with override_settings(DTQ={**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": "bench",
+                                    "DLQ_MAXLEN": max(args.dead, 1)}, ALLOWED_HOSTS=["testserver"]):
+            reset_engine()
+            client = Client()
+            for name, path in pages(engine, args.waiting, args.dead).items():
+                times = measure(client, path, args.repeat)
+                results.append({"page": name, "median": statistics.median(times), "p95": percentile(times, 95),
+                                "max": max(times)})
+        width = max(len(r["page"]) for r in results)
+        print(f"\n{'page':<{width}}  median ms   p95 ms   max ms")
+        slow = []
+        for r in results:
+            flag = "" if r["p95"] < TARGET_MS else "  OVER TARGET"
+            if flag:
+                slow.append(r["page"])
+            print(f"{r['page']:<{width}}  {r['median']:9.1f} {r['p95']:8.1f} {r['max']:8.1f}{flag}")
+        print(f"\ntarget: p95 < {TARGET_MS:.0f} ms per page with {args.waiting:,} waiting tasks and "
+              f"{args.dead:,} dead letters: {'PASS' if not slow else 'FAIL (' + ', '.join(slow) + ')'}")
+        return 0 if not slow else 1
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

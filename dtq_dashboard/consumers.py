@@ -1,0 +1,55 @@
+"""The /ws/events consumer: authorise with the console's read policy, then forward hub events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from .fanout import ClientBuffer, get_hub
+from .permissions import can_view_console
+
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_SLOW = 4008
+
+
+class EventsConsumer(AsyncWebsocketConsumer):
+    buffer: ClientBuffer | None = None
+    pump: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        if not can_view_console(self.scope.get("user")):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        await self.accept()
+        self.hub = get_hub()
+        self.buffer = self.hub.register()
+        self.pump = asyncio.get_running_loop().create_task(self._pump())
+
+    async def disconnect(self, code: int) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+        if self.buffer is not None:
+            await self.hub.unregister(self.buffer)
+            self.buffer = None
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """The feed is one-way; a client's "ping" gets a "pong" so pages can check liveness."""
+        if text_data == "ping":
+            await self.send(text_data=json.dumps({"type": "feed.pong"}))
+
+    async def _pump(self) -> None:
+        assert self.buffer is not None
+        buffer, reported = self.buffer, 0
+        while True:
+            batch = await buffer.take()
+            if buffer.dropped != reported:
+                # Tell the page it missed events, so it re-reads counts over REST.
+                await self.send(text_data=json.dumps({"type": "feed.dropped", "count": buffer.dropped - reported}))
+                reported = buffer.dropped
+            for text in batch:
+                await self.send(text_data=text)
+            if buffer.overflowed:
+                await self.close(code=CLOSE_TOO_SLOW)
+                return

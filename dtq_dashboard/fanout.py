@@ -1,0 +1,203 @@
+"""One Redis pub/sub subscription per server process, fanned out to every connected browser.
+
+Each client gets a bounded buffer. When a slow client's buffer is full, non-terminal events
+are dropped and counted (in this process and in the cluster-wide `events_dropped` counter);
+terminal events are never dropped: one evicts the oldest buffered non-terminal event instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from collections import deque
+from typing import Any
+
+from dtq_core.config import DtqConfig
+from dtq_core.connection import async_client
+from dtq_core.keys import Keys
+from dtq_core.task import TERMINAL
+
+logger = logging.getLogger(__name__)
+
+BUFFER_SIZE = 1000
+# Terminal events are never dropped, so a client that never reads could grow without bound;
+# past this many buffered terminal events it is disconnected and re-derives state over REST.
+TERMINAL_OVERFLOW = 10 * BUFFER_SIZE
+DROP_FLUSH_S = 1.0  # the cluster-wide drop counter is written at most this often (batched HINCRBY)
+TERMINAL_STATUSES = frozenset(s.value for s in TERMINAL)
+
+
+def is_terminal(event: Any) -> bool:
+    """Terminal events are the task.* ones with a terminal status (CONTRACT section 8)."""
+    return (isinstance(event, dict) and str(event.get("type", "")).startswith("task.")
+            and event.get("status") in TERMINAL_STATUSES)
+
+
+class ClientBuffer:
+    """The per-client queue between the hub (producer) and one consumer's sender (consumer)."""
+
+    def __init__(self, size: int = BUFFER_SIZE, overflow: int = TERMINAL_OVERFLOW) -> None:
+        self.size = size
+        self.overflow = overflow
+        self.items: deque[tuple[bool, str]] = deque()
+        self.dropped = 0  # events this client never got
+        self.overflowed = False
+        self._ready = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def offer(self, text: str, *, terminal: bool) -> int:
+        """Buffer one event; return how many events were dropped to do so (0 or 1)."""
+        if len(self.items) < self.size:
+            self._push(terminal, text)
+            return 0
+        if not terminal:
+            self.dropped += 1
+            return 1
+        for i, (buffered_terminal, _) in enumerate(self.items):
+            if not buffered_terminal:
+                del self.items[i]  # the oldest non-terminal event makes room
+                self.dropped += 1
+                self._push(terminal, text)
+                return 1
+        self._push(terminal, text)  # only terminal events are buffered: keep this one too
+        if len(self.items) > self.overflow:
+            self.overflowed = True
+        return 0
+
+    def _push(self, terminal: bool, text: str) -> None:
+        self.items.append((terminal, text))
+        self._ready.set()
+
+    async def take(self) -> list[str]:
+        """Wait for events, then hand over everything buffered (oldest first)."""
+        while not self.items:
+            self._ready.clear()
+            await self._ready.wait()
+        batch = [text for _, text in self.items]
+        self.items.clear()
+        return batch
+
+
+class EventHub:
+    """Owns the process's single subscription to the events channel; started by the first client."""
+
+    def __init__(self, config: DtqConfig) -> None:
+        self.config = config
+        self.keys = Keys(config.key_prefix)
+        self.clients: set[ClientBuffer] = set()
+        self.received_total = 0  # events read from Redis by this process
+        self.dropped_total = 0  # process-wide count of dropped events
+        self.subscribed = asyncio.Event()
+        self._pending_drops = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def register(self, client: ClientBuffer | None = None) -> ClientBuffer:
+        client = client or ClientBuffer()
+        self.clients.add(client)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="dtq-events-subscription")
+        return client
+
+    async def unregister(self, client: ClientBuffer) -> None:
+        self.clients.discard(client)
+        if not self.clients and self._task is not None:
+            # Nobody listens: drop the subscription; the next client starts a new one.
+            task, self._task = self._task, None
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    def dispatch(self, raw: str | bytes) -> None:
+        """Hand one published event to every client buffer, counting what slow clients drop."""
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        try:
+            terminal = is_terminal(json.loads(text))
+        except ValueError:
+            logger.warning("ignoring a malformed event on the events channel")
+            return
+        self.received_total += 1
+        dropped = sum(client.offer(text, terminal=terminal) for client in list(self.clients))
+        if dropped:
+            self.dropped_total += dropped
+            self._pending_drops += dropped
+
+    def broadcast_control(self, message: dict[str, Any]) -> None:
+        """Send a feed.* control message (never dropped) to every client."""
+        text = json.dumps(message)
+        for client in list(self.clients):
+            client.offer(text, terminal=True)
+
+    async def _run(self) -> None:
+        backoff = 0.25
+        failed = False
+        loop = asyncio.get_running_loop()
+        while True:
+            client = async_client(self.config, read_timeout_s=5.0)
+            pubsub = client.pubsub()
+            try:
+                await pubsub.subscribe(self.keys.events())
+                self.subscribed.set()
+                if failed:
+                    # Events published while we were away are gone: tell pages to re-derive state.
+                    self.broadcast_control({"type": "feed.resync", "reason": "subscription restored"})
+                    failed, backoff = False, 0.25
+                next_flush = loop.time() + DROP_FLUSH_S
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                    if message is not None and message.get("type") == "message":
+                        self.dispatch(message["data"])
+                    if self._pending_drops and loop.time() >= next_flush:
+                        await self._flush_drops(client)
+                        next_flush = loop.time() + DROP_FLUSH_S
+            except asyncio.CancelledError:
+                await self._flush_drops(client, quiet=True)
+                raise
+            except Exception as exc:  # any Redis trouble: log, back off, subscribe again
+                self.subscribed.clear()
+                if not failed:
+                    logger.warning("events subscription lost: %s; retrying", exc)
+                    self.broadcast_control({"type": "feed.status", "state": "disconnected"})
+                failed = True
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                await _close(pubsub, client)
+
+    async def _flush_drops(self, client: Any, *, quiet: bool = False) -> None:
+        count, self._pending_drops = self._pending_drops, 0
+        if not count:
+            return
+        try:
+            await client.hincrby(self.keys.stats_counters(), "events_dropped", count)
+        except Exception as exc:
+            self._pending_drops += count  # keep them for the next flush
+            if not quiet:
+                logger.warning("could not record %d dropped events: %s", count, exc)
+
+
+async def _close(pubsub: Any, client: Any) -> None:
+    for closer in (pubsub.aclose, client.aclose):
+        try:
+            await closer()
+        except Exception:  # closing a broken connection may fail; nothing to recover
+            pass
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EventHub] = weakref.WeakKeyDictionary()
+
+
+def get_hub() -> EventHub:
+    """The hub of the running event loop (daphne runs one loop per process, so one per process)."""
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        from dtq_core.conf import get_config
+
+        hub = _hubs[loop] = EventHub(get_config())
+    return hub

@@ -1,0 +1,90 @@
+"""Filter and action forms: bound to GET/POST data, they reject malformed or oversized input."""
+
+from __future__ import annotations
+
+import re
+
+from django import forms
+
+from dtq_core.task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE, Status
+
+ENTRY_ID_RE = re.compile(r"\d{1,20}-\d{1,20}")
+MAX_SELECTED = 500  # a page holds at most 500 rows; more is a malformed request
+TEXT_MAX = 200
+
+
+def _queue_name(value: str) -> str:
+    if value and (not QUEUE_NAME_RE.fullmatch(value) or value in RESERVED_QUEUES):
+        raise forms.ValidationError("not a queue name")
+    return value
+
+
+def _task_type(value: str) -> str:
+    if value and not TASK_TYPE_RE.fullmatch(value):
+        raise forms.ValidationError("not a task type")
+    return value
+
+
+class _Form(forms.Form):
+    def first_error(self) -> str:
+        for name, errors in self.errors.items():
+            return f"{name}: {errors[0]}" if name != "__all__" else str(errors[0])
+        return "invalid input"
+
+
+class DlqFilterForm(_Form):
+    queue = forms.CharField(required=False, max_length=64, validators=[_queue_name])
+    type = forms.CharField(required=False, max_length=TEXT_MAX, validators=[_task_type])
+    q = forms.CharField(required=False, max_length=TEXT_MAX, strip=True)
+    cursor = forms.CharField(required=False, max_length=64)
+
+    def filters(self) -> dict[str, str | None]:
+        data = self.cleaned_data
+        return {"queue": data.get("queue") or None, "type": data.get("type") or None, "q": data.get("q") or None}
+
+
+class DlqMatchingForm(DlqFilterForm):
+    """Retry/Discard all matching: the filter plus the confirmation the preview page adds."""
+
+    confirm = forms.CharField(required=False, max_length=8)
+    expected = forms.IntegerField(required=False, min_value=0)
+
+
+class DlqIdsForm(_Form):
+    """Retry/Discard selected rows (or one row): DLQ stream entry ids."""
+
+    def __init__(self, data: object) -> None:
+        super().__init__(data)  # type: ignore[arg-type]
+        self.ids: list[str] = []
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean() or {}
+        raw = self.data.getlist("ids") if hasattr(self.data, "getlist") else []
+        if not raw:
+            raise forms.ValidationError("select at least one dead letter first")
+        if len(raw) > MAX_SELECTED:
+            raise forms.ValidationError(f"at most {MAX_SELECTED} dead letters can be selected at once")
+        if not all(ENTRY_ID_RE.fullmatch(eid) for eid in raw):
+            raise forms.ValidationError("not a dead-letter entry id")
+        self.ids = list(dict.fromkeys(raw))
+        return cleaned
+
+
+class TaskFilterForm(_Form):
+    id = forms.CharField(required=False, max_length=128)
+    queue = forms.CharField(required=False, max_length=64, validators=[_queue_name])
+    status = forms.ChoiceField(required=False, choices=[("", "any")] + [(s.value, s.value) for s in Status])
+    type = forms.CharField(required=False, max_length=TEXT_MAX, validators=[_task_type])
+    cursor = forms.CharField(required=False, max_length=32)
+
+
+class AuditFilterForm(_Form):
+    action = forms.CharField(required=False, max_length=64)
+    actor = forms.CharField(required=False, max_length=TEXT_MAX)
+    source = forms.ChoiceField(required=False, choices=[("", "any"), ("api", "api"), ("console", "console"),
+                                                        ("cli", "cli")])
+    cursor = forms.CharField(required=False, max_length=64)
+
+
+class CursorForm(_Form):
+    cursor = forms.CharField(required=False, max_length=160)

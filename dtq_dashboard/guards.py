@@ -1,0 +1,106 @@
+"""View decorators: the read policy, the action policy (POST, staff, permission) and error pages."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from dtq_core.admin import Actor
+from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, TaskNotFound, ValidationError
+
+from .models import ACTION_PERMISSIONS
+from .permissions import can_act, can_view_console
+
+logger = logging.getLogger(__name__)
+View = Callable[..., HttpResponse]
+NOT_FOUND = (TaskNotFound, QueueNotFound, DeadLetterNotFound)
+
+
+def unavailable(request: HttpRequest) -> HttpResponse:
+    return render(request, "dtq_dashboard/error.html", {
+        "title": "Redis is unavailable",
+        "detail": "The console cannot reach Redis right now. Nothing was read or changed; "
+                  "this page works again as soon as Redis answers (check /ready).",
+    }, status=503)
+
+
+def console_page(view: View) -> View:
+    """Apply the read policy and turn Redis outages, unknown ids and bad cursors into pages."""
+
+    @require_GET
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not can_view_console(request.user):
+            return redirect_to_login(request.get_full_path())
+        try:
+            return view(request, *args, **kwargs)
+        except UNAVAILABLE_ERRORS:
+            logger.warning("console read failed: redis unavailable path=%s", request.path)
+            return unavailable(request)
+        except NOT_FOUND as exc:
+            return render(request, "dtq_dashboard/error.html", {"title": "Not found", "detail": exc.message},
+                          status=404)
+        except ValidationError as exc:
+            return render(request, "dtq_dashboard/error.html", {"title": "Bad request", "detail": exc.message},
+                          status=400)
+
+    return wrapper
+
+
+def safe_next(request: HttpRequest, default: str) -> str:
+    """Where an action goes back to: the form's `next` when it is a local URL."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                   require_https=request.is_secure()):
+        return target
+    return default
+
+
+def console_action(codename: str, *, default_next: Callable[..., str]) -> Callable[[View], View]:
+    """POST only (GET is 405), staff with the named permission, audited as `user:<name>` by the engine.
+
+    Refusals happen before the view runs, so an anonymous or non-staff POST changes nothing and
+    writes no audit entry. The view gets an Actor and the URL to redirect back to.
+    """
+    if codename not in ACTION_PERMISSIONS:
+        raise ValueError(f"unknown console permission {codename!r}")
+
+    def decorate(view: View) -> View:
+        @require_POST
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            back = safe_next(request, default_next(*args, **kwargs))
+            if not request.user.is_authenticated:
+                return redirect_to_login(back)
+            if not can_act(request.user, codename):
+                logger.info("console action refused user=%s permission=%s path=%s",
+                            request.user.get_username(), codename, request.path)
+                return render(request, "dtq_dashboard/error.html", {
+                    "title": "Permission denied",
+                    "detail": f"This action needs a staff account with the “{ACTION_PERMISSIONS[codename]}” "
+                              "permission. Nothing was changed.",
+                }, status=403)
+            actor = Actor.user(request.user.get_username(), source="console",
+                               request_id=getattr(request, "request_id", ""))
+            try:
+                return view(request, actor, back, *args, **kwargs)
+            except UNAVAILABLE_ERRORS:
+                logger.warning("console action failed: redis unavailable path=%s", request.path)
+                return unavailable(request)
+            except DtqError as exc:
+                messages.error(request, exc.message)
+                return redirect(back)
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,162 @@
+// dtq live feed: one WebSocket to /ws/events. Dedups by event_id, updates counts and rows in
+// place, reconnects with backoff and re-reads state over REST after every (re)connect.
+(function () {
+  "use strict";
+  var script = document.getElementById("live-script");
+  var stateUrl = script.dataset.stateUrl, taskUrl = script.dataset.taskUrl, queueUrl = script.dataset.queueUrl;
+  var onlyQueue = script.dataset.onlyQueue || null;
+  var feed = document.querySelector("#feed tbody");
+  var label = document.getElementById("feed-state");
+  var MAX_ROWS = 200, MAX_SEEN = 5000;
+  var seen = new Set(), seenOrder = [];
+  var socket = null, attempt = 0, refreshTimer = null;
+  var stats = { received: 0, duplicates: 0, dropped: 0, reconnects: 0 };
+  window.dtqFeed = stats;
+
+  function setState(state, text) {
+    document.body.dataset.feed = state;
+    if (label) { label.dataset.state = state; label.textContent = text || state; }
+  }
+
+  function remember(id) {
+    if (seen.has(id)) return false;
+    seen.add(id); seenOrder.push(id);
+    if (seenOrder.length > MAX_SEEN) seen.delete(seenOrder.shift());
+    return true;
+  }
+
+  function cell(content) {
+    var td = document.createElement("td");
+    if (content instanceof Node) td.appendChild(content); else td.textContent = content == null ? "" : String(content);
+    return td;
+  }
+
+  function link(href, text, mono) {
+    var a = document.createElement("a");
+    a.href = href;
+    if (mono) { var c = document.createElement("code"); c.textContent = text; a.appendChild(c); } else a.textContent = text;
+    return a;
+  }
+
+  function addFeedRow(ev) {
+    if (!feed) return;
+    var placeholder = feed.querySelector("tr.placeholder");
+    if (placeholder) placeholder.remove();
+    var tr = document.createElement("tr");
+    tr.className = "flash";
+    tr.dataset.event = ev.event_id;
+    if (ev.task_id) tr.dataset.eventTask = ev.task_id;
+    tr.appendChild(cell(window.dtq.timeElement(ev.ts)));
+    tr.appendChild(cell(ev.type));
+    tr.appendChild(cell(ev.task_id ? link(taskUrl + encodeURIComponent(ev.task_id) + "/", String(ev.task_id).slice(0, 12), true) : "—"));
+    tr.appendChild(cell(ev.queue ? link(queueUrl + encodeURIComponent(ev.queue) + "/", ev.queue) : "—"));
+    tr.appendChild(cell(ev.status ? window.dtq.badge(ev.status) : ""));
+    feed.insertBefore(tr, feed.firstChild);
+    while (feed.rows.length > MAX_ROWS) feed.deleteRow(feed.rows.length - 1);
+  }
+
+  // Rows already on the page (queue, task, schedule pages) change status in place.
+  function updateRows(ev) {
+    if (!ev.task_id || !ev.status) return;
+    document.querySelectorAll("[data-task]").forEach(function (row) {
+      if (row.dataset.task !== ev.task_id) return;
+      row.querySelectorAll("[data-f=status]").forEach(function (slot) {
+        slot.replaceChildren(window.dtq.badge(ev.status));
+      });
+    });
+  }
+
+  function setText(el, value) {
+    if (!el) return;
+    var text = Number(value || 0).toLocaleString("en-US");
+    if (el.textContent !== text) {
+      el.textContent = text;
+      el.classList.add("bump");
+      setTimeout(function () { el.classList.remove("bump"); }, 600);
+    }
+  }
+
+  function applyState(data) {
+    var totals = document.getElementById("totals");
+    if (totals) {
+      setText(totals.querySelector("[data-total=waiting]"), data.totals.waiting);
+      setText(totals.querySelector("[data-total=pending]"), data.totals.pending);
+      setText(totals.querySelector("[data-total=scheduled]"), data.scheduled_total);
+      setText(totals.querySelector("[data-total=dlq]"), data.dlq_total);
+      setText(totals.querySelector("[data-total=throughput]"), data.totals.finished_last_minute);
+      setText(totals.querySelector("[data-total=workers]"), data.workers_alive);
+    }
+    data.queues.forEach(function (q) {
+      if (onlyQueue && q.name !== onlyQueue) return;
+      document.querySelectorAll("[data-queue]").forEach(function (row) {
+        if (row.dataset.queue !== q.name) return;
+        var values = { high: q.depth.high, normal: q.depth.normal, low: q.depth.low, pending: q.pending,
+                       retry_scheduled: q.retry_scheduled, dlq: q.dlq, finished_last_minute: q.finished_last_minute };
+        Object.keys(values).forEach(function (key) {
+          var slot = row.querySelector("[data-f=" + key + "]");
+          if (!slot) return;
+          var target = slot.querySelector("a") || slot;
+          setText(target, values[key]);
+        });
+        var paused = row.querySelector("[data-f=paused]");
+        if (paused) {
+          var b = document.createElement("span");
+          b.className = "badge " + (q.paused ? "st-paused" : "st-active");
+          b.textContent = q.paused ? "PAUSED" : "active";
+          paused.replaceChildren(b);
+        }
+      });
+    });
+  }
+
+  function refreshState() {
+    return fetch(stateUrl, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (data) { if (data) applyState(data); })
+      .catch(function () { /* the next event or reconnect tries again */ });
+  }
+
+  // Counts follow events, but at most one REST read per second however busy the feed is.
+  function scheduleRefresh() {
+    if (refreshTimer) return;
+    refreshTimer = setTimeout(function () { refreshTimer = null; refreshState(); }, 1000);
+  }
+
+  function onMessage(raw) {
+    var ev;
+    try { ev = JSON.parse(raw); } catch (e) { return; }
+    if (typeof ev.type === "string" && ev.type.indexOf("feed.") === 0) {
+      if (ev.type === "feed.dropped") { stats.dropped += ev.count || 0; scheduleRefresh(); }
+      if (ev.type === "feed.resync") refreshState();
+      if (ev.type === "feed.status") setState("reconnecting", "redis reconnecting…");
+      return;
+    }
+    if (!ev.event_id || !remember(ev.event_id)) { stats.duplicates += 1; return; }
+    stats.received += 1;
+    if (document.body.dataset.feed !== "live") setState("live", "live");
+    if (!onlyQueue || ev.queue === onlyQueue) addFeedRow(ev);
+    updateRows(ev);
+    scheduleRefresh();
+  }
+
+  function connect() {
+    var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/events";
+    socket = new WebSocket(url);
+    socket.onopen = function () {
+      if (attempt > 0) stats.reconnects += 1;
+      attempt = 0;
+      setState("live", "live");
+      refreshState();  // events published while we were away are gone: re-derive state
+    };
+    socket.onmessage = function (m) { onMessage(m.data); };
+    socket.onclose = function (e) {
+      if (e.code === 4403) { setState("closed", "log in to see live events"); return; }
+      attempt += 1;
+      var delay = Math.min(15000, 500 * Math.pow(2, attempt - 1)) * (0.5 + Math.random() / 2);
+      setState("reconnecting", "reconnecting…");
+      setTimeout(connect, delay);
+    };
+  }
+
+  if ("WebSocket" in window) { setState("connecting", "connecting…"); connect(); }
+})();

@@ -1,0 +1,100 @@
+"""Template filters for the console: relative times with the exact time on hover, badges, numbers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+register = template.Library()
+
+
+def _parse(value: Any) -> datetime | None:
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def relative(seconds: float) -> str:
+    """Say how long ago (or how far ahead) a moment is, the way people read a clock at 3 a.m."""
+    ahead = seconds < 0
+    s = abs(seconds)
+    if s < 5:
+        return "just now"
+    if s < 60:
+        text = f"{int(s)}s"
+    elif s < 3600:
+        text = f"{int(s // 60)} min"
+    elif s < 86400:
+        text = f"{int(s // 3600)} h {int(s % 3600 // 60)} min" if s < 36000 else f"{int(s // 3600)} h"
+    else:
+        text = f"{int(s // 86400)} d"
+    return f"in {text}" if ahead else f"{text} ago"
+
+
+@register.filter
+def when(value: Any) -> SafeString | str:
+    """Render an ISO time as <time> with relative text; the exact UTC time is the hover title."""
+    moment = _parse(value)
+    if moment is None:
+        return "—"
+    exact = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    age = (datetime.now(UTC) - moment).total_seconds()
+    return format_html('<time datetime="{}" title="{}" class="rel">{}</time>', value, exact, relative(age))
+
+
+@register.filter
+def status_badge(status: Any) -> SafeString:
+    name = str(status or "UNKNOWN")
+    css = name.lower().replace("_", "-") if name.replace("_", "").isalpha() else "unknown"
+    return format_html('<span class="badge st-{}" data-status="{}">{}</span>', css, name, name)
+
+
+@register.filter
+def num(value: Any) -> str:
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "—" if value in (None, "") else str(value)
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """Heartbeat ages and due-in values: '1.2s', '3 min'."""
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        return "—"
+    if abs(s) < 60:
+        return f"{s:.1f}s"
+    return relative(-s).removeprefix("in ") if s >= 0 else relative(-s)
+
+
+@register.simple_tag
+def query_with(query: str, **params: Any) -> str:
+    """Append params to an already-encoded query string (for paging links that keep filters)."""
+    from django.utils.http import urlencode
+
+    extra = urlencode({k: v for k, v in params.items() if v not in (None, "")})
+    return "&".join(part for part in (query, extra) if part)
+
+
+@register.filter
+def task_url(task_id: Any) -> str:
+    """Link to a task page; tolerant of records with a missing id (a broken hash must not 500 a page)."""
+    from urllib.parse import quote
+
+    return f"/tasks/{quote(str(task_id), safe='')}/" if task_id else "#"
+
+
+@register.filter
+def queue_url(name: Any) -> str:
+    from urllib.parse import quote
+
+    return f"/queues/{quote(str(name), safe='')}/" if name else "#"

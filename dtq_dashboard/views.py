@@ -1,0 +1,304 @@
+"""Console pages and actions: thin views over dtq_core's engine (the same calls as the API and CLI)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET
+
+from dtq_core.admin import Actor, DlqSelection
+from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.engine import get_engine
+from dtq_core.task import TERMINAL
+
+from . import forms
+from .guards import console_action, console_page
+from .permissions import allowed_actions, can_view_console, login_required_to_read
+from .timeline import task_timeline
+
+PAGE = 50
+
+
+def _render(request: HttpRequest, template: str, context: dict[str, Any], *, nav: str,
+            status: int = 200) -> HttpResponse:
+    context.update({"nav": nav, "can": allowed_actions(request.user),
+                    "login_required": login_required_to_read()})
+    return render(request, f"dtq_dashboard/{template}", context, status=status)
+
+
+def _bad_filters(request: HttpRequest, form: forms._Form, nav: str) -> HttpResponse:
+    return _render(request, "error.html", {"title": "Bad request", "detail": form.first_error()}, nav=nav,
+                   status=400)
+
+
+def _summary(engine: Any) -> dict[str, Any]:
+    """Everything the overview shows, in a few pipelined round trips (also served as JSON)."""
+    queues = engine.queue_stats()
+    workers = engine.workers()
+    return {
+        "queues": queues,
+        "workers": workers,
+        "workers_alive": sum(1 for w in workers if w["alive"]),
+        "leader": engine.scheduler_leader(),
+        "dlq_total": engine.dlq_count(),
+        "scheduled_total": engine.scheduled_count(),
+        "totals": {
+            "waiting": sum(q["waiting"] for q in queues),
+            "pending": sum(q["pending"] for q in queues),
+            "finished_last_minute": sum(q["finished_last_minute"] for q in queues),
+        },
+    }
+
+
+# -- pages ------------------------------------------------------------------------------------
+@console_page
+def overview(request: HttpRequest) -> HttpResponse:
+    return _render(request, "overview.html", _summary(get_engine()), nav="overview")
+
+
+@require_GET
+def state(request: HttpRequest) -> JsonResponse:
+    """The overview's numbers as JSON: what the live page re-derives after a reconnect."""
+    if not can_view_console(request.user):
+        return JsonResponse({"error": {"code": "AUTHENTICATION_REQUIRED", "message": "log in first"}}, status=403)
+    try:
+        data = _summary(get_engine())
+    except UNAVAILABLE_ERRORS:
+        return JsonResponse({"error": {"code": "REDIS_UNAVAILABLE", "message": "Redis is unavailable"}},
+                            status=503)
+    return JsonResponse(data)
+
+
+@console_page
+def queue(request: HttpRequest, name: str) -> HttpResponse:
+    form = forms.CursorForm(request.GET)
+    if not form.is_valid():
+        return _bad_filters(request, form, "overview")
+    engine = get_engine()
+    stats = engine.queue_detail(name)
+    page = engine.waiting_tasks(name, after=form.cleaned_data["cursor"] or None, limit=PAGE)
+    return _render(request, "queue.html", {"queue": stats, "page": page,
+                                           "cursor": form.cleaned_data["cursor"]}, nav="overview")
+
+
+@console_page
+def purge_confirm(request: HttpRequest, name: str) -> HttpResponse:
+    stats = get_engine().queue_detail(name)
+    return _render(request, "purge_confirm.html", {"queue": stats}, nav="overview")
+
+
+@console_page
+def tasks(request: HttpRequest) -> HttpResponse:
+    form = forms.TaskFilterForm(request.GET)
+    if not form.is_valid():
+        return _bad_filters(request, form, "tasks")
+    data = form.cleaned_data
+    if data["id"]:
+        return redirect("dtq_dashboard:task", task_id=data["id"].strip())
+    page = get_engine().list_tasks(queue=data["queue"] or None, status=data["status"] or None,
+                                   type=data["type"] or None, cursor=data["cursor"] or None, limit=PAGE)
+    return _render(request, "tasks.html", {"form": form, "page": page, "filters": _query(data, "cursor", "id")},
+                   nav="tasks")
+
+
+@console_page
+def task(request: HttpRequest, task_id: str) -> HttpResponse:
+    record = get_engine().get_task(task_id)
+    return _render(request, "task.html", {
+        "task": record,
+        "payload_json": _pretty(record.get("payload")),
+        "has_result": "result" in record,
+        "result_json": _pretty(record.get("result")),
+        "timeline": task_timeline(record),
+        "terminal": record.get("status") in TERMINAL,
+    }, nav="tasks")
+
+
+@console_page
+def dlq(request: HttpRequest) -> HttpResponse:
+    form = forms.DlqFilterForm(request.GET)
+    if not form.is_valid():
+        return _bad_filters(request, form, "dlq")
+    engine = get_engine()
+    filters = form.filters()
+    page = engine.dlq_list(**filters, cursor=form.cleaned_data["cursor"] or None, limit=PAGE)
+    groups = engine.dlq_groups(queue=filters["queue"], type=filters["type"])
+    return _render(request, "dlq.html", {
+        "form": form, "page": page, "groups": groups, "filters": filters, "dlq_total": engine.dlq_count(),
+        "filtered": any(filters.values()), "query": _query(form.cleaned_data, "cursor"),
+        "cursor": form.cleaned_data["cursor"], "queue_names": engine.queue_names(),
+    }, nav="dlq")
+
+
+@console_page
+def dlq_confirm(request: HttpRequest) -> HttpResponse:
+    """Preview how many dead letters 'Retry/Discard all matching' will touch, then confirm."""
+    action = request.GET.get("action", "")
+    form = forms.DlqFilterForm(request.GET)
+    if action not in ("retry", "discard") or not form.is_valid():
+        return _render(request, "error.html", {"title": "Bad request",
+                                               "detail": "action must be retry or discard"
+                                               if form.is_valid() else form.first_error()},
+                       nav="dlq", status=400)
+    filters = form.filters()
+    preview = get_engine().dlq_match_count(**filters)
+    return _render(request, "dlq_confirm.html", {"action": action, "filters": filters, "count": preview["count"],
+                                                 "exact": preview["exact"],
+                                                 "everything": not any(filters.values())}, nav="dlq")
+
+
+@console_page
+def schedule(request: HttpRequest) -> HttpResponse:
+    form = forms.CursorForm(request.GET)
+    if not form.is_valid():
+        return _bad_filters(request, form, "schedule")
+    engine = get_engine()
+    page = engine.schedule_list(cursor=form.cleaned_data["cursor"] or None, limit=PAGE)
+    return _render(request, "schedule.html", {"page": page, "total": engine.scheduled_count(),
+                                              "cursor": form.cleaned_data["cursor"]}, nav="schedule")
+
+
+@console_page
+def workers(request: HttpRequest) -> HttpResponse:
+    engine = get_engine()
+    rows = engine.workers()
+    return _render(request, "workers.html", {"workers": rows, "leader": engine.scheduler_leader(),
+                                             "alive": sum(1 for w in rows if w["alive"])}, nav="workers")
+
+
+@console_page
+def audit(request: HttpRequest) -> HttpResponse:
+    form = forms.AuditFilterForm(request.GET)
+    if not form.is_valid():
+        return _bad_filters(request, form, "audit")
+    data = form.cleaned_data
+    page = get_engine().audit_list(action=data["action"] or None, actor=data["actor"] or None,
+                                   source=data["source"] or None, cursor=data["cursor"] or None, limit=PAGE)
+    return _render(request, "audit.html", {"form": form, "page": page, "query": _query(data, "cursor"),
+                                           "cursor": data["cursor"]}, nav="audit")
+
+
+# -- actions ----------------------------------------------------------------------------------
+def _queue_url(name: str) -> str:
+    return reverse("dtq_dashboard:queue", args=[name])
+
+
+@console_action("pause_queue", default_next=_queue_url)
+def pause(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    changed = get_engine().set_paused(name, True, actor)
+    if changed:
+        messages.success(request, f"Paused queue {name}: workers stop starting its tasks (1 queue changed).")
+    else:
+        messages.info(request, f"Queue {name} was already paused (0 queues changed).")
+    return redirect(back)
+
+
+@console_action("pause_queue", default_next=_queue_url)
+def resume(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    changed = get_engine().set_paused(name, False, actor)
+    if changed:
+        messages.success(request, f"Resumed queue {name} (1 queue changed).")
+    else:
+        messages.info(request, f"Queue {name} was not paused (0 queues changed).")
+    return redirect(back)
+
+
+@console_action("purge_queue", default_next=_queue_url)
+def purge(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    if request.POST.get("confirm") != "yes":
+        # No JavaScript confirm dialog happened: show the confirmation page instead of acting.
+        return redirect("dtq_dashboard:purge-confirm", name=name)
+    count = get_engine().purge(name, actor)
+    messages.success(request, f"Purged queue {name}: cancelled {count:,} waiting task{_s(count)}.")
+    return redirect(_queue_url(name))
+
+
+def _task_url(task_id: str) -> str:
+    return reverse("dtq_dashboard:task", args=[task_id])
+
+
+@console_action("cancel_task", default_next=_task_url)
+def cancel(request: HttpRequest, actor: Actor, back: str, task_id: str) -> HttpResponse:
+    result = get_engine().cancel_as(task_id, actor)
+    if result.cancelled:
+        messages.success(request, f"Cancelled task {task_id} (1 task).")
+    else:
+        messages.success(request, f"Cancellation of running task {task_id} requested; "
+                                  "its worker stops the handler shortly (1 task).")
+    return redirect(back)
+
+
+def _dlq_url(*_: Any) -> str:
+    return reverse("dtq_dashboard:dlq")
+
+
+def _dlq_ids_action(request: HttpRequest, actor: Actor, back: str, *, retry: bool) -> HttpResponse:
+    form = forms.DlqIdsForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing was changed: {form.first_error()}.")
+        return redirect(back)
+    engine = get_engine()
+    selection = DlqSelection(ids=tuple(form.ids))
+    count = (engine.retry_dead_letters if retry else engine.discard_dead_letters)(selection, actor)
+    verb = "Retried" if retry else "Discarded"
+    gone = len(form.ids) - count
+    note = f" ({gone} already gone or expired)" if gone else ""
+    messages.success(request, f"{verb} {count:,} of {len(form.ids):,} selected dead letter{_s(len(form.ids))}{note}.")
+    return redirect(back)
+
+
+@console_action("retry_deadletter", default_next=_dlq_url)
+def dlq_retry(request: HttpRequest, actor: Actor, back: str) -> HttpResponse:
+    return _dlq_ids_action(request, actor, back, retry=True)
+
+
+@console_action("discard_deadletter", default_next=_dlq_url)
+def dlq_discard(request: HttpRequest, actor: Actor, back: str) -> HttpResponse:
+    return _dlq_ids_action(request, actor, back, retry=False)
+
+
+def _dlq_matching_action(request: HttpRequest, actor: Actor, back: str, *, retry: bool) -> HttpResponse:
+    form = forms.DlqMatchingForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing was changed: {form.first_error()}.")
+        return redirect(back)
+    filters = form.filters()
+    if form.cleaned_data["confirm"] != "yes":
+        query = urlencode({"action": "retry" if retry else "discard", **{k: v for k, v in filters.items() if v}})
+        return redirect(f"{reverse('dtq_dashboard:dlq-confirm')}?{query}")
+    engine = get_engine()
+    selection = DlqSelection(**filters, all=not any(filters.values()))
+    count = (engine.retry_dead_letters if retry else engine.discard_dead_letters)(selection, actor)
+    verb = "Retried" if retry else "Discarded"
+    what = ", ".join(f"{k}={v}" for k, v in filters.items() if v) or "everything in the DLQ"
+    messages.success(request, f"{verb} {count:,} dead letter{_s(count)} matching {what}.")
+    return redirect(back)
+
+
+@console_action("retry_deadletter", default_next=_dlq_url)
+def dlq_retry_matching(request: HttpRequest, actor: Actor, back: str) -> HttpResponse:
+    return _dlq_matching_action(request, actor, back, retry=True)
+
+
+@console_action("discard_deadletter", default_next=_dlq_url)
+def dlq_discard_matching(request: HttpRequest, actor: Actor, back: str) -> HttpResponse:
+    return _dlq_matching_action(request, actor, back, retry=False)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _query(data: dict[str, Any], *drop: str) -> str:
+    return urlencode({k: v for k, v in data.items() if v and k not in drop})
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"

@@ -1,0 +1,181 @@
+"""End to end in headless Chromium against daphne and a real worker: log in, live feed, click to
+retry a dead letter and see the audit entry, a non-staff user cannot act, hostile text stays text."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dtq_core.engine import Engine
+from tests.conftest import WorkerProcess, wait_for
+
+from .conftest import log_in
+from .server import ConsoleServer
+
+ROOT = Path(__file__).resolve().parents[2]
+XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=1</script>'
+
+
+def dead_letter(engine: Engine, message: str, **payload: Any) -> dict[str, Any]:
+    """Let the real worker dead-letter a failing task; return the DLQ entry."""
+    task_id = engine.enqueue("dtq.fail", {"retryable": False, "message": message, **payload}).id
+    wait_for(lambda: engine.get_task(task_id)["status"] == "DEAD_LETTERED", timeout=20,
+             message="the worker did not dead-letter the task")
+    return engine.dlq_entry(engine.get_task(task_id)["dlq_entry_id"])
+
+
+def test_login_then_a_task_appears_in_the_live_feed_without_reload(
+        page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
+    log_in(page, console, "admin")
+    page.wait_for_selector("#feed-state[data-state=live]")
+    task_id = console_engine.enqueue("dtq.echo", {"hello": "feed"}).id
+    # It should show the task's events as they happen, ending with SUCCEEDED, with no reload.
+    page.wait_for_selector(f'#feed tr[data-event-task="{task_id}"] .badge[data-status=SUCCEEDED]', timeout=20000)
+    assert page.locator(f'#feed tr[data-event-task="{task_id}"]').count() >= 2
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
+def test_the_feed_dedups_by_event_id(page: Any, console: ConsoleServer, console_engine: Engine) -> None:
+    page.goto(console.url + "/")
+    page.wait_for_selector("#feed-state[data-state=live]")
+    event = {"event_id": "1-dup", "type": "task.queued", "task_id": "dup-task", "queue": "default",
+             "status": "QUEUED", "attempt": 0, "ts": "2026-01-01T00:00:00.000Z"}
+
+    def published_twice() -> bool:
+        console_engine.client.publish(console_engine.keys.events(), json.dumps(event))
+        return page.evaluate("window.dtqFeed.duplicates") >= 1
+
+    wait_for(published_twice, timeout=10, interval=0.2)
+    assert page.locator('#feed tr[data-event-task="dup-task"]').count() == 1
+
+
+def test_the_page_reconnects_after_a_server_restart_and_rereads_state(
+        page: Any, console: ConsoleServer, console_engine: Engine) -> None:
+    page.goto(console.url + "/")
+    page.wait_for_selector("#feed-state[data-state=live]")
+    console.crash()
+    page.wait_for_selector("#feed-state[data-state=reconnecting]")
+    before = console_engine.queue_stats()
+    for _ in range(3):  # changes made while the page is cut off: their events are lost
+        console_engine.enqueue("t.offline", queue="offline")
+    expected = f"{sum(q['waiting'] for q in before) + 3:,}"
+    console.start()  # the same port, like a restarted API process
+    page.wait_for_selector("#feed-state[data-state=live]", timeout=30000)
+    page.wait_for_function("(want) => document.querySelector('[data-total=waiting]').textContent === want",
+                           arg=expected)
+    assert page.evaluate("window.dtqFeed.reconnects") >= 1
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
+def test_an_admin_retries_a_dead_letter_with_a_click_and_sees_the_audit_entry(
+        page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
+    entry = dead_letter(console_engine, "card declined")
+    log_in(page, console, "admin", "/dlq/")
+    row = page.locator(f'tr[data-entry="{entry["entry_id"]}"]')
+    row.get_by_role("button", name="Retry").click()
+    page.wait_for_selector(".msg-success")
+    assert "Retried 1 of 1 selected dead letter" in page.inner_text(".messages")
+    assert page.locator(f'tr[data-entry="{entry["entry_id"]}"]').count() == 0
+    page.click("nav >> text=Audit")
+    first = page.locator("#audit-table tbody tr").first
+    assert "user:admin" in first.inner_text() and "dlq.retry" in first.inner_text()
+    assert "console" in first.inner_text()
+
+
+def test_a_non_staff_user_sees_no_buttons_and_a_forged_post_is_refused(
+        page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
+    entry = dead_letter(console_engine, "not for viewers")
+    audit_before = console_engine.audit_list(limit=500).items
+    log_in(page, console, "viewer", "/dlq/")
+    assert page.get_by_role("button", name="Retry").count() == 0
+    assert page.get_by_role("button", name="Discard").count() == 0
+    # The hidden button is refused at the endpoint too: forge the POST with a valid CSRF token.
+    status = page.evaluate("""async (eid) => {
+        const token = document.cookie.split('; ').find(c => c.startsWith('csrftoken=')).split('=')[1];
+        const body = new URLSearchParams({ids: eid, csrfmiddlewaretoken: token});
+        const r = await fetch('/dlq/retry', {method: 'POST', body, credentials: 'same-origin', redirect: 'manual'});
+        return r.status;
+    }""", entry["entry_id"])
+    assert status == 403
+    assert console_engine.dlq_entry(entry["entry_id"])["entry_id"] == entry["entry_id"]
+    assert console_engine.audit_list(limit=500).items == audit_before
+
+
+def test_hostile_payloads_and_errors_render_as_text(
+        page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
+    entry = dead_letter(console_engine, XSS, note=XSS)
+    waiting = console_engine.enqueue("dtq.echo", {"html": XSS}, queue="xss-waiting").id
+    pages = ["/dlq/", f"/tasks/{entry['task_id']}/", "/queues/xss-waiting/", f"/tasks/{waiting}/",
+             "/dlq/?q=" + "onerror", "/"]
+    page.add_init_script("window.__xss = 0")
+    for path in pages:
+        page.goto(console.url + path)
+        assert page.evaluate("window.__xss") == 0, path
+        assert page.locator("img[src=x]").count() == 0, path
+    page.goto(f"{console.url}/tasks/{entry['task_id']}/")
+    assert json.dumps(XSS)[1:-1] in page.inner_text("#payload")  # shown as JSON text, quotes escaped
+    page.goto(f"{console.url}/dlq/")
+    assert XSS in page.locator(f'tr[data-entry="{entry["entry_id"]}"] td.err').inner_text()
+
+
+def test_screenshots_of_the_main_pages(
+        page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess, tmp_path: Path) -> None:
+    """Seed a realistic picture and photograph overview, queue, task, dlq and audit.
+
+    DTQ_UPDATE_SCREENSHOTS=1 copies them to docs/screenshots/ (the README shows those).
+    """
+    engine = console_engine
+    for i in range(12):
+        engine.enqueue("emails.send", {"to": f"user{i}@example.com", "template": "welcome"}, queue="emails",
+                       priority=("high", "normal", "low")[i % 3])
+    for i in range(5):
+        engine.enqueue("reports.build", {"report": "monthly", "month": i + 1}, queue="reports")
+    engine.enqueue("reports.build", {"report": "yearly"}, queue="reports", delay_seconds=3600)
+    failed = dead_letter(engine, "card declined by issuer (code 51)", customer="cus_1042", amount=1999)
+    for message in ("card declined by issuer (code 51)", "timeout talking to payments gateway",
+                    "timeout talking to payments gateway"):
+        dead_letter(engine, message, customer="cus_2001")
+    done = engine.enqueue("dtq.echo", {"greeting": "hello", "items": [1, 2, 3]}).id
+    wait_for(lambda: engine.get_task(done)["status"] == "SUCCEEDED", timeout=20)
+    log_in(page, console, "admin")
+    engine.set_paused("reports", True, _actor("admin"))
+    page.goto(f"{console.url}/queues/reports/")
+    page.click("button:has-text('Resume')")
+    page.wait_for_selector(".msg-success")
+    shots = {"overview": "/", "queue": "/queues/emails/", "task": f"/tasks/{failed['task_id']}/",
+             "dlq": "/dlq/", "audit": "/audit/"}
+    for name, path in shots.items():
+        page.goto(console.url + path)
+        if name == "overview":
+            page.wait_for_selector("#feed-state[data-state=live]")
+            engine.enqueue("dtq.echo", {"n": 1})
+            engine.enqueue("dtq.flaky", {"fail_times": 1})
+            page.wait_for_selector("#feed tbody tr >> nth=3", timeout=20000)
+        if name == "task":
+            page.click("details summary")
+        path_out = tmp_path / f"{name}.png"
+        page.screenshot(path=str(path_out), full_page=True)
+        assert path_out.stat().st_size > 10_000
+    if os.environ.get("DTQ_UPDATE_SCREENSHOTS") == "1":
+        target = ROOT / "docs" / "screenshots"
+        target.mkdir(parents=True, exist_ok=True)
+        for name in shots:
+            shutil.copy(tmp_path / f"{name}.png", target / f"{name}.png")
+
+
+def _actor(name: str) -> Any:
+    from dtq_core.admin import Actor
+
+    return Actor.user(name, source="console")
+
+
+@pytest.fixture(autouse=True)
+def _worker_alive(request: pytest.FixtureRequest) -> None:
+    if "worker" in request.fixturenames:
+        proc = request.getfixturevalue("worker")
+        assert proc.proc.poll() is None, proc.output()[-3000:]

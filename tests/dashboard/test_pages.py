@@ -1,0 +1,189 @@
+"""Console pages with Django's test client: content, read policy, paging, bad input, Redis down."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from dtq_core.engine import Engine
+from tests.redis_server import RedisServer
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def seeded(live_engine: Engine, dead_letters: Callable[..., list[str]]) -> dict[str, Any]:
+    dlq_ids = dead_letters(2, message=f"bad card {HOSTILE}")
+    waiting = [live_engine.enqueue("emails.send", {"to": f"u{i}@example.com", "html": HOSTILE}, queue="emails").id
+               for i in range(3)]
+    delayed = live_engine.enqueue("reports.build", {"month": 1}, queue="reports", delay_seconds=600).id
+    return {"dlq_ids": dlq_ids, "dead_task": live_engine.dlq_entry(dlq_ids[0])["task_id"], "waiting": waiting,
+            "delayed": delayed}
+
+
+def pages(seeded: dict[str, Any]) -> list[str]:
+    return ["/", "/console/state.json", "/queues/emails/", "/queues/emails/purge/confirm", "/tasks/",
+            "/tasks/?queue=emails&status=QUEUED", f"/tasks/{seeded['waiting'][0]}/", f"/tasks/{seeded['dead_task']}/",
+            "/dlq/", "/dlq/?queue=default&type=dtq.fail&q=card", "/dlq/matching/confirm?action=retry&q=card",
+            "/dlq/matching/confirm?action=discard", "/schedule/", "/workers/", "/audit/?source=console"]
+
+
+def test_every_page_renders_for_anonymous_readers_by_default(client: Client, seeded: dict[str, Any]) -> None:
+    for path in pages(seeded):
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.content[:500])
+
+
+def test_login_required_makes_every_page_ask_for_login(client: Client, seeded: dict[str, Any], settings: Any,
+                                                       login: Callable[[str], Client]) -> None:
+    settings.DTQ_CONSOLE_LOGIN_REQUIRED = True
+    for path in pages(seeded):
+        response = client.get(path)
+        if path.endswith(".json"):
+            assert response.status_code == 403
+        else:
+            assert response.status_code == 302 and response["Location"].startswith("/login/?next="), path
+    viewer = login("viewer")  # any logged-in user may read; acting is another matter
+    for path in pages(seeded):
+        assert viewer.get(path).status_code == 200, path
+
+
+def test_the_overview_shows_depth_per_priority_dlq_paused_and_the_leader(
+        client: Client, live_engine: Engine, seeded: dict[str, Any]) -> None:
+    live_engine.enqueue("x.y", queue="emails", priority="high")
+    live_engine.client.set(live_engine.keys.scheduler_lock(), "worker-7")
+    from dtq_core.admin import Actor
+
+    live_engine.set_paused("reports", True, Actor.user("ops", source="console"))
+    html = client.get("/").content.decode()
+    assert 'data-queue="emails"' in html and 'data-f="high">1<' in html and 'data-f="normal">3<' in html
+    assert 'data-total="dlq">2<' in html and "PAUSED" in html and "worker-7" in html
+    state = client.get("/console/state.json").json()
+    emails = next(q for q in state["queues"] if q["name"] == "emails")
+    assert emails["depth"] == {"high": 1, "normal": 3, "low": 0} and state["dlq_total"] == 2
+    assert state["leader"] == "worker-7"
+
+
+def test_hostile_payloads_and_errors_are_escaped(client: Client, seeded: dict[str, Any]) -> None:
+    for path in ("/queues/emails/", f"/tasks/{seeded['waiting'][0]}/", "/dlq/", f"/tasks/{seeded['dead_task']}/"):
+        html = client.get(path).content.decode()
+        assert "<script>alert" not in html and "<img src=x" not in html, path
+        assert "&lt;script&gt;" in html or "&lt;img src=x" in html, path
+
+
+def test_the_task_page_shows_payload_timeline_errors_and_result(client: Client, live_engine: Engine,
+                                                                seeded: dict[str, Any]) -> None:
+    html = client.get(f"/tasks/{seeded['dead_task']}/").content.decode()
+    assert "DEAD_LETTERED" in html and "Attempt 1 failed" in html and "Traceback (tail)" in html
+    assert "&quot;retryable&quot;: false" in html  # pretty JSON payload
+    assert 'title="20' in html and " UTC" in html  # exact time on hover
+    live_engine.client.set(live_engine.keys.result(seeded["waiting"][0]), '{"ok": true}')
+    live_engine.client.hset(live_engine.keys.task(seeded["waiting"][0]), "result_truncated", "1")
+    html = client.get(f"/tasks/{seeded['waiting'][0]}/").content.decode()
+    assert "&quot;ok&quot;: true" in html and "truncated" in html
+
+
+def test_waiting_tasks_are_paged_by_stream_id(client: Client, live_engine: Engine) -> None:
+    for i in range(55):
+        live_engine.enqueue("t.x", {"i": i}, queue="big", priority="low" if i % 2 else "high")
+    first = client.get("/queues/big/")
+    assert first.context["page"].next_cursor and len(first.context["page"].items) == 50
+    assert [t["priority"] for t in first.context["page"].items][:28] == ["high"] * 28
+    second = client.get("/queues/big/", {"cursor": first.context["page"].next_cursor})
+    assert len(second.context["page"].items) == 5 and second.context["page"].next_cursor is None
+    seen = {t["task_id"] for t in first.context["page"].items} | {t["task_id"] for t in second.context["page"].items}
+    assert len(seen) == 55
+    assert "Next page" in first.content.decode() and "First page" in second.content.decode()
+
+
+def test_dlq_filters_and_error_groups(client: Client, dead_letters: Callable[..., list[str]]) -> None:
+    dead_letters(3, message="timeout talking to gateway")
+    dead_letters(1, message="card declined", queue="billing")
+    response = client.get("/dlq/")
+    groups = response.context["groups"]["groups"]
+    assert [(g["count"], g["message"]) for g in groups] == [(3, "timeout talking to gateway"), (1, "card declined")]
+    assert len(client.get("/dlq/", {"queue": "billing"}).context["page"].items) == 1
+    assert len(client.get("/dlq/", {"q": "TIMEOUT"}).context["page"].items) == 3
+    preview = client.get("/dlq/matching/confirm", {"action": "retry", "q": "timeout"})
+    assert preview.context["count"] == 3 and "Retry 3 dead letters" in preview.content.decode()
+    assert client.get("/dlq/matching/confirm", {"action": "discard", "queue": "billing"}).context["count"] == 1
+    assert client.get("/dlq/matching/confirm", {"action": "discard"}).context["count"] == 4
+
+
+def test_the_preview_count_is_bounded_and_says_when_it_is_a_lower_bound(
+        live_engine: Engine, dead_letters: Callable[..., list[str]]) -> None:
+    dead_letters(3, message="timeout")
+    assert live_engine.dlq_match_count(type="dtq.fail", budget=2) == {"count": 2, "exact": False}
+    assert live_engine.dlq_match_count(q="timeout", budget=3) == {"count": 3, "exact": True}
+    assert live_engine.dlq_match_count(queue="default") == {"count": 3, "exact": True}
+
+
+def test_task_search_by_id_redirects_to_the_task(client: Client, live_engine: Engine) -> None:
+    task_id = live_engine.enqueue("t.x").id
+    response = client.get("/tasks/", {"id": f"  {task_id} "})
+    assert response.status_code == 302 and response["Location"] == f"/tasks/{task_id}/"
+
+
+@pytest.mark.parametrize("path", ["/queues/nope/", "/queues/Bad Name!/", "/tasks/missing-task/", "/tasks/a:b/",
+                                  "/queues/dlq/"])
+def test_unknown_things_are_404_pages(client: Client, live_engine: Engine, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404 and b"Not found" in response.content
+
+
+@pytest.mark.parametrize("path", [
+    "/queues/emails/?cursor=nonsense", "/dlq/?cursor=abc", "/schedule/?cursor=soon", "/tasks/?cursor=x1",
+    "/audit/?cursor=zz", "/tasks/?status=NOPE", "/dlq/?queue=Bad%20Queue", "/dlq/?q=" + "x" * 201,
+    "/tasks/?type=" + "t" * 300, "/dlq/matching/confirm?action=explode", "/audit/?source=email",
+    "/queues/emails/?cursor=" + "9" * 500,
+])
+def test_malformed_or_oversized_input_is_a_400_page(client: Client, live_engine: Engine, path: str) -> None:
+    live_engine.enqueue("t.x", queue="emails")
+    response = client.get(path)
+    assert response.status_code == 400, response.content[:300]
+    assert b"Bad request" in response.content
+
+
+def test_pages_are_get_only(client: Client, live_engine: Engine) -> None:
+    assert client.post("/dlq/").status_code in (403, 405)  # CSRF or method: never a change
+    assert Client().post("/workers/").status_code == 405
+
+
+def test_redis_down_gives_503_pages_fast(client: Client) -> None:
+    # No redis fixture here: settings point at a dead port.
+    for path in ("/", "/queues/default/", "/tasks/abc/", "/dlq/", "/schedule/", "/workers/", "/audit/", "/tasks/"):
+        started = time.monotonic()
+        response = client.get(path)
+        assert response.status_code == 503 and b"Redis is unavailable" in response.content, path
+        assert time.monotonic() - started < 2
+    assert client.get("/console/state.json").status_code == 503
+
+
+def test_frozen_redis_gives_503_within_2_seconds(tmp_path: Path, settings: Any, client: Client) -> None:
+    with RedisServer(tmp_path / "frozen", appendonly=False) as server:
+        settings.DTQ = {**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": "frozen"}
+        assert client.get("/").status_code == 200
+        server.pause()
+        try:
+            started = time.monotonic()
+            assert client.get("/dlq/").status_code == 503
+            assert time.monotonic() - started < 2.5
+        finally:
+            server.resume()
+
+
+def test_login_and_logout_pages(client: Client, users: Any) -> None:
+    assert b"Log in to the dtq console" in client.get("/login/").content
+    response = client.post("/login/", {"username": "admin", "password": "wrong"})
+    assert response.status_code == 200 and b"didn't match" in response.content
+    response = client.post("/login/?next=/dlq/", {"username": "admin", "password": "correct horse battery staple",
+                                                  "next": "/dlq/"})
+    assert response.status_code == 302 and response["Location"] == "/dlq/"
+    assert client.get("/logout/").status_code == 405  # logout is a POST
+    assert client.post("/logout/").status_code == 302
+    assert "_auth_user_id" not in client.session
