@@ -18,7 +18,12 @@ env = environ.Env()
 try:
     DTQ = read_env(lambda name: env.str(name, default=None)).as_settings()
     DEBUG = env.bool("DJANGO_DEBUG", default=False)
+    # Console reads are open by default; true makes every console page (and /ws/events) need login.
+    DTQ_CONSOLE_LOGIN_REQUIRED = env.bool("DTQ_CONSOLE_LOGIN_REQUIRED", default=False)
     DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}")}
+    DTQ_LOG_FORMAT = env.str("DTQ_LOG_FORMAT", default="").strip().lower() or "text"  # empty = unset
+    if DTQ_LOG_FORMAT not in ("text", "json"):
+        raise ConfigError(f"DTQ_LOG_FORMAT must be text or json (got {DTQ_LOG_FORMAT!r})")
 except ConfigError as exc:
     sys.stderr.write(f"dtq: invalid configuration: {exc}\n")
     raise SystemExit(2) from None
@@ -41,14 +46,18 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
+    "django_tasks",  # the Django Tasks backport (Django 5.2): its checks and signals
     "dtq_core",
     "dtq_api",
     "dtq_dashboard",
     "dtq_worker",
+    "django_prometheus",
 ]
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "dtq_api.middleware.RequestIdMiddleware",
+    "dtq_core.logs.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -57,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "dtq_site.urls"
@@ -77,6 +87,16 @@ TEMPLATES = [
 WSGI_APPLICATION = "dtq_site.wsgi.application"
 ASGI_APPLICATION = "dtq_site.asgi.application"
 
+# Django's Tasks framework (django-tasks backport) runs @task functions on dtq workers:
+# docs/django-tasks.md. Workers import this too: the decorator validates against it.
+TASKS = {
+    "default": {
+        "BACKEND": "dtq_core.django_tasks.DtqBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {},
+    },
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -92,6 +112,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request without it
 STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True  # serve from the app dirs too, so collectstatic is optional
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -120,8 +141,8 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "text"}},
+    "formatters": {"text": {"()": "dtq_core.logs.TextFormatter"}, "json": {"()": "dtq_core.logs.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": DTQ_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("DTQ_LOG_LEVEL", default="INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }

@@ -3,6 +3,7 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("dtq_api.urls")),
     path("", include("dtq_dashboard.urls")),
+    path("", include("dtq_core.metrics_urls")),
 ]
 
 handler404 = "dtq_api.exceptions.not_found"
