@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench` measures dtq alone, `make bench-peers` measures it against its peers."""

@@ -1,0 +1,185 @@
+"""`make bench`: dtq alone, with real processes on a throwaway Redis.
+
+Drain of pre-filled no-op tasks by 1, 2 and 4 worker processes (runs interleaved, medians),
+enqueue rates, Redis round trips per task, worker peak RSS, end-to-end latency on an idle
+worker, redelivery after SIGKILL, submit rate over HTTP; then the DLQ and console benchmarks
+when they are present. Results go to bench/results/dtq-latest.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import django
+
+from . import dtq_bench as b
+from .common import ROOT, RESULTS, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
+
+OTHER_BENCHES = ("bench_dlq", "bench_console")  # owned by other modules; run when present
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", type=int, default=20000, help="tasks pre-filled per drain run (default 20000)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
+    p.add_argument("--workers", default="1,2,4", help="worker-process counts for the drain (default 1,2,4)")
+    p.add_argument("--concurrency", type=int, default=10, help="--concurrency of each worker (default 10)")
+    p.add_argument("--latency-samples", type=int, default=200)
+    p.add_argument("--http-requests", type=int, default=2000)
+    p.add_argument("--http-clients", type=int, default=16)
+    p.add_argument("--redelivery-runs", type=int, default=3)
+    p.add_argument("--skip", default="", help="comma-separated: drain,latency,redelivery,http,others")
+    p.add_argument("--compare", type=Path, default=None,
+                   help="another dtq tree (e.g. an unpacked `git archive`); its drain and latency run "
+                        "interleaved with this tree's and are reported as ratios")
+    p.add_argument("--results-dir", type=Path, default=RESULTS)
+    p.add_argument("--name", default="dtq", help="results file stem (default dtq)")
+    return p.parse_args(argv)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run_drains(rigs: dict[str, b.Rig], args: argparse.Namespace) -> dict[str, Any]:
+    counts = [int(w) for w in args.workers.split(",") if w]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_no in range(args.rounds):
+        for tree, rig in rigs.items():
+            for workers in counts:
+                if tree != "current" and workers != 1:
+                    continue
+                label = f"{tree}/{workers}w"
+                r = b.drain(rig, tasks=args.tasks, workers=workers, concurrency=args.concurrency)
+                runs.setdefault(label, []).append(r)
+                log(f"round {round_no + 1}: {label} drained {r['drain_per_s']:,.0f} tasks/s, "
+                    f"{r['round_trips_per_task']:.3f} round trips/task, worker CPU {r['worker_cpu_us_per_task']:.0f} "
+                    f"µs/task, Redis CPU {r['redis_cpu_us_per_task']:.0f} µs/task, rss {r['peak_rss_mb']} MB")
+    summary = {}
+    for label, rs in runs.items():
+        summary[label] = {key: median([r[key] for r in rs]) for key in rs[0] if isinstance(rs[0][key], (int, float))}
+        summary[label]["runs_drain_per_s"] = [round(r["drain_per_s"]) for r in rs]
+        summary[label]["round_trips"] = rs[-1]["round_trips"]
+    return summary
+
+
+def run_latency(rigs: dict[str, b.Rig], args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(max(1, min(args.rounds, 2)) if len(rigs) > 1 else 1):
+        for tree, rig in rigs.items():
+            r = b.latency(rig, samples=args.latency_samples)
+            out.setdefault(tree, []).append(r)
+            log(f"{tree}: latency p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms")
+    return {tree: {k: median([r[k] for r in rs]) for k in rs[0]} for tree, rs in out.items()}
+
+
+def run_others(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the DLQ and console benchmarks (other modules) when they exist, bounded in time."""
+    out: dict[str, Any] = {}
+    for name in OTHER_BENCHES:
+        if importlib.util.find_spec(f"bench.{name}") is None:
+            out[name] = "not present"
+            continue
+        log(f"running bench.{name}")
+        try:
+            proc = subprocess.run([sys.executable, "-m", f"bench.{name}"], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=300)
+            out[name] = {"exit": proc.returncode, "output": proc.stdout.strip().splitlines()[-30:]}
+            if proc.returncode:
+                out[name]["stderr"] = proc.stderr.strip().splitlines()[-10:]
+        except subprocess.TimeoutExpired:
+            out[name] = "timed out after 300 s"
+        print("\n".join(out[name]["output"]) if isinstance(out[name], dict) else out[name], flush=True)
+    return out
+
+
+def report(data: dict[str, Any]) -> str:
+    lines = [f"## dtq benchmark ({data['finished_at']})", "",
+             f"Machine: {data['machine']['cpu']}, {data['machine']['cores']} cores, "
+             f"{data['machine']['memory_gb']} GB, {data['machine']['os']}, Python {data['machine']['python']}, "
+             f"Redis {data['machine']['redis']}; load average at start {data['machine']['load_avg_at_start']}.", ""]
+    drains = data.get("drain", {})
+    if drains:
+        base = drains.get("current/1w", {}).get("drain_per_s")
+        rows = [{"config": label, **v, "ratio": ratio(v.get("drain_per_s"), base),
+                 "runs": " / ".join(f"{r:,}" for r in v.get("runs_drain_per_s", []))} for label, v in drains.items()]
+        lines += [f"Drain of {data['args']['tasks']:,} pre-filled no-op tasks (median of {data['args']['rounds']} "
+                  "interleaved runs; `tree/Nw` = N worker processes):", "",
+                  markdown_table([("config", "config"), ("drain_per_s", "tasks/s"), ("runs", "each run"),
+                                  ("ratio", "× 1 worker"),
+                                  ("round_trips_per_task", "round trips/task"),
+                                  ("hot_path_round_trips_per_task", "hot-path round trips/task"),
+                                  ("redis_commands_per_task", "Redis commands/task"),
+                                  ("worker_cpu_us_per_task", "worker CPU µs/task"),
+                                  ("redis_cpu_us_per_task", "Redis CPU µs/task"),
+                                  ("peak_rss_mb", "worker peak RSS MB"),
+                                  ("enqueue_single_per_s", "enqueue 1-by-1/s"),
+                                  ("enqueue_bulk_per_s", "enqueue bulk/s")], rows), ""]
+    lat = data.get("latency", {})
+    if lat:
+        base = lat.get("current", {}).get("p50_ms")
+        rows = [{"tree": t, **v, "ratio": ratio(v.get("p50_ms"), base)} for t, v in lat.items()]
+        lines += ["End-to-end latency, enqueue → task.succeeded event, sequential tasks on an idle worker:", "",
+                  markdown_table([("tree", "tree"), ("samples", "samples"), ("p50_ms", "p50 ms"),
+                                  ("p99_ms", "p99 ms"), ("ratio", "p50 × current")], rows), ""]
+    red = data.get("redelivery")
+    if red:
+        lines += [f"Redelivery after SIGKILL (DTQ_VISIBILITY_TIMEOUT_S={red['visibility_timeout_s']:g}): median "
+                  f"{fmt(red['median_s'])} s, max {fmt(red['max_s'])} s over {red['runs']} runs "
+                  f"(target ≤ {fmt(red['target_s'])} s).", ""]
+    http = data.get("http")
+    if http:
+        lines += [f"Submit over HTTP (daphne, POST /api/v1/tasks, {http['clients']} keep-alive clients, "
+                  f"{http['requests']:,} requests): {fmt(http['submit_per_s'])} tasks/s, p50 "
+                  f"{fmt(http['p50_ms'])} ms, p99 {fmt(http['p99_ms'])} ms.", ""]
+    for name, other in data.get("others", {}).items():
+        if isinstance(other, dict) and other.get("output"):
+            lines += [f"`bench.{name}` (exit {other['exit']}):", "", "```", *other["output"], "```", ""]
+        else:
+            lines += [f"`bench.{name}`: {other}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
+    django.setup()
+    skip = set(filter(None, args.skip.split(",")))
+    data: dict[str, Any] = {"started_at": now_iso(), "machine": machine(),
+                            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    server = start_redis("dtq")
+    try:
+        rigs = {"current": b.Rig(server)}
+        if args.compare:
+            rigs["compare"] = b.Rig(server, root=args.compare.resolve())
+        if "drain" not in skip:
+            data["drain"] = run_drains(rigs, args)
+        if "latency" not in skip:
+            data["latency"] = run_latency(rigs, args)
+        if "redelivery" not in skip:
+            data["redelivery"] = b.redelivery(rigs["current"], runs=args.redelivery_runs)
+            log(f"redelivery median {data['redelivery']['median_s']:.2f} s")
+        if "http" not in skip:
+            data["http"] = b.http_submit(rigs["current"], requests=args.http_requests, clients=args.http_clients)
+            log(f"HTTP submit {data['http']['submit_per_s']:,.0f}/s")
+    finally:
+        server.stop()
+    if "others" not in skip:
+        data["others"] = run_others(args)
+    data["finished_at"] = now_iso()
+    markdown = report(data)
+    print(markdown)
+    json_path, md_path = write_results(args.name, data, markdown, directory=args.results_dir)
+    log(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""dtq measurements with real processes: a throwaway redis-server, `manage.py runworker_dtq`
+workers (run through bench.rtcount, which counts their Redis round trips) and daphne.
+
+Each measurement uses its own key prefix, so runs never see each other's keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import redis
+
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from dtq_core.keys import Keys
+
+from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, peak_rss_mb, percentile, \
+    server_totals, wait_until
+from .httpload import post_json_request, run_load
+
+TASK = "bench.noop"
+QUEUE = "bench"
+SINGLE_ENQUEUES = 2000  # of the pre-fill, enqueued one by one (the rest in bulk)
+BULK_CHUNK = 1000
+# Round trips the worker makes for every batch of tasks: everything else is amortised housekeeping.
+HOT_PATH = ("EVALSHA fetchTasks", "EVALSHA claimEntries", "EVALSHA completeTasks", "XREADGROUP")
+
+
+class Rig:
+    """A Redis plus the means to start dtq processes against it (from `root`, a dtq tree)."""
+
+    def __init__(self, server: RedisServer, root: Path = ROOT, python: str = sys.executable) -> None:
+        self.server = server
+        self.root = root
+        self.python = python
+        self.client = redis.Redis.from_url(server.url, decode_responses=True)
+        VAR.mkdir(parents=True, exist_ok=True)
+
+    def engine(self, prefix: str) -> Engine:
+        return Engine(DtqConfig(redis_url=self.server.url, key_prefix=prefix, max_queue_depth=0))
+
+    def env(self, prefix: str, **overrides: Any) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"DTQ_REDIS_URL": self.server.url, "DTQ_KEY_PREFIX": prefix, "DTQ_TASK_MODULES": "bench.tasks",
+                    "DJANGO_SETTINGS_MODULE": "dtq_site.settings", "DTQ_LOG_LEVEL": "WARNING",
+                    "DTQ_MAX_QUEUE_DEPTH": "0", "PYTHONUNBUFFERED": "1"})
+        env.update({k: str(v) for k, v in overrides.items()})
+        return env
+
+    def worker(self, prefix: str, *args: str, name: str, **env: Any) -> tuple[subprocess.Popen[bytes], Path]:
+        counts = VAR / f"{prefix}-{name}.json"
+        log = open(VAR / f"{prefix}-{name}.log", "wb")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(
+            [self.python, "-m", "bench.rtcount", str(counts), "runworker_dtq", "--queues", QUEUE, "--name", name,
+             *args], cwd=self.root, env=self.env(prefix, **env), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        return proc, counts
+
+    def cleanup(self, prefix: str) -> None:
+        for key in self.client.scan_iter(match=f"{prefix}:*", count=5000):
+            self.client.unlink(key)
+
+
+def new_prefix() -> str:
+    return f"bench{uuid4().hex[:10]}"
+
+
+def counter_key(prefix: str) -> str:
+    return f"{prefix}:bench:count"
+
+
+def prefill(engine: Engine, n: int, key: str, single: int = SINGLE_ENQUEUES) -> dict[str, float | None]:
+    """Enqueue n no-op tasks: the first `single` one by one, the rest with enqueue_many in chunks."""
+    single = min(single, n)
+    started = time.perf_counter()
+    for _ in range(single):
+        engine.enqueue(TASK, {"k": key}, queue=QUEUE)
+    single_s = time.perf_counter() - started
+    started = time.perf_counter()
+    left = n - single
+    while left > 0:
+        chunk = min(BULK_CHUNK, left)
+        replies = engine.enqueue_many([engine.validate(TASK, {"k": key}, queue=QUEUE) for _ in range(chunk)])
+        if any(isinstance(r, Exception) for r in replies):
+            raise RuntimeError(f"enqueue_many refused tasks: {replies[0]}")
+        left -= chunk
+    bulk_s = time.perf_counter() - started
+    return {"enqueue_single_per_s": single / single_s if single else None,
+            "enqueue_bulk_per_s": (n - single) / bulk_s if n > single else None}
+
+
+def _wait_counter(client: redis.Redis, key: str, target: int, timeout: float) -> tuple[float, int]:
+    """Wait until the counter reaches target; return (when, value) at the first observation."""
+    def reached() -> tuple[float, int] | None:
+        value = int(client.get(key) or 0)
+        return (time.perf_counter(), value) if value >= target else None
+    return wait_until(reached, timeout, interval=0.002, what=f"{key} >= {target}")
+
+
+def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10) -> dict[str, Any]:
+    """Pre-fill `tasks` no-op tasks, start `workers` burst workers, time the drain."""
+    prefix = new_prefix()
+    engine, key = rig.engine(prefix), counter_key(prefix)
+    try:
+        enqueue = prefill(engine, tasks, key)
+        stats0, totals0 = commandstats(rig.client), server_totals(rig.client)
+        procs = [rig.worker(prefix, "--burst", "--concurrency", str(concurrency), name=f"w{i}")
+                 for i in range(workers)]
+        first_at, first_value = _wait_counter(rig.client, key, 1, timeout=60)
+        end_at, _ = _wait_counter(rig.client, key, tasks, timeout=60 + tasks / 100)
+        for proc, _ in procs:
+            if proc.wait(60) != 0:
+                raise RuntimeError(f"worker exited with {proc.returncode}: see {VAR}/{prefix}-*.log")
+        stats1, totals1 = commandstats(rig.client), server_totals(rig.client)
+        succeeded = int(rig.client.hget(Keys(prefix).stats_tasks(), f"{QUEUE}|{TASK}|succeeded") or 0)
+        if succeeded != tasks:
+            raise RuntimeError(f"{succeeded} of {tasks} tasks recorded as succeeded")
+        counts: Counter[str] = Counter()
+        rss: list[float] = []
+        cpu_s = 0.0
+        for _, path in procs:
+            data = json.loads(path.read_text())
+            counts.update(data["round_trips"])
+            cpu_s += data.get("cpu_s") or 0.0
+            if data.get("peak_rss_kb"):
+                rss.append(round(data["peak_rss_kb"] / 1024, 1))
+        body = counts.pop("INCRBY", 0) + counts.pop("INCR", 0)  # the task body's round trip, not dtq's
+        dtq_trips = sum(counts.values())
+        hot = sum(counts.get(name, 0) for name in HOT_PATH)
+        # Server-side deltas, minus the harness's own GET polling and INFO calls.
+        polls = stats1.get("get", 0) - stats0.get("get", 0) + stats1.get("info", 0) - stats0.get("info", 0)
+        evalsha = stats1.get("evalsha", 0) - stats0.get("evalsha", 0)
+        return {
+            **enqueue,
+            "tasks": tasks, "workers": workers, "concurrency": concurrency,
+            "drain_per_s": (tasks - first_value) / (end_at - first_at) if end_at > first_at else None,
+            "elapsed_s": end_at - first_at,
+            "peak_rss_mb": max(rss) if rss else None,
+            "worker_cpu_us_per_task": cpu_s * 1e6 / tasks,
+            "round_trips_per_task": dtq_trips / tasks,
+            "hot_path_round_trips_per_task": hot / tasks,
+            "body_round_trips_per_task": body / tasks,
+            "evalsha_per_task": evalsha / tasks,
+            "redis_commands_per_task": (totals1["commands"] - totals0["commands"] - polls) / tasks,
+            "redis_cpu_us_per_task": (totals1["cpu_s"] - totals0["cpu_s"]) * 1e6 / tasks,
+            "round_trips": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        }
+    finally:
+        rig.cleanup(prefix)
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _registered(rig: Rig, prefix: str, *names: str) -> bool:
+    return all(rig.client.zscore(Keys(prefix).workers(), n) is not None for n in names)
+
+
+def latency(rig: Rig, *, samples: int = 200, warmup: int = 20) -> dict[str, Any]:
+    """Sequential tasks on an idle worker: enqueue -> task.succeeded event, p50/p99."""
+    prefix = new_prefix()
+    engine, key = rig.engine(prefix), counter_key(prefix)
+    proc, _ = rig.worker(prefix, "--concurrency", "10", name="lat")
+    pubsub = engine.client.pubsub(ignore_subscribe_messages=True)
+    try:
+        wait_until(lambda: _registered(rig, prefix, "lat") or proc.poll() is not None, 30, what="worker start")
+        pubsub.subscribe(engine.keys.events())
+        times: list[float] = []
+        for i in range(warmup + samples):
+            started = time.perf_counter()
+            task_id = engine.enqueue(TASK, {"k": key}, queue=QUEUE).id
+            deadline = time.monotonic() + 10
+            while True:
+                message = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+                if message is None:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"task {task_id} did not succeed within 10 s")
+                    continue
+                event = json.loads(message["data"])
+                if event["task_id"] == task_id and event["type"] == "task.succeeded":
+                    break
+            if i >= warmup:
+                times.append(time.perf_counter() - started)
+        return {"samples": samples, "p50_ms": percentile(times, 50) * 1000, "p99_ms": percentile(times, 99) * 1000,
+                "mean_ms": sum(times) / len(times) * 1000}
+    finally:
+        pubsub.close()
+        _stop(proc)
+        rig.cleanup(prefix)
+
+
+def redelivery(rig: Rig, *, runs: int = 3, visibility_timeout_s: float = 2.0) -> dict[str, Any]:
+    """SIGKILL the worker running a task; time from the kill to the task RUNNING again."""
+    prefix = new_prefix()
+    engine = rig.engine(prefix)
+    env = {"DTQ_VISIBILITY_TIMEOUT_S": visibility_timeout_s, "DTQ_HEARTBEAT_INTERVAL_S": visibility_timeout_s / 4}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str) -> None:
+        procs[name] = rig.worker(prefix, "--concurrency", "4", name=name, **env)[0]
+
+    times: list[float] = []
+    try:
+        start("r0")
+        start("r1")
+        wait_until(lambda: _registered(rig, prefix, "r0", "r1"), 30, what="workers start")
+        for run in range(runs):
+            task_id = engine.enqueue("dtq.sleep", {"seconds": 60}, queue=QUEUE, max_attempts=10).id
+            tkey = engine.keys.task(task_id)
+            owner = wait_until(lambda: rig.client.hget(tkey, "status") == "RUNNING"
+                               and rig.client.hget(tkey, "worker_id"), 10, what="task start")
+            killed_at = time.perf_counter()
+            procs[owner].kill()
+            procs[owner].wait(10)
+            wait_until(lambda: rig.client.hget(tkey, "status") == "RUNNING"
+                       and rig.client.hget(tkey, "attempt") == "2", visibility_timeout_s + 30,
+                       interval=0.005, what="redelivery")
+            times.append(time.perf_counter() - killed_at)
+            engine.cancel(task_id)
+            start(f"r{run + 2}")
+            wait_until(lambda: _registered(rig, prefix, f"r{run + 2}"), 30, what="replacement start")
+        return {"visibility_timeout_s": visibility_timeout_s, "runs": runs, "median_s": median(times),
+                "max_s": max(times), "target_s": visibility_timeout_s + 2}
+    finally:
+        for proc in procs.values():
+            _stop(proc, timeout=5)
+        rig.cleanup(prefix)
+
+
+def http_submit(rig: Rig, *, requests: int = 2000, clients: int = 16) -> dict[str, Any]:
+    """POST /api/v1/tasks through a real daphne with `clients` concurrent keep-alive connections."""
+    prefix, port = new_prefix(), free_port()
+    log = open(VAR / f"{prefix}-daphne.log", "wb")  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen([rig.python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "dtq_site.asgi:application"], cwd=rig.root, env=rig.env(prefix), stdout=log,
+                            stderr=subprocess.STDOUT)
+    log.close()
+    try:
+        wait_until(lambda: _health(port) or proc.poll() is not None, 30, interval=0.1, what="daphne start")
+        body = json.dumps({"type": TASK, "payload": {"k": counter_key(prefix)}, "queue": QUEUE}).encode()
+        request = post_json_request("127.0.0.1", port, "/api/v1/tasks", body)
+        asyncio.run(run_load("127.0.0.1", port, request, total=50, clients=4))  # warm up
+        result = asyncio.run(run_load("127.0.0.1", port, request, total=requests, clients=clients))
+        ok = result.statuses.get(201, 0)
+        if ok != requests:
+            raise RuntimeError(f"HTTP submit: statuses {dict(result.statuses)}")
+        return {"requests": requests, "clients": clients, "submit_per_s": ok / result.elapsed_s,
+                "p50_ms": percentile(result.latencies_s, 50) * 1000,
+                "p99_ms": percentile(result.latencies_s, 99) * 1000}
+    finally:
+        _stop(proc, timeout=10)
+        rig.cleanup(prefix)
+
+
+def _health(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

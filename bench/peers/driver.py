@@ -1,0 +1,100 @@
+"""Runs inside a peer's virtualenv: enqueue tasks, or measure latency, and print one JSON line.
+
+    python -m bench.peers.driver MODULE enqueue --key K --n N --single S
+    python -m bench.peers.driver MODULE latency --key K --samples S --warmup W
+
+Latency is enqueue -> the task body's INCR, seen through a Redis keyspace notification on the
+counter key (the orchestrator turns notifications on for that phase only), so every system is
+timed by the same observer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import json
+import math
+import os
+import time
+from typing import Any
+
+import redis
+
+
+async def _call(fn: Any, *args: Any) -> None:
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        await result
+
+
+async def enqueue(app: Any, key: str, n: int, single: int) -> dict[str, Any]:
+    single = min(single, n)
+    started = time.perf_counter()
+    for _ in range(single):
+        await _call(app.send, key)
+    single_s = time.perf_counter() - started
+    out: dict[str, Any] = {"enqueue_single_per_s": single / single_s if single else None,
+                           "enqueue_bulk_per_s": None}
+    rest = n - single
+    started = time.perf_counter()
+    if rest and hasattr(app, "send_many"):
+        await _call(app.send_many, key, rest)
+        out["enqueue_bulk_per_s"] = rest / (time.perf_counter() - started)
+    elif rest and inspect.iscoroutinefunction(app.send):
+        # No bulk API: fill the rest concurrently, in bounded waves.
+        for start in range(0, rest, 200):
+            await asyncio.gather(*[app.send(key) for _ in range(min(200, rest - start))])
+    else:
+        for _ in range(rest):
+            await _call(app.send, key)
+    return out
+
+
+async def latency(app: Any, key: str, samples: int, warmup: int) -> dict[str, Any]:
+    client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(f"__keyspace@0__:{key}")
+    times: list[float] = []
+    for i in range(warmup + samples):
+        started = time.perf_counter()
+        await _call(app.send, key)
+        # The first task also waits for the worker to come up.
+        deadline = time.monotonic() + (120 if i == 0 else 10)
+        while True:
+            message = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+            if message is not None and message["data"] in (b"incrby", b"incr"):
+                break
+            if message is None and time.monotonic() > deadline:
+                raise TimeoutError(f"task {i} did not run within the deadline")
+        if i >= warmup:
+            times.append(time.perf_counter() - started)
+    times.sort()
+
+    def pct(p: float) -> float:
+        return times[max(0, math.ceil(p / 100 * len(times)) - 1)] * 1000
+
+    return {"samples": samples, "p50_ms": pct(50), "p99_ms": pct(99)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("module")
+    p.add_argument("action", choices=["enqueue", "latency"])
+    p.add_argument("--key", required=True)
+    p.add_argument("--n", type=int, default=0)
+    p.add_argument("--single", type=int, default=2000)
+    p.add_argument("--samples", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    args = p.parse_args()
+    app = importlib.import_module(f"bench.peers.apps.{args.module}")
+    if args.action == "enqueue":
+        out = asyncio.run(enqueue(app, args.key, args.n, args.single))
+    else:
+        out = asyncio.run(latency(app, args.key, args.samples, args.warmup))
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The benchmark's no-op task for dtq: one Redis round trip (INCR of the counter named in the payload).
+
+Registered with DTQ_TASK_MODULES=bench.tasks. Every peer in bench/peers runs the same body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from dtq_core.conf import get_config
+from dtq_tasks import task
+
+_client: aioredis.Redis | None = None
+
+
+def _redis() -> aioredis.Redis:
+    # One client per worker process, made on first use inside the worker's event loop.
+    global _client
+    if _client is None:
+        # redis-py's default pool refuses (MaxConnectionsError) past its cap, so the cap is set
+        # well above any --concurrency the bench uses; connections are only opened on demand.
+        _client = aioredis.Redis.from_url(get_config().redis_url, max_connections=1000)
+    return _client
+
+
+@task("bench.noop")
+async def noop(payload: Any) -> None:
+    """Count one execution."""
+    await _redis().incr(payload["k"])

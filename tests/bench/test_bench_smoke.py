@@ -1,0 +1,59 @@
+"""The dtq benchmark harness, end to end on a tiny run: real redis-server, real worker processes,
+real daphne. It checks the shape of the results, never the timings (the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.common import markdown_table, percentile
+from bench.rtcount import _label
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.mark.slow
+def test_it_runs_every_dtq_measurement_and_writes_results(tmp_path: Path) -> None:
+    # It should drain, time latency, redeliver after SIGKILL and submit over HTTP, then write
+    # the JSON and Markdown results where it was told.
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--tasks", "200", "--rounds", "1", "--workers", "1,2",
+         "--latency-samples", "20", "--http-requests", "60", "--http-clients", "4", "--redelivery-runs", "1",
+         "--skip", "others", "--results-dir", str(tmp_path), "--name", "smoke"],
+        cwd=ROOT, capture_output=True, text=True, timeout=150,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "smoke-latest.json").read_text())
+    one = data["drain"]["current/1w"]
+    for field in ("drain_per_s", "round_trips_per_task", "hot_path_round_trips_per_task", "peak_rss_mb",
+                  "worker_cpu_us_per_task", "redis_commands_per_task", "enqueue_single_per_s"):
+        assert one[field] > 0, field
+    assert one["tasks"] == 200
+    assert one["body_round_trips_per_task"] == 1  # exactly one INCR per task ran: none lost, none twice
+    assert "EVALSHA completeTasks" in one["round_trips"]
+    assert data["drain"]["current/2w"]["workers"] == 2
+    assert data["latency"]["current"]["samples"] == 20
+    assert 0 < data["latency"]["current"]["p50_ms"] <= data["latency"]["current"]["p99_ms"]
+    assert data["redelivery"]["runs"] == 1 and data["redelivery"]["median_s"] > 0
+    assert data["http"]["requests"] == 60 and data["http"]["submit_per_s"] > 0
+    assert data["machine"]["cores"]
+    markdown = (tmp_path / "smoke-latest.md").read_text()
+    assert "| current/1w |" in markdown and "Redelivery after SIGKILL" in markdown
+
+
+def test_it_labels_round_trips_by_command_and_script() -> None:
+    shas = {b"abc123": "fetchTasks"}
+    assert _label([b"*3\r\n$7\r\nEVALSHA\r\n$6\r\nabc123\r\n$1\r\n0\r\n"], shas) == "EVALSHA fetchTasks"
+    assert _label(b"*2\r\n$4\r\nincr\r\n$1\r\nk\r\n", shas) == "INCR"
+
+
+def test_it_computes_nearest_rank_percentiles_and_tables() -> None:
+    assert percentile([5, 1, 4, 2, 3], 50) == 3
+    assert percentile(list(range(1, 101)), 99) == 99
+    assert percentile([], 50) is None
+    table = markdown_table([("a", "A"), ("b", "B")], [{"a": 1234.5, "b": None}])
+    assert table.splitlines()[2] == "| 1,234 | n/a |"
