@@ -12,4 +12,5 @@ class DtqApiConfig(AppConfig):
         from .checks import destructive_operations_open
 
         checks.register(destructive_operations_open, checks.Tags.security)
-        from . import schema  # noqa: F401  registers the OpenAPI extension
+        # The OpenAPI extension is registered from urls.py: workers never load the URLconf, so
+        # they skip drf-spectacular's import cost (~40 MB of RSS).

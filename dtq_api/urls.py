@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import views
+from . import schema, views  # noqa: F401  (schema registers the X-API-Key OpenAPI extension)
 
 V1 = "api/v1/"
 
