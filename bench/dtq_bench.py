@@ -25,7 +25,7 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.keys import Keys
 
-from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, peak_rss_mb, percentile, \
+from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, percentile, \
     server_totals, wait_until
 from .httpload import post_json_request, run_load
 

@@ -28,3 +28,10 @@ def make_dead_letters(engine: Engine, count: int, *, queue: str = "default", typ
 
 def audit_entries(engine: Engine) -> list[dict[str, Any]]:
     return engine.audit_list(limit=500).items
+
+
+def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"] and error["request_id"] == response["X-Request-ID"]
+    return error

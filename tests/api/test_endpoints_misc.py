@@ -15,19 +15,7 @@ from dtq_core.admin import Actor
 from dtq_core.engine import Engine
 
 from ..conftest import wait_for
-
-
-@pytest.fixture
-def api(live_engine: Engine) -> APIClient:
-    return APIClient()
-
-
-def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    error = response.json()["error"]
-    assert error["code"] == code and error["message"] and error["request_id"] == response["X-Request-ID"]
-    return error
-
+from .support import assert_error
 
 # -- audit ------------------------------------------------------------------------------------
 

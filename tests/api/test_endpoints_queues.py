@@ -13,19 +13,7 @@ from rest_framework.test import APIClient
 from dtq_core.engine import Engine
 
 from ..redis_server import RedisServer
-from .support import make_dead_letters
-
-
-@pytest.fixture
-def api(live_engine: Engine) -> APIClient:
-    return APIClient()
-
-
-def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    error = response.json()["error"]
-    assert error["code"] == code and error["message"] and error["request_id"] == response["X-Request-ID"]
-    return error
+from .support import assert_error, make_dead_letters
 
 
 def test_queue_detail_counts_depth_per_priority_scheduled_and_dead(api: APIClient, live_engine: Engine) -> None:

@@ -12,18 +12,7 @@ from rest_framework.test import APIClient
 from dtq_core.engine import Engine
 
 from ..conftest import wait_for
-
-
-@pytest.fixture
-def api(live_engine: Engine) -> APIClient:
-    return APIClient()
-
-
-def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    error = response.json()["error"]
-    assert error["code"] == code and error["message"] and error["request_id"] == response["X-Request-ID"]
-    return error
+from .support import assert_error
 
 
 def batch(api: APIClient, body: Any) -> Any:

@@ -15,23 +15,12 @@ from rest_framework.test import APIClient
 from dtq_core.engine import Engine
 
 from ..redis_server import RedisServer
-
-
-@pytest.fixture
-def api(live_engine: Engine) -> APIClient:
-    return APIClient()
+from .support import assert_error
 
 
 def post(api: APIClient, body: Any, **headers: str) -> Any:
     raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
     return api.post("/api/v1/tasks", raw, content_type="application/json", headers=headers)
-
-
-def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    error = response.json()["error"]
-    assert error["code"] == code and error["message"] and error["request_id"] == response["X-Request-ID"]
-    return error
 
 
 def test_submit_returns_201_with_the_task(api: APIClient, live_engine: Engine) -> None:
