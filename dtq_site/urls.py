@@ -1,6 +1,8 @@
+from django.contrib import admin
 from django.urls import include, path
 
 urlpatterns = [
+    path("admin/", admin.site.urls),  # users, groups and the console's named permissions
     path("", include("dtq_api.urls")),
     path("", include("dtq_dashboard.urls")),
     path("", include("dtq_core.metrics_urls")),

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from dtq_core.engine import get_engine
 
 T = TypeVar("T")
-LEASE_S = 60.0
+LEASE_S = 60.0  # default lease; pass lease_seconds to match how long fn may take
 POLL_S = 0.05
 
 
@@ -28,6 +28,13 @@ def _key(key: str) -> str:
     return get_engine().keys.operation(key)
 
 
+def _lease(lease_seconds: float | None) -> float:
+    lease = LEASE_S if lease_seconds is None else lease_seconds
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease <= 86400:
+        raise ValueError("lease_seconds must be a number of seconds between 0 and 86400")
+    return float(lease)
+
+
 def _lookup(raw: str | None) -> tuple[bool, Any]:
     if raw is None:
         return False, None
@@ -35,8 +42,8 @@ def _lookup(raw: str | None) -> tuple[bool, Any]:
     return (True, marker["result"]) if "done" in marker else (False, None)
 
 
-def _try_lease(redis_key: str, token: str) -> bool:
-    return bool(get_engine().client.set(redis_key, json.dumps({"running": token}), nx=True, px=int(LEASE_S * 1000)))
+def _try_lease(redis_key: str, token: str, lease_s: float) -> bool:
+    return bool(get_engine().client.set(redis_key, json.dumps({"running": token}), nx=True, px=int(lease_s * 1000)))
 
 
 def _finish(redis_key: str, result: Any) -> None:
@@ -51,17 +58,22 @@ def _release(redis_key: str, token: str) -> None:
         client.delete(redis_key)
 
 
-def idempotent_operation(key: str, fn: Callable[[], T]) -> T:
-    """Run fn at most once per key (within DTQ_IDEM_TTL_S); return the stored result to later callers."""
+def idempotent_operation(key: str, fn: Callable[[], T], *, lease_seconds: float | None = None) -> T:
+    """Run fn at most once per key (within DTQ_IDEM_TTL_S); return the stored result to later callers.
+
+    lease_seconds bounds how long a crashed caller's lease blocks the next one (default 60 s);
+    keep it above fn's longest run, or a slow fn can be run twice.
+    """
+    lease_s = _lease(lease_seconds)
     redis_key = _key(key)
     client = get_engine().client
     token = uuid.uuid4().hex
-    deadline = time.monotonic() + LEASE_S * 2
+    deadline = time.monotonic() + lease_s * 2
     while True:
         done, result = _lookup(client.get(redis_key))
         if done:
             return result  # type: ignore[no-any-return]
-        if _try_lease(redis_key, token):
+        if _try_lease(redis_key, token, lease_s):
             try:
                 result = fn()
             except BaseException:
@@ -74,17 +86,19 @@ def idempotent_operation(key: str, fn: Callable[[], T]) -> T:
         time.sleep(POLL_S)
 
 
-async def aidempotent_operation(key: str, fn: Callable[[], Awaitable[T]]) -> T:
+async def aidempotent_operation(key: str, fn: Callable[[], Awaitable[T]], *,
+                                lease_seconds: float | None = None) -> T:
     """The async form of idempotent_operation, for async handlers."""
+    lease_s = _lease(lease_seconds)
     redis_key = _key(key)
     client = get_engine().client
     token = uuid.uuid4().hex
-    deadline = time.monotonic() + LEASE_S * 2
+    deadline = time.monotonic() + lease_s * 2
     while True:
         done, result = _lookup(await asyncio.to_thread(client.get, redis_key))
         if done:
             return result  # type: ignore[no-any-return]
-        if await asyncio.to_thread(_try_lease, redis_key, token):
+        if await asyncio.to_thread(_try_lease, redis_key, token, lease_s):
             try:
                 result = await fn()
             except BaseException:

@@ -263,3 +263,16 @@ def test_enqueue_helper_returns_the_task_id(live_engine: Engine) -> None:
     task_id = dtq_tasks.enqueue("dtq.echo", {"a": 1}, queue="helpers", priority="low", max_attempts=2)
     task = live_engine.get_task(task_id)
     assert (task["queue"], task["priority"], task["max_attempts"]) == ("helpers", "low", 2)
+
+
+def test_idempotent_operation_lease_is_configurable(live_engine: Engine, redis_client: redis.Redis) -> None:
+    seen: list[int] = []
+
+    def effect() -> int:
+        seen.append(redis_client.pttl(live_engine.keys.operation("lease-1")))
+        return 1
+
+    assert dtq_tasks.idempotent_operation("lease-1", effect, lease_seconds=5) == 1
+    assert 0 < seen[0] <= 5000  # the lease held while fn ran
+    with pytest.raises(ValueError, match="lease_seconds"):
+        dtq_tasks.idempotent_operation("lease-2", effect, lease_seconds=0)
