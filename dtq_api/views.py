@@ -51,7 +51,7 @@ class TaskListView(APIView):
         data.is_valid(raise_exception=True)
         engine = get_engine()
         enqueued = engine.enqueue(request_id=request._request.request_id, **data.validated_data)
-        task = engine.get_task(enqueued.id)
+        task = enqueued.task if enqueued.task is not None else engine.get_task(enqueued.id)
         return Response(task, status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK)
 
     @extend_schema(operation_id="tasks_list", parameters=[*_filters("queue", "status", "type"), *PAGE_PARAMETERS],

@@ -31,6 +31,7 @@ class Enqueued:
     id: str
     status: str
     created: bool  # False: an idempotency key matched an earlier task, returned instead
+    task: dict[str, Any] | None = None  # the task as get_task shows it (single enqueue only)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,14 +56,14 @@ class Engine(InspectMixin, AdminMixin):
     def enqueue(self, type: Any, payload: Any = None, **options: Any) -> Enqueued:
         """Queue up a task; raise ValidationError, PayloadTooLarge or QueueFull."""
         submission = self.validate(type, payload, **options)
-        reply = self._enqueue_script(submission, client=None)
+        reply = self._enqueue_script(submission, client=None, with_record=True)
         return self._enqueued(submission, reply)
 
     def enqueue_many(self, submissions: Sequence[Submission]) -> list[Enqueued | QueueFull]:
         """Queue validated submissions in one pipelined round trip, in order."""
         pipe = self.client.pipeline(transaction=False)
         for submission in submissions:
-            self._enqueue_script(submission, client=pipe)
+            self._enqueue_script(submission, client=pipe, with_record=False)
         replies = pipe.execute()
         out: list[Enqueued | QueueFull] = []
         for submission, reply in zip(submissions, replies, strict=True):
@@ -72,7 +73,7 @@ class Engine(InspectMixin, AdminMixin):
                 out.append(exc)
         return out
 
-    def _enqueue_script(self, s: Submission, *, client: Any) -> Any:
+    def _enqueue_script(self, s: Submission, *, client: Any, with_record: bool) -> Any:
         now = self.clock.now_ms()
         due = now + int(s.delay_s * 1000) if s.delay_s > 0 else 0
         expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
@@ -88,7 +89,8 @@ class Engine(InspectMixin, AdminMixin):
                   k.queues(), k.events(), k.event_seq(), k.recent()],
             args=[s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
                   self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
-                  1 if s.idempotency_key else 0, RECENT_CAP, *fields],
+                  1 if s.idempotency_key else 0, RECENT_CAP, k.task_prefix(), k.result_prefix(), 1 if with_record else 0,
+                  *fields],
             client=client,
         )
 
@@ -99,11 +101,13 @@ class Engine(InspectMixin, AdminMixin):
                 f"queue {s.queue!r} holds {reply[1]} tasks, the limit is {self.config.max_queue_depth} "
                 "(DTQ_MAX_QUEUE_DEPTH)", queue=s.queue, depth=int(reply[1]),
             )
+        record = _pairs(reply[3])
         if code == 0:
-            existing = str(reply[1])
-            status = self.client.hget(self.keys.task(existing), "status") or "UNKNOWN"
-            return Enqueued(id=existing, status=status, created=False)
-        return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True)
+            # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
+            task = codec.task_view(record, reply[4] or None) if record else None
+            return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task)
+        return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True,
+                        task=codec.task_view(record) if record else None)
 
     # -- read one -----------------------------------------------------------------------------
     def get_task(self, task_id: str) -> dict[str, Any]:
@@ -141,6 +145,10 @@ class Engine(InspectMixin, AdminMixin):
     # -- health -------------------------------------------------------------------------------
     def ping(self) -> bool:
         return bool(self.client.ping())
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _plausible_id(task_id: str) -> bool:

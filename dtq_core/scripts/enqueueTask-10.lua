@@ -8,15 +8,27 @@
     ARGV[1] task id  ARGV[2] priority index (1..3)  ARGV[3] now (ms)  ARGV[4] now (ISO)
     ARGV[5] retention (ms)  ARGV[6] idempotency ttl (ms)  ARGV[7] max depth (0 = off)
     ARGV[8] due (ms, 0 = now)  ARGV[9] queue  ARGV[10] group  ARGV[11] use idempotency key (1/0)
-    ARGV[12] recent cap  ARGV[13..] task hash field/value pairs
+    ARGV[12] recent cap  ARGV[13] task key prefix  ARGV[14] result key prefix
+    ARGV[15] return the record (1/0)  ARGV[16..] task hash field/value pairs
   Output:
-    {1, id, status} created; {0, existing id} idempotency key seen; {-1, depth} queue full
+    {1, id, status, record} created; {0, existing id, its status, record, result} idempotency key
+    seen; {-1, depth} queue full. record is the task hash as flat field/value pairs (empty unless
+    asked for), so a submit needs no second round trip to show the task.
 ]]
 -- #include common
 local task_id, now_ms, now_iso, queue = ARGV[1], ARGV[3], ARGV[4], ARGV[9]
+local want_record = ARGV[15] == '1'
 if ARGV[11] == '1' then
   local existing = rcall('GET', KEYS[2])
-  if existing then return {0, existing} end
+  if existing then
+    local ekey = ARGV[13] .. existing
+    local record, result = {}, ''
+    if want_record then
+      record = rcall('HGETALL', ekey)
+      result = rcall('GET', ARGV[14] .. existing) or ''
+    end
+    return {0, existing, rcall('HGET', ekey, 'status') or '', record, result}
+  end
 end
 local due = tonumber(ARGV[8])
 local max_depth = tonumber(ARGV[7])
@@ -30,7 +42,7 @@ if rcall('SADD', KEYS[7], queue) == 1 then
   end
 end
 local fields = {}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 16, #ARGV do fields[#fields + 1] = ARGV[i] end
 rcall('HSET', KEYS[1], 'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms,
       'errors', '[]', 'cancel_requested', '0', 'result_truncated', '0', unpack(fields))
 local status
@@ -48,4 +60,4 @@ if ARGV[11] == '1' then rcall('SET', KEYS[2], task_id, 'PX', ARGV[6]) end
 rcall('ZADD', KEYS[10], now_ms, task_id)
 rcall('ZREMRANGEBYRANK', KEYS[10], 0, -tonumber(ARGV[12]) - 1)
 emit(KEYS[8], KEYS[9], 'task.queued', task_id, queue, status, 0, now_ms, now_iso)
-return {1, task_id, status}
+return {1, task_id, status, want_record and rcall('HGETALL', KEYS[1]) or {}}
