@@ -39,7 +39,7 @@ from .django_tasks_compat import (
     task_enqueued,
 )
 from .engine import Engine, get_engine
-from .errors import QueueFull, ValidationError
+from .errors import QueueFull, TaskNotFound, ValidationError
 from .submit import Submission
 from .task import valid_queue_name
 
@@ -220,13 +220,10 @@ class DtqBackend(BaseTaskBackend):
     # -- results --------------------------------------------------------------------------------
     def get_result(self, result_id: str) -> TaskResult:
         """Rebuild the TaskResult from Redis; raise TaskResultDoesNotExist for unknown ids."""
-        engine = self.engine
-        if not isinstance(result_id, str) or not 0 < len(result_id) <= 128 or ":" in result_id:
-            raise TaskResultDoesNotExist(result_id)
-        pipe = engine.client.pipeline(transaction=False)
-        pipe.hgetall(engine.keys.task(result_id))
-        pipe.get(engine.keys.result(result_id))
-        fields, stored = pipe.execute()
+        try:
+            fields, stored = self.engine.task_record(result_id) if isinstance(result_id, str) else ({}, None)
+        except TaskNotFound:
+            raise TaskResultDoesNotExist(result_id) from None
         # A plain dtq task (dtq_tasks.enqueue, the API) is not a Django task result.
         if not fields or fields.get("type") not in results.TASK_TYPES:
             raise TaskResultDoesNotExist(result_id)

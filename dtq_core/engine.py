@@ -112,6 +112,11 @@ class Engine(InspectMixin, AdminMixin):
     # -- read one -----------------------------------------------------------------------------
     def get_task(self, task_id: str) -> dict[str, Any]:
         """Return the task as the API shows it (with `result` when stored); raise TaskNotFound."""
+        fields, result = self.task_record(task_id)
+        return codec.task_view(fields, result)
+
+    def task_record(self, task_id: str) -> tuple[dict[str, str], str | None]:
+        """Return the raw task hash and stored result JSON in one round trip; raise TaskNotFound."""
         if not _plausible_id(task_id):
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
         pipe = self.client.pipeline(transaction=False)
@@ -120,7 +125,7 @@ class Engine(InspectMixin, AdminMixin):
         fields, result = pipe.execute()
         if not fields:
             raise TaskNotFound(f"task {task_id!r} not found (it may have expired)", task_id=task_id)
-        return codec.task_view(fields, result)
+        return fields, result
 
     # -- cancel -------------------------------------------------------------------------------
     def cancel(self, task_id: str) -> CancelResult:

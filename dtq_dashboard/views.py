@@ -189,24 +189,23 @@ def _queue_url(name: str) -> str:
     return reverse("dtq_dashboard:queue", args=[name])
 
 
+def _set_paused(request: HttpRequest, actor: Actor, back: str, name: str, paused: bool) -> HttpResponse:
+    if get_engine().set_paused(name, paused, actor):
+        done = "Paused queue {}: workers stop starting its tasks" if paused else "Resumed queue {}"
+        messages.success(request, done.format(name) + " (1 queue changed).")
+    else:
+        messages.info(request, f"Queue {name} was {'already' if paused else 'not'} paused (0 queues changed).")
+    return redirect(back)
+
+
 @console_action("pause_queue", default_next=_queue_url)
 def pause(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
-    changed = get_engine().set_paused(name, True, actor)
-    if changed:
-        messages.success(request, f"Paused queue {name}: workers stop starting its tasks (1 queue changed).")
-    else:
-        messages.info(request, f"Queue {name} was already paused (0 queues changed).")
-    return redirect(back)
+    return _set_paused(request, actor, back, name, True)
 
 
 @console_action("pause_queue", default_next=_queue_url)
 def resume(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
-    changed = get_engine().set_paused(name, False, actor)
-    if changed:
-        messages.success(request, f"Resumed queue {name} (1 queue changed).")
-    else:
-        messages.info(request, f"Queue {name} was not paused (0 queues changed).")
-    return redirect(back)
+    return _set_paused(request, actor, back, name, False)
 
 
 @console_action("purge_queue", default_next=_queue_url)
