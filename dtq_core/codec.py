@@ -15,14 +15,6 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def decode_hash(raw: dict[Any, Any]) -> dict[str, str]:
-    return {_s(k): _s(v) for k, v in raw.items()}
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, Any]:
     """Shape a task hash for the API and console: parsed JSON, ISO times, typed numbers."""
     out: dict[str, Any] = {

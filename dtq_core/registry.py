@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import importlib
 import inspect
@@ -54,10 +53,6 @@ def get(name: str) -> Registered | None:
     return _HANDLERS.get(name)
 
 
-def names() -> list[str]:
-    return sorted(_HANDLERS)
-
-
 def current_task() -> TaskContext | None:
     """The task the calling handler is running for (None outside a handler)."""
     return _current.get()
@@ -74,7 +69,3 @@ def import_task_modules(modules: tuple[str, ...]) -> None:
 
     for module in modules:
         importlib.import_module(module)
-
-
-def is_async(fn: Handler) -> bool:
-    return asyncio.iscoroutinefunction(fn)
