@@ -231,7 +231,7 @@ class AdminMixin:
         k = self.keys
         replies = self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq()],
                                    [now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
-                                    k.stream_prefix(), Keys.GROUP], ids)
+                                    k.stream_prefix(), Keys.GROUP, k.wake_prefix()], ids)
         retried = sum(int(reply[0]) for reply in replies)
         self.audit(actor, "dlq.retry", selection.describe(), retried)
         return retried

@@ -53,10 +53,14 @@ class Engine(InspectMixin, AdminMixin):
     def validate(self, type: Any, payload: Any = None, **options: Any) -> Submission:
         return validate(self.config, type, payload, **options)
 
-    def enqueue(self, type: Any, payload: Any = None, **options: Any) -> Enqueued:
-        """Queue up a task; raise ValidationError, PayloadTooLarge or QueueFull."""
+    def enqueue(self, type: Any, payload: Any = None, *, record: bool = True, **options: Any) -> Enqueued:
+        """Queue up a task; raise ValidationError, PayloadTooLarge or QueueFull.
+
+        record=False leaves Enqueued.task None: for callers that only want the id, it saves
+        reading the record back and shaping it.
+        """
         submission = self.validate(type, payload, **options)
-        reply = self._enqueue_script(submission, client=None, with_record=True)
+        reply = self._enqueue_script(submission, client=None, with_record=record)
         return self._enqueued(submission, reply)
 
     def enqueue_many(self, submissions: Sequence[Submission]) -> list[Enqueued | QueueFull]:
@@ -86,7 +90,7 @@ class Engine(InspectMixin, AdminMixin):
         return self.scripts(
             "enqueueTask",
             keys=[k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
-                  k.queues(), k.events(), k.event_seq(), k.recent()],
+                  k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue)],
             args=[s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
                   self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
                   1 if s.idempotency_key else 0, RECENT_CAP, k.task_prefix(), k.result_prefix(), 1 if with_record else 0,

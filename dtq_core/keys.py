@@ -23,6 +23,15 @@ class Keys:
     def stream_prefix(self) -> str:  # ARGV for Lua-built stream keys: prefix .. queue .. ":" .. priority
         return f"{self.prefix}:stream:"
 
+    def wake(self, queue: str) -> str:
+        """List idle workers block on (BLPOP) and fetch from in the same round trip; every script
+        that adds an entry to one of the queue's streams leaves one token in it. A hint only: a
+        missed token costs latency (at most the worker's block time), never a task."""
+        return f"{self.prefix}:wake:{queue}"
+
+    def wake_prefix(self) -> str:  # ARGV for Lua-built wake keys: prefix .. queue
+        return f"{self.prefix}:wake:"
+
     def task(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
 

@@ -1,8 +1,10 @@
 """The worker process: consumption, execution, completion, heartbeats, the visibility reaper, the
 cancel watcher and candidacy for scheduler leadership, each a supervised asyncio loop.
 
-Hot path per batch: one fetchTasks script (read + claim up to the free slots), the handlers,
-one completeTasks script for everything that finished meanwhile (state, result, XACK, event).
+Hot path per batch: one fetchTasks script (read + claim up to the free slots; an idle worker
+sends it behind a BLPOP on its queues' wake lists, so waking up costs no extra round trip), the
+handlers, one completeTasks script for everything that finished meanwhile (state, result, XACK,
+event).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+
+import redis
 
 from .clock import Clock, SystemClock
 from .config import DtqConfig
@@ -60,6 +64,8 @@ class Worker:
         self._queues: list[str] = []
         self._paused: set[str] = set()
         self._streams: list[str] = []  # non-paused, highest priority first
+        self._wake_keys: list[str] = []  # of the non-paused queues
+        self._drained = False  # the last fetch left nothing behind: wait for a wake token next
         self._all_streams: list[str] = []
         self._refreshed_at = -1e9
         self._stopping = False
@@ -215,7 +221,11 @@ class Worker:
             await self.store.ensure_queues(new)
         self._queues, self._paused = queues, paused
         active = [q for q in queues if q not in paused]
-        self._streams = [self.keys.stream(q, p) for p in PRIORITIES for q in active]
+        streams = [self.keys.stream(q, p) for p in PRIORITIES for q in active]
+        if streams != self._streams:
+            self._drained = False  # a new or resumed queue may hold work that rang no bell
+        self._streams = streams
+        self._wake_keys = [self.keys.wake(q) for q in active]
         self._all_streams = [self.keys.stream(q, p) for p in PRIORITIES for q in queues]
         self._refreshed_at = time.monotonic()
 
@@ -234,27 +244,47 @@ class Worker:
                     return
                 await self._pause(0.5)
                 continue
-            rows = await self.store.fetch(self._streams, free)
-            if not rows:
-                if self.burst:
-                    # The scheduler may have queued due work since the fetch: look once more.
-                    if await self._burst_done():
-                        rows = await self.store.fetch(self._streams, free)
-                        if not rows:
-                            self.request_stop()
-                            return
-                        for row in rows:
-                            self._start(row)
-                        continue
-                    self._slot_freed.clear()
-                    await asyncio.sleep(0.05)
-                    continue
-                rows = await self.store.block_read(self._streams, free, BLOCK_MS)
+            try:
+                rows = await self._fetch(free)
+            except redis.exceptions.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                # A stream was deleted by hand: recreate the groups rather than fail every fetch.
+                logger.warning("worker_id=%s a queue stream lost its consumer group; recreating it", self.worker_id)
+                await self.store.ensure_queues(self._queues)
+                self._drained = False  # its entries rang before the group existed: look, don't wait
+                continue
+            if rows is None:
+                return
             for row in rows:
                 self._start(row)
             # Let the attempts just started reach their first await (their handler's I/O goes
             # out now) before this loop's next fetch: shorter latency on an idle worker.
             await asyncio.sleep(0)
+
+    async def _fetch(self, free: int) -> list[Row] | None:
+        """Claim up to `free` entries, waiting for work when there is none; None ends a burst."""
+        if not self.burst:
+            # After a fetch that came up short, whatever arrives later rings a wake list: wait
+            # on it straight away instead of spending a round trip on another empty fetch.
+            rows = [] if self._drained else await self.store.fetch(self._streams, free)
+            if not rows:
+                rows = await self.store.wait_and_fetch(self._wake_keys, self._streams, free, BLOCK_MS)
+            self._drained = len(rows) < free
+            return rows
+        rows = await self.store.fetch(self._streams, free)
+        if rows:
+            return rows
+        # The scheduler may have queued due work since the fetch: look once more.
+        if await self._burst_done():
+            rows = await self.store.fetch(self._streams, free)
+            if not rows:
+                self.request_stop()
+                return None
+            return rows
+        self._slot_freed.clear()
+        await asyncio.sleep(0.05)
+        return []
 
     async def _burst_done(self) -> bool:
         """Burst mode ends when nothing waits, runs, or falls due within BURST_HORIZON_S."""

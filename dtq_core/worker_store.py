@@ -52,11 +52,12 @@ class WorkerStore:
                 raise reply
 
     # -- claim --------------------------------------------------------------------------------
-    def _claim_args(self) -> list[object]:
+    def _claim_args(self, *, late_bound: bool = False) -> list[object]:
+        """The claim context; late_bound leaves now to the script (Redis's clock at run time)."""
         now = self.clock.now_ms()
         c = self.config
-        return [Keys.GROUP, self.worker_id, now, iso(now), c.task_retention_s * 1000, self.keys.task_prefix(),
-                1 if c.dlq_enabled else 0, c.dlq_maxlen]
+        return [Keys.GROUP, self.worker_id, "" if late_bound else now, "" if late_bound else iso(now),
+                c.task_retention_s * 1000, self.keys.task_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen]
 
     def _claim_keys(self) -> list[str]:
         k = self.keys
@@ -65,25 +66,29 @@ class WorkerStore:
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
         reply = await self.scripts("fetchTasks", keys=self._claim_keys(),
-                                   args=[*self._claim_args(), count, *streams])
+                                   args=[*self._claim_args(), count, self.keys.wake_prefix(), *streams])
         return self._runnable(reply)
 
-    async def block_read(self, streams: Sequence[str], count: int, block_ms: int) -> list[Row]:
-        """Wait up to block_ms for new entries on any stream, then claim what arrived."""
-        try:
-            reply = await self.client.xreadgroup(Keys.GROUP, self.worker_id, {s: ">" for s in streams},
-                                                 count=count, block=block_ms)
-        except redis.exceptions.ResponseError as exc:
-            if "NOGROUP" in str(exc):
-                return []  # a stream was deleted; the next queue refresh recreates its group
-            raise
-        quads: list[object] = []
-        for stream, entries in reply or []:
-            for entry_id, fields in entries:
-                quads += [stream, entry_id, fields.get("task_id", ""), fields.get("attempt", "1")]
-        if not quads:
-            return []
-        return await self.claim(quads, reclaim=False)
+    async def wait_and_fetch(self, wake_keys: Sequence[str], streams: Sequence[str], count: int,
+                             block_ms: int) -> list[Row]:
+        """Wait up to block_ms for a token on any wake list, then fetch, in one round trip.
+
+        Redis holds the pipelined fetch script until the BLPOP before it returns, so the wake-up
+        and the claim travel together (an XREADGROUP BLOCK would need a second round trip for
+        the claim). A stale token only costs an empty fetch. The script runs up to block_ms after
+        it was queued, so it reads the time from Redis's clock rather than a stale one of ours.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.blpop(list(wake_keys), timeout=block_ms / 1000)
+        self.scripts.queue_evalsha(pipe, "fetchTasks", keys=self._claim_keys(),
+                                   args=[*self._claim_args(late_bound=True), count, self.keys.wake_prefix(),
+                                         *streams])
+        _, reply = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            return await self.fetch(streams, count)  # script cache flushed (Redis restarted): load it
+        if isinstance(reply, Exception):
+            raise reply
+        return self._runnable(reply)
 
     async def claim(self, quads: list[object], *, reclaim: bool) -> list[Row]:
         reply = await self.scripts("claimEntries", keys=self._claim_keys(),
@@ -219,14 +224,15 @@ class WorkerStore:
         return int(await self.scripts(
             "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule()],
             args=[self.worker_id, now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
-                  k.stream_prefix(), *ids],
+                  k.stream_prefix(), k.wake_prefix(), *ids],
         ))
 
     async def recover_lost_tasks(self, limit: int = 500) -> int:
         """Requeue RUNNING tasks whose entry vanished and whose owner went silent; -1: not leader."""
         cutoff = self.clock.now_ms() - int(self.config.visibility_timeout_s * 1000)
         return int(await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock()],
-                                      args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix()]))
+                                      args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix(),
+                                            self.keys.wake_prefix()]))
 
     async def requeue_stale_claims(self) -> int:
         k = self.keys

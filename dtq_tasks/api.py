@@ -48,4 +48,5 @@ def enqueue(
     return get_engine().enqueue(
         type, payload, queue=queue, priority=priority, delay_seconds=delay_seconds, ttl_seconds=ttl_seconds,
         max_attempts=max_attempts, timeout_seconds=timeout_seconds, idempotency_key=idempotency_key,
+        record=False,
     ).id

@@ -6,7 +6,7 @@
     KEYS[1] schedule claims  KEYS[2] scheduler lock  KEYS[3] events channel  KEYS[4] event seq
     KEYS[5] schedule
     ARGV[1] worker id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
-    ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7..] task ids
+    ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7] wake key prefix  ARGV[8..] task ids
   Output:
     number of tasks queued, or -1 when this worker does not hold the lock
 ]]
@@ -14,7 +14,7 @@
 if rcall('GET', KEYS[2]) ~= ARGV[1] then return -1 end
 local now_ms, now_iso = ARGV[2], ARGV[3]
 local queued = 0
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   local id = ARGV[i]
   local tkey = ARGV[5] .. id
   local h = rcall('HMGET', tkey, 'status', 'attempt', 'queue', 'priority', 'expires_at')
@@ -26,6 +26,7 @@ for i = 7, #ARGV do
       local stream = ARGV[6] .. h[3] .. ':' .. h[4]
       local eid = rcall('XADD', stream, '*', 'task_id', id, 'attempt', tonumber(h[2]) + 1)
       rcall('HSET', tkey, 'status', 'QUEUED', 'enqueued_at', now_ms, 'updated_at', now_ms, 'entry_id', eid)
+      ring(ARGV[7] .. h[3])
       emit(KEYS[3], KEYS[4], 'task.queued', id, h[3], 'QUEUED', h[2], now_ms, now_iso)
       queued = queued + 1
     end

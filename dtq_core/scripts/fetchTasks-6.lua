@@ -1,13 +1,16 @@
 --[[
   Read up to COUNT new entries from the given streams in priority order and claim each one:
   QUEUED -> RUNNING for runnable entries, absorbing duplicates, expiring stale ones. One round
-  trip for a whole batch; the blocking wait for new work happens in Python (XREADGROUP BLOCK).
+  trip for a whole batch. An idle worker sends it right behind a BLPOP on its queues' wake
+  lists, so waking up and claiming cost one round trip; a batch that fills up rings the wake
+  list again, so the next idle worker comes for the rest.
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
-               dlq enabled (1/0), dlq maxlen
-    ARGV[9] count   ARGV[10..] stream keys, highest priority first
+               dlq enabled (1/0), dlq maxlen; an empty now (ms) takes Redis's clock, for a
+               fetch queued behind a blocking wait
+    ARGV[9] count   ARGV[10] wake key prefix   ARGV[11..] stream keys, highest priority first
   Output:
     list of runnable rows {'run', entry_id, stream, task_id, attempt, max_attempts, type,
     payload, timeout_s, queue, priority}, and for the worker's log {'absorbed', entry_id,
@@ -18,9 +21,10 @@
 local ctx = claim_context(1)
 local remaining = tonumber(ARGV[9])
 local runnable = {}
-for i = 10, #ARGV do
+local stream
+for i = 11, #ARGV do
   if remaining <= 0 then break end
-  local stream = ARGV[i]
+  stream = ARGV[i]
   local reply = rcall('XREADGROUP', 'GROUP', ctx.group, ctx.worker_id, 'COUNT', remaining,
                       'STREAMS', stream, '>')
   if reply then
@@ -46,5 +50,10 @@ for i = 10, #ARGV do
       end
     end
   end
+end
+if remaining <= 0 and stream then
+  -- A full batch: more may wait in this queue, so wake another idle worker (at worst it finds
+  -- nothing: one empty fetch).
+  ring(ARGV[10] .. string.match(stream, ':([^:]+):[^:]+$'))
 end
 return runnable

@@ -12,7 +12,7 @@
     KEYS[7] scheduler lock
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
-    ARGV[9] cutoff (ms)   ARGV[10] limit   ARGV[11] stream key prefix
+    ARGV[9] cutoff (ms)   ARGV[10] limit   ARGV[11] stream key prefix   ARGV[12] wake key prefix
   Output:
     number of tasks recovered, or -1 when this worker does not hold the lock
 ]]
@@ -45,6 +45,7 @@ for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9]
       if lost == 'again' then
         local cur = tonumber(h[2])
         local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', cur + 1)
+        ring(ARGV[12] .. h[7])
         rcall('HSET', tkey, 'status', 'QUEUED', 'entry_id', new_id, 'enqueued_at', ctx.now_ms,
               'updated_at', ctx.now_ms)
         rcall('PEXPIRE', tkey, ctx.retention_ms)

@@ -5,14 +5,14 @@
   Input:
     KEYS[1] DLQ stream  KEYS[2] events channel  KEYS[3] event seq
     ARGV[1] now (ms)  ARGV[2] now (ISO)  ARGV[3] retention (ms)  ARGV[4] task key prefix
-    ARGV[5] stream key prefix  ARGV[6] group  ARGV[7..] DLQ entry ids
+    ARGV[5] stream key prefix  ARGV[6] group  ARGV[7] wake key prefix  ARGV[8..] DLQ entry ids
   Output:
     {retried, skipped (gone), kept (task expired)}
 ]]
 -- #include common
 local now_ms, now_iso = ARGV[1], ARGV[2]
 local retried, gone, kept = 0, 0, 0
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   local entry = rcall('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
   if not entry then
     gone = gone + 1
@@ -29,6 +29,7 @@ for i = 7, #ARGV do
         local stream = ARGV[5] .. queue .. ':' .. h[2]
         pcall(rcall, 'XGROUP', 'CREATE', stream, ARGV[6], '0', 'MKSTREAM')
         local eid = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', 1)
+        ring(ARGV[7] .. queue)
         rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', 0, 'entry_id', eid, 'dlq_entry_id', '',
               'enqueued_at', now_ms, 'updated_at', now_ms, 'finished_at', '', 'cancel_requested', '0',
               'retried_from_dlq_at', now_ms, 'expires_at', '')

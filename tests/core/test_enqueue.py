@@ -128,3 +128,10 @@ def test_every_state_change_publishes_an_event(engine: Engine, redis_client: red
     assert events[0]["event_id"] != events[1]["event_id"]
     assert set(events[0]) == {"event_id", "type", "task_id", "queue", "status", "attempt", "ts"}
     pubsub.close()
+
+
+def test_an_enqueue_for_the_id_alone_skips_the_record(engine: Engine) -> None:
+    # dtq_tasks.enqueue only returns the id: the script need not read the task back.
+    out = engine.enqueue("dtq.echo", {"x": 1}, record=False)
+    assert out.created and out.status == "QUEUED" and out.task is None
+    assert engine.get_task(out.id)["payload"] == {"x": 1}

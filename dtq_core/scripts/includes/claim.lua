@@ -99,9 +99,12 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
   return {'run', entry_id, stream, task_id, ea, h[3], h[4], h[5], h[6], h[7], h[10]}
 end
 
+-- An empty now (ms) means "when this runs": see server_now.
 local function claim_context(argv_offset)
-  return {group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = ARGV[argv_offset + 2],
-          now_iso = ARGV[argv_offset + 3], retention_ms = ARGV[argv_offset + 4],
+  local now_ms, now_iso = ARGV[argv_offset + 2], ARGV[argv_offset + 3]
+  if now_ms == '' then now_ms, now_iso = server_now() end
+  return {group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = now_ms,
+          now_iso = now_iso, retention_ms = ARGV[argv_offset + 4],
           task_prefix = ARGV[argv_offset + 5], dlq_enabled = ARGV[argv_offset + 6],
           dlq_maxlen = ARGV[argv_offset + 7], paused_key = KEYS[1], events_key = KEYS[2],
           seq_key = KEYS[3], dlq_key = KEYS[4], counters_key = KEYS[5], running_key = KEYS[6]}

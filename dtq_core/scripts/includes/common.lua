@@ -3,6 +3,34 @@ local rcall = redis.call
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, DEAD_LETTERED = true, CANCELLED = true, EXPIRED = true}
 
+-- Epoch milliseconds as UTC ISO-8601 with milliseconds, exactly like dtq_core.clock.iso
+-- (days to civil date after Howard Hinnant's algorithm).
+local function iso_ms(ms)
+  local floor = math.floor
+  local secs = floor(ms / 1000)
+  local days = floor(secs / 86400)
+  local sod = secs - days * 86400
+  local z = days + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local day = doy - floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day, floor(sod / 3600),
+                       floor(sod / 60) % 60, sod % 60, ms - secs * 1000)
+end
+
+-- Redis's clock as {ms string, ISO}: only for a script queued behind a blocking wait, whose
+-- caller cannot know when it will run (everything else gets now from the caller's Clock).
+local function server_now()
+  local t = rcall('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return string.format('%.0f', ms), iso_ms(ms)
+end
+
 -- Publish one event on the pub/sub channel; the INCR makes event_id unique across processes.
 local function emit(channel, seq_key, etype, task_id, queue, status, attempt, now_ms, now_iso)
   local seq = rcall('INCR', seq_key)
@@ -33,6 +61,13 @@ local function schedule_rem(schedule_key, task_id, queue)
   if rcall('ZREM', schedule_key, task_id) == 1 then
     rcall('HINCRBY', schedule_key .. ':counts', queue, -1)
   end
+end
+
+-- Wake one idle worker of a queue: they block on its wake list and fetch in the same round
+-- trip. At most one token waits, so bursts cost no memory and a busy cluster leaves at most one
+-- stale token per queue (a wasted fetch); a woken worker whose batch fills rings again.
+local function ring(wake_key)
+  if rcall('LLEN', wake_key) == 0 then rcall('LPUSH', wake_key, '1') end
 end
 
 local function field(fields, name)

@@ -4,7 +4,7 @@
   Input:
     KEYS[1] task hash   KEYS[2] idempotency key   KEYS[3..5] the queue's high/normal/low streams
     KEYS[6] schedule    KEYS[7] known queues set  KEYS[8] events channel  KEYS[9] event seq
-    KEYS[10] recent tasks zset
+    KEYS[10] recent tasks zset  KEYS[11] the queue's wake list
     ARGV[1] task id  ARGV[2] priority index (1..3)  ARGV[3] now (ms)  ARGV[4] now (ISO)
     ARGV[5] retention (ms)  ARGV[6] idempotency ttl (ms)  ARGV[7] max depth (0 = off)
     ARGV[8] due (ms, 0 = now)  ARGV[9] queue  ARGV[10] group  ARGV[11] use idempotency key (1/0)
@@ -54,6 +54,7 @@ else
   status = 'QUEUED'
   local eid = rcall('XADD', KEYS[2 + tonumber(ARGV[2])], '*', 'task_id', task_id, 'attempt', 1)
   rcall('HSET', KEYS[1], 'status', status, 'enqueued_at', now_ms, 'entry_id', eid)
+  ring(KEYS[11])
 end
 rcall('PEXPIRE', KEYS[1], ARGV[5])
 if ARGV[11] == '1' then rcall('SET', KEYS[2], task_id, 'PX', ARGV[6]) end

@@ -1,0 +1,166 @@
+"""Idle workers block on per-queue wake lists and fetch in the same round trip: every path that
+adds a stream entry leaves a token, a full batch rings for the next worker, a fetch queued behind
+the wait reads Redis's clock, and a stream deleted by hand gets its consumer group back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+import pytest
+import redis
+
+from dtq_core.admin import Actor, DlqSelection
+from dtq_core.clock import FakeClock, SystemClock, iso
+from dtq_core.config import DtqConfig
+from dtq_core.connection import async_client
+from dtq_core.engine import Engine
+from dtq_core.scripts import _expand
+from dtq_core.worker_store import WorkerStore
+from tests.conftest import wait_for
+
+
+def _store(config: DtqConfig, clock: object | None = None, worker_id: str = "w-wake") -> WorkerStore:
+    return WorkerStore(config, async_client(config, read_timeout_s=10), clock or SystemClock(), worker_id)
+
+
+def _tokens(redis_client: redis.Redis, engine: Engine, queue: str) -> int:
+    return int(redis_client.llen(engine.keys.wake(queue)))
+
+
+def test_submits_leave_one_wake_token_however_many_arrive(engine: Engine, redis_client: redis.Redis) -> None:
+    for _ in range(5):
+        engine.enqueue("dtq.echo", queue="mail")
+    engine.enqueue_many([engine.validate("dtq.echo", queue="mail") for _ in range(20)])
+    assert _tokens(redis_client, engine, "mail") == 1
+    # A delayed task waits in the schedule: nothing to wake a worker for yet.
+    engine.enqueue("dtq.echo", queue="later", delay_seconds=60)
+    assert _tokens(redis_client, engine, "later") == 0
+
+
+def test_the_scheduler_and_dlq_retry_ring_the_queue(engine: Engine, config: DtqConfig,
+                                                     redis_client: redis.Redis) -> None:
+    task_id = engine.enqueue("dtq.echo", queue="due", delay_seconds=5).id
+
+    async def promote() -> int:
+        store = _store(config, FakeClock(start_ms=engine.clock.now_ms() + 10_000), worker_id="leader")
+        try:
+            assert await store.acquire_or_renew_lock(False)
+            return await store.promote_due()
+        finally:
+            await store.client.aclose()
+
+    assert asyncio.run(promote()) == 1
+    assert redis_client.hget(engine.keys.task(task_id), "status") == "QUEUED"
+    assert _tokens(redis_client, engine, "due") == 1
+
+    # A dead letter retried by an operator goes back to its stream and rings too.
+    dead = engine.enqueue("dtq.echo", queue="dead").id
+    redis_client.delete(engine.keys.wake("dead"))
+    stream = engine.keys.stream("dead", "normal")
+    entry = redis_client.xrange(stream)[0][0]
+    dlq_id = redis_client.xadd(engine.keys.dlq(), {"task_id": dead, "queue": "dead", "type": "dtq.echo"})
+    redis_client.hset(engine.keys.dlq_counts(), "dead", 1)
+    redis_client.hset(engine.keys.task(dead), mapping={"status": "DEAD_LETTERED", "dlq_entry_id": dlq_id})
+    redis_client.xdel(stream, entry)
+    assert engine.retry_dead_letters(DlqSelection(ids=(dlq_id,)), Actor.cli()) == 1
+    assert _tokens(redis_client, engine, "dead") == 1
+
+
+def test_an_idle_wait_wakes_on_a_submit_and_claims_with_the_redis_clock(config: DtqConfig,
+                                                                         redis_client: redis.Redis) -> None:
+    engine = Engine(config)  # the system clock, like the API
+    engine.enqueue("dtq.echo", queue="idle")  # registers the queue and its groups
+    store = _store(config)
+    streams, wake = engine.keys.streams("idle"), [engine.keys.wake("idle")]
+
+    async def scenario() -> tuple[list, float]:
+        try:
+            assert len(await store.fetch(streams, 10)) == 1  # what was there before the wait
+            assert await store.wait_and_fetch(wake, streams, 10, 1) == []  # the stale token: empty fetch
+            waiting = asyncio.create_task(store.wait_and_fetch(wake, streams, 10, 8000))
+            await asyncio.sleep(0.5)  # the fetch is queued in Redis behind the BLPOP by now
+            assert not waiting.done()
+            started = time.monotonic()
+            await asyncio.to_thread(engine.enqueue, "dtq.echo", {"n": 2}, queue="idle")
+            rows = await waiting
+            return rows, time.monotonic() - started
+        finally:
+            await store.client.aclose()
+
+    rows, woke_after = asyncio.run(scenario())
+    assert [r.payload for r in rows] == ['{"n":2}']
+    assert woke_after < 4  # woken by the token, far inside the 8 s wait
+    task = redis_client.hgetall(engine.keys.task(rows[0].task_id))
+    assert task["status"] == "RUNNING"
+    # The claim ran half a second after it was queued: its time is when it ran, not when it was sent.
+    assert int(task["started_at"]) >= int(task["enqueued_at"])
+
+
+def test_a_wait_with_no_work_times_out_empty(config: DtqConfig) -> None:
+    engine = Engine(config)
+    engine.enqueue("dtq.echo", queue="quiet")
+    store = _store(config)
+
+    async def scenario() -> tuple[list, float]:
+        try:
+            await store.fetch(engine.keys.streams("quiet"), 10)
+            await store.wait_and_fetch([engine.keys.wake("quiet")], engine.keys.streams("quiet"), 10, 1)
+            started = time.monotonic()
+            rows = await store.wait_and_fetch([engine.keys.wake("quiet")], engine.keys.streams("quiet"), 10, 300)
+            return rows, time.monotonic() - started
+        finally:
+            await store.client.aclose()
+
+    rows, waited = asyncio.run(scenario())
+    assert rows == [] and waited >= 0.25
+
+
+def test_a_full_batch_rings_for_the_next_idle_worker(engine: Engine, config: DtqConfig,
+                                                     redis_client: redis.Redis) -> None:
+    engine.enqueue_many([engine.validate("dtq.echo", queue="burst") for _ in range(4)])
+    wake = engine.keys.wake("burst")
+    redis_client.delete(wake)  # as if an idle worker had taken the submit's token
+    streams = engine.keys.streams("burst")
+
+    async def fetch(count: int, worker_id: str) -> int:
+        store = _store(config, worker_id=worker_id)
+        try:
+            return len(await store.fetch(streams, count))
+        finally:
+            await store.client.aclose()
+
+    assert asyncio.run(fetch(2, "a")) == 2
+    assert redis_client.llen(wake) == 1  # more may wait: wake the next one
+    redis_client.delete(wake)
+    assert asyncio.run(fetch(5, "b")) == 2
+    assert redis_client.llen(wake) == 0  # came up short: nothing left to wake anyone for
+
+
+@pytest.mark.parametrize("ms", [0, 951_782_400_000, 951_868_799_999, 1_709_251_199_999, 1_735_689_599_999,
+                                1_798_761_600_123, 4_102_444_800_000, 4_107_542_399_999])
+def test_the_lua_clock_renders_times_like_python(redis_client: redis.Redis, ms: int) -> None:
+    script = _expand("-- #include common\nreturn iso_ms(tonumber(ARGV[1]))")
+    assert redis_client.eval(script, 0, ms) == iso(ms)
+
+
+def test_server_now_is_redis_time(redis_client: redis.Redis) -> None:
+    script = _expand("-- #include common\nlocal ms, text = server_now()\nreturn {ms, text}")
+    before = int(time.time() * 1000)
+    ms, text = redis_client.eval(script, 0)
+    assert abs(int(ms) - before) < 2000 and text == iso(int(ms))
+    assert datetime.fromisoformat(text.replace("Z", "+00:00")).tzinfo == UTC
+
+
+def test_a_worker_recreates_a_consumer_group_deleted_by_hand(engine: Engine, redis_client: redis.Redis,
+                                                             start_worker) -> None:
+    first = engine.enqueue("dtq.echo", {"n": 1}, queue="fragile").id
+    worker = start_worker("--queues", "fragile", "--name", "fragile-w")
+    key = engine.keys.task(first)
+    wait_for(lambda: redis_client.hget(key, "status") == "SUCCEEDED", message=worker.output)
+    redis_client.delete(*engine.keys.streams("fragile"))  # streams and their groups gone
+    second = engine.enqueue("dtq.echo", {"n": 2}, queue="fragile").id  # XADD makes a stream with no group
+    wait_for(lambda: redis_client.hget(engine.keys.task(second), "status") == "SUCCEEDED", timeout=20,
+             message=worker.output)
+    assert "lost its consumer group; recreating it" in worker.output()
