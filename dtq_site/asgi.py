@@ -2,10 +2,11 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
-django_asgi_app = get_asgi_application()
+
+from dtq_site.handlers import get_sync_chain_asgi_application  # noqa: E402
+
+django_asgi_app = get_sync_chain_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -1,0 +1,59 @@
+"""Django's ASGI handler, tuned for sync views: one thread hop into the middleware chain, and
+request threads reused instead of started and joined for every request.
+
+Under ASGI Django loads the middleware chain in async mode. Every view here is sync (DRF and the
+console) and most middleware have only sync hooks, so each hook and the view crossed between the
+event loop and a thread on its own: a dozen hops per request. And each request's thread-sensitive
+context started a thread and joined it afterwards, which holds the event loop while the new thread
+gets the GIL. Together they capped one daphne process at about 150 submits/s.
+
+This handler loads the chain in sync mode and enters it once, and gives each request a
+single-thread executor from a free list (asgiref's ThreadSensitiveContext(executor=...)). A
+request still has its own thread for everything it runs (Django's DB connection handling relies
+on that), concurrent requests never queue behind each other, and the rest of Django's ASGI
+handling (body reading, disconnects, signals, streaming) is unchanged.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core.handlers import base
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest, HttpResponseBase
+
+MAX_IDLE_THREADS = 64  # request threads kept for reuse; more are created on demand, then retired
+
+
+class SyncChainASGIHandler(ASGIHandler):
+    def __init__(self) -> None:
+        base.BaseHandler.__init__(self)
+        self.load_middleware(is_async=False)
+        self._idle: list[ThreadPoolExecutor] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        executor = self._idle.pop() if self._idle else ThreadPoolExecutor(1, thread_name_prefix="dtq-request")
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            if len(self._idle) < MAX_IDLE_THREADS:
+                self._idle.append(executor)
+            else:
+                executor.shutdown(wait=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        return response
+
+
+def get_sync_chain_asgi_application() -> SyncChainASGIHandler:
+    """Like django.core.asgi.get_asgi_application, with the handler above."""
+    import django
+
+    django.setup(set_prefix=False)
+    return SyncChainASGIHandler()

@@ -1,0 +1,96 @@
+"""The ASGI entry point (dtq_site.asgi): Django's handler with the middleware chain entered in one
+thread hop and request threads reused. Requests still run side by side: one stuck on a silent
+Redis does not hold up /health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from dtq_core.engine import Engine
+from dtq_site.asgi import application
+
+
+async def call(method: str, path: str, body: bytes = b"", headers: tuple[tuple[bytes, bytes], ...] = ()
+               ) -> tuple[int, dict[bytes, bytes], bytes]:
+    """One HTTP request straight into the ASGI application; (status, headers, body)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), (b"content-length", str(len(body)).encode()), *headers],
+             "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000)}
+    incoming = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if incoming:
+            return incoming.pop()
+        await asyncio.Event().wait()  # the client stays connected
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await application(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.lower(): v for k, v in start["headers"]}, content
+
+
+def request_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("dtq-request"))
+
+
+def test_a_submit_through_the_asgi_app(live_engine: Engine, redis_client: redis.Redis) -> None:
+    body = json.dumps({"type": "dtq.echo", "payload": {"a": 1}, "queue": "asgi"}).encode()
+    status, headers, content = asyncio.run(call("POST", "/api/v1/tasks", body, (
+        (b"content-type", b"application/json"), (b"x-request-id", b"req-asgi-1"))))
+    assert status == 201, content
+    assert headers[b"x-request-id"] == b"req-asgi-1"
+    task = json.loads(content)
+    assert task["status"] == "QUEUED" and task["request_id"] == "req-asgi-1"
+    assert redis_client.hget(live_engine.keys.task(task["id"]), "payload") == '{"a":1}'
+
+
+def test_sequential_requests_reuse_a_request_thread(live_engine: Engine) -> None:
+    async def twenty() -> list[int]:
+        return [(await call("GET", "/health"))[0] for _ in range(20)]
+
+    before = request_threads()
+    assert asyncio.run(twenty()) == [200] * 20
+    assert request_threads() <= before + 1
+
+
+@pytest.fixture
+def silent_redis(settings: Any) -> Iterator[None]:
+    """A Redis URL whose server accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": f"redis://127.0.0.1:{listener.getsockname()[1]}/0",
+                    "REDIS_TIMEOUT_S": 1.5}
+    yield
+    listener.close()
+
+
+def test_a_request_stuck_on_redis_does_not_hold_up_health(silent_redis: None) -> None:
+    async def scenario() -> tuple[float, float, int, bytes]:
+        started = time.monotonic()
+        stuck = asyncio.create_task(call("GET", "/api/v1/queues"))
+        await asyncio.sleep(0.2)  # the queues request is waiting on Redis by now
+        health_status, _, _ = await call("GET", "/health")
+        health_s = time.monotonic() - started
+        assert not stuck.done() and health_status == 200
+        status, _, content = await stuck
+        return health_s, time.monotonic() - started, status, content
+
+    health_s, stuck_s, status, content = asyncio.run(scenario())
+    assert health_s < 1.0 < stuck_s  # /health answered while the other request still waited
+    assert status == 503 and json.loads(content)["error"]["code"] == "REDIS_UNAVAILABLE"
