@@ -34,7 +34,8 @@ QUEUE = "bench"
 SINGLE_ENQUEUES = 2000  # of the pre-fill, enqueued one by one (the rest in bulk)
 BULK_CHUNK = 1000
 # Round trips the worker makes for every batch of tasks: everything else is amortised housekeeping.
-HOT_PATH = ("EVALSHA fetchTasks", "EVALSHA claimEntries", "EVALSHA completeTasks", "XREADGROUP")
+# (An idle worker's BLPOP carries the fetch script in the same write: one round trip, keyed BLPOP.)
+HOT_PATH = ("EVALSHA fetchTasks", "BLPOP", "EVALSHA completeTasks")
 
 
 class Rig:
@@ -174,35 +175,84 @@ def _registered(rig: Rig, prefix: str, *names: str) -> bool:
     return all(rig.client.zscore(Keys(prefix).workers(), n) is not None for n in names)
 
 
+def _keyspace_channel(key: str) -> str:
+    return f"__keyspace@0__:{key}"
+
+
 def latency(rig: Rig, *, samples: int = 200, warmup: int = 20) -> dict[str, Any]:
-    """Sequential tasks on an idle worker: enqueue -> task.succeeded event, p50/p99."""
+    """Sequential tasks on an idle worker: enqueue -> the body's INCR (keyspace notification, as
+    for the peers and the floor) and enqueue -> the task.succeeded event; p50/p99 of each."""
     prefix = new_prefix()
     engine, key = rig.engine(prefix), counter_key(prefix)
     proc, _ = rig.worker(prefix, "--concurrency", "10", name="lat")
+    rig.client.config_set("notify-keyspace-events", "K$")
     pubsub = engine.client.pubsub(ignore_subscribe_messages=True)
     try:
         wait_until(lambda: _registered(rig, prefix, "lat") or proc.poll() is not None, 30, what="worker start")
-        pubsub.subscribe(engine.keys.events())
-        times: list[float] = []
+        pubsub.subscribe(engine.keys.events(), _keyspace_channel(key))
+        body_times: list[float] = []
+        done_times: list[float] = []
         for i in range(warmup + samples):
             started = time.perf_counter()
-            task_id = engine.enqueue(TASK, {"k": key}, queue=QUEUE).id
+            # What dtq_tasks.enqueue does: the id back, no record.
+            task_id = engine.enqueue(TASK, {"k": key}, queue=QUEUE, record=False).id
+            body_at = done_at = None
             deadline = time.monotonic() + 10
-            while True:
+            while body_at is None or done_at is None:
                 message = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+                now = time.perf_counter()
                 if message is None:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"task {task_id} did not succeed within 10 s")
                     continue
+                if message["channel"] != engine.keys.events():
+                    body_at = body_at or now
+                    continue
                 event = json.loads(message["data"])
                 if event["task_id"] == task_id and event["type"] == "task.succeeded":
-                    break
+                    done_at = now
             if i >= warmup:
-                times.append(time.perf_counter() - started)
-        return {"samples": samples, "p50_ms": percentile(times, 50) * 1000, "p99_ms": percentile(times, 99) * 1000,
-                "mean_ms": sum(times) / len(times) * 1000}
+                body_times.append(body_at - started)
+                done_times.append(done_at - started)
+        return {"samples": samples,
+                "body_p50_ms": percentile(body_times, 50) * 1000, "body_p99_ms": percentile(body_times, 99) * 1000,
+                "p50_ms": percentile(done_times, 50) * 1000, "p99_ms": percentile(done_times, 99) * 1000,
+                "mean_ms": sum(done_times) / len(done_times) * 1000}
     finally:
         pubsub.close()
+        rig.client.config_set("notify-keyspace-events", "")
+        _stop(proc)
+        rig.cleanup(prefix)
+
+
+def latency_floor(rig: Rig, mode: str, *, samples: int = 200, warmup: int = 20) -> dict[str, Any]:
+    """The same measurement against bench.floor's bare BLPOP -> INCR worker (async or sync)."""
+    prefix = new_prefix()
+    list_key, key = f"{prefix}:floor", counter_key(prefix)
+    proc = subprocess.Popen([rig.python, "-m", "bench.floor", rig.server.url, list_key, key, mode], cwd=rig.root,
+                            env=rig.env(prefix))
+    rig.client.config_set("notify-keyspace-events", "K$")
+    pubsub = rig.client.pubsub(ignore_subscribe_messages=True)
+    try:
+        wait_until(lambda: rig.client.exists(f"{list_key}:ready") or proc.poll() is not None, 30,
+                   what="floor worker start")
+        pubsub.subscribe(_keyspace_channel(key))
+        times: list[float] = []
+        for i in range(warmup + samples):
+            started = time.perf_counter()
+            rig.client.lpush(list_key, "x")
+            deadline = time.monotonic() + 10
+            # None also comes back for the (ignored) subscribe confirmation: wait on to the deadline.
+            while pubsub.get_message(timeout=max(0.0, deadline - time.monotonic())) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the floor worker did not run the body within 10 s")
+            if i >= warmup:
+                times.append(time.perf_counter() - started)
+        return {"mode": mode, "samples": samples, "body_p50_ms": percentile(times, 50) * 1000,
+                "body_p99_ms": percentile(times, 99) * 1000}
+    finally:
+        pubsub.close()
+        rig.client.config_set("notify-keyspace-events", "")
         _stop(proc)
         rig.cleanup(prefix)
 

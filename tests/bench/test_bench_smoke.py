@@ -37,11 +37,15 @@ def test_it_runs_every_dtq_measurement_and_writes_results(tmp_path: Path) -> Non
     assert "EVALSHA completeTasks" in one["round_trips"]
     assert data["drain"]["current/2w"]["workers"] == 2
     assert data["latency"]["current"]["samples"] == 20
-    assert 0 < data["latency"]["current"]["p50_ms"] <= data["latency"]["current"]["p99_ms"]
+    current = data["latency"]["current"]
+    assert 0 < current["body_p50_ms"] <= current["p50_ms"] <= current["p99_ms"]  # the body runs before completion
+    for floor in ("floor (async)", "floor (sync)"):
+        assert 0 < data["latency"][floor]["body_p50_ms"] <= data["latency"][floor]["body_p99_ms"], floor
     assert data["redelivery"]["runs"] == 1 and data["redelivery"]["median_s"] > 0
     assert data["http"]["requests"] == 60 and data["http"]["submit_per_s"] > 0
     assert data["machine"]["cores"]
     markdown = (tmp_path / "smoke-latest.md").read_text()
+    assert "| floor (sync) |" in markdown
     assert "| current/1w |" in markdown and "Redelivery after SIGKILL" in markdown
 
 
