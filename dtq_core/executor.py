@@ -59,11 +59,12 @@ class Completion:
     retry_due_ms: int = 0
     duration_s: float = 0.0
 
-    def args(self) -> list[object]:
+    def record(self) -> list[str]:
+        """The completeTasks record: 13 strings (the script compares attempt as a string)."""
         r = self.row
-        return [r.task_id, r.attempt, r.entry_id, r.stream, self.outcome.value, self.result_json,
-                1 if self.truncated else 0, self.error_class, self.error_message[:2000], self.traceback,
-                self.retry_due_ms, f"{self.duration_s:.6f}", bucket_label(self.duration_s)]
+        return [r.task_id, str(r.attempt), r.entry_id, r.stream, self.outcome.value, self.result_json,
+                "1" if self.truncated else "0", self.error_class, self.error_message[:2000], self.traceback,
+                str(self.retry_due_ms), f"{self.duration_s:.6f}", bucket_label(self.duration_s)]
 
 
 def bucket_label(seconds: float) -> str:
@@ -169,7 +170,7 @@ class AttemptRunner:
         if result is None:
             encoded = "null"
         else:
-            encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False, default=str)
+            encoded = _valid_utf8(json.dumps(result, separators=(",", ":"), ensure_ascii=False, default=str))
         truncated = len(encoded.encode()) > self.config.result_max_bytes
         if truncated:
             # Keep valid JSON: the stored result becomes a string holding the first bytes.
@@ -181,14 +182,25 @@ class AttemptRunner:
         retryable = isinstance(exc, (registry.RetryableError, HandlerTimeout, *UNAVAILABLE_ERRORS)) and not \
             isinstance(exc, (UnknownTaskType, PayloadDecodeError))
         error_class = error_name(exc)
-        tb = "".join(traceback.format_exception(exc))[-TRACEBACK_TAIL:]
+        tb = _valid_utf8("".join(traceback.format_exception(exc))[-TRACEBACK_TAIL:])
+        message = _valid_utf8(str(exc)) or error_class
         if retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
                                   now_ms=self.clock.now_ms(), policy=self.policy)
-            return Completion(row, Outcome.RETRY, error_class=error_class, error_message=str(exc) or error_class,
+            return Completion(row, Outcome.RETRY, error_class=error_class, error_message=message,
                               traceback=tb, retry_due_ms=due or 0, duration_s=duration)
-        return Completion(row, Outcome.FAILED, error_class=error_class, error_message=str(exc) or error_class,
+        return Completion(row, Outcome.FAILED, error_class=error_class, error_message=message,
                           traceback=tb, duration_s=duration)
+
+
+def _valid_utf8(text: str) -> str:
+    """Replace what UTF-8 cannot hold (lone surrogates, e.g. from undecodable bytes) with '?':
+    the record must encode, or its completion could never be written."""
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return text.encode(errors="replace").decode()
 
 
 def error_name(exc: BaseException) -> str:

@@ -3,6 +3,7 @@ scheduler's leader lock and promotion. Each is one script or one pipeline."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -144,10 +145,9 @@ class WorkerStore:
         statuses: list[str] = []
         for start in range(0, len(completions), COMPLETE_BATCH):
             now = self.clock.now_ms()
+            records = json.dumps([completion.record() for completion in completions[start:start + COMPLETE_BATCH]])
             args: list[object] = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
-                                  k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen]
-            for completion in completions[start:start + COMPLETE_BATCH]:
-                args.extend(completion.args())
+                                  k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
             statuses += await self.scripts(
                 "completeTasks",
                 keys=[k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),

@@ -8,9 +8,11 @@
     KEYS[8] finished-per-queue hash of the current minute   KEYS[9] running index
     ARGV[1..9] group, now (ms), now (ISO), retention (ms), result retention (ms),
                task key prefix, result key prefix, dlq enabled (1/0), dlq maxlen
-    ARGV[10..] records of 13: task id, attempt, entry id, stream, outcome (ok|retry|fail|cancel),
-               result JSON, truncated (1/0), error class, error message, traceback tail,
-               retry due (ms, 0 = out of attempts), duration (s), histogram bucket label
+    ARGV[10] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream,
+             outcome (ok|retry|fail|cancel), result JSON, truncated (1/0), error class, error
+             message, traceback tail, retry due (ms, 0 = out of attempts), duration (s),
+             histogram bucket label. (One argument for the batch: redis-py's asyncio client
+             packs every argument in Python, which cost more than cjson decoding them here.)
   Output:
     one status per record: the new status, or 'fenced'
 ]]
@@ -24,8 +26,8 @@ local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = ARGV[6], ARGV[7], AR
 local task_counts, finished, buckets, duration_sum = {}, {}, {}, 0
 local function add(t, field, n) t[field] = (t[field] or 0) + n end
 
-local function complete_one(i)
-  local task_id, attempt, entry_id, stream, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+local function complete_one(r)
+  local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], r[4], r[5]
   local tkey = task_prefix .. task_id
   local h = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors')
   if h[1] ~= 'RUNNING' or h[2] ~= attempt or h[3] ~= entry_id then
@@ -36,18 +38,18 @@ local function complete_one(i)
   rcall('ZREM', KEYS[9], task_id)
   local status, etype
   if outcome == 'ok' then
-    local result = ARGV[i + 5]
+    local result = r[6]
     if result ~= '' then rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms) end
-    rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', ARGV[i + 6], 'finished_at', now_ms)
+    rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', r[7], 'finished_at', now_ms)
     status, etype = 'SUCCEEDED', 'task.succeeded'
   elseif outcome == 'cancel' then
     rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms)
     status, etype = 'CANCELLED', 'task.cancelled'
   else
-    local err_class, message = ARGV[i + 7], ARGV[i + 8]
-    rcall('HSET', tkey, 'errors', push_error(h[6], attempt, err_class, message, ARGV[i + 9], now_iso),
+    local err_class, message = r[8], r[9]
+    rcall('HSET', tkey, 'errors', push_error(h[6], attempt, err_class, message, r[10], now_iso),
           'last_error', err_class .. ': ' .. message)
-    local due = tonumber(ARGV[i + 10])
+    local due = tonumber(r[11])
     if outcome == 'retry' and due > 0 then
       rcall('HSET', tkey, 'status', 'RETRYING', 'due_at', due)
       schedule_add(KEYS[3], due, task_id, queue)
@@ -66,16 +68,16 @@ local function complete_one(i)
   add(task_counts, queue .. '|' .. ttype .. '|' .. string.lower(status), 1)
   if status ~= 'RETRYING' then add(finished, queue, 1) end
   if outcome ~= 'cancel' then
-    add(buckets, ARGV[i + 12], 1)
-    duration_sum = duration_sum + tonumber(ARGV[i + 11])
+    add(buckets, r[13], 1)
+    duration_sum = duration_sum + tonumber(r[12])
   end
   emit(KEYS[1], KEYS[2], etype, task_id, queue, status, attempt, now_ms, now_iso)
   return status
 end
 
 local statuses = {}
-for i = 10, #ARGV, 13 do
-  statuses[#statuses + 1] = complete_one(i)
+for _, record in ipairs(cjson.decode(ARGV[10])) do
+  statuses[#statuses + 1] = complete_one(record)
 end
 for field, n in pairs(task_counts) do rcall('HINCRBY', KEYS[5], field, n) end
 if next(finished) then

@@ -41,7 +41,14 @@ def test_handlers() -> Iterator[None]:
 
     registry.register("test.record", record)
     registry.register("test.where", where)
+    async def undecodable(payload: Any) -> Any:
+        text = b"caf\xe9".decode(errors="surrogateescape")  # a lone surrogate: not UTF-8
+        if payload.get("fail"):
+            raise ValueError(f"bad {text}")
+        return text
+
     registry.register("test.big", big)
+    registry.register("test.undecodable", undecodable)
     yield
 
 
@@ -159,6 +166,17 @@ def test_large_results_are_truncated_and_flagged(config: DtqConfig) -> None:
     task = engine.get_task(task_id)
     assert task["status"] == "SUCCEEDED" and task["result_truncated"] is True
     assert isinstance(task["result"], str) and 50 < len(task["result"]) <= 100
+
+
+def test_text_utf8_cannot_hold_is_replaced_not_stuck(config: DtqConfig) -> None:
+    # It should still record the outcome (with '?' for the lone surrogate), never retry the write forever.
+    engine, cfg = make_engine(config)
+    ok = engine.enqueue("test.undecodable", {}).id
+    bad = engine.enqueue("test.undecodable", {"fail": True}).id
+    run_burst(cfg)
+    assert engine.get_task(ok)["result"] == "caf?"
+    failed = engine.get_task(bad)
+    assert failed["status"] == "DEAD_LETTERED" and failed["last_error"] == "ValueError: bad caf?"
 
 
 def test_high_before_normal_before_low(config: DtqConfig) -> None:
