@@ -140,7 +140,7 @@ class Engine(InspectMixin, AdminMixin):
         code, *rest = self.scripts(
             "cancelTask",
             keys=[self.keys.task(task_id), self.keys.schedule(), self.keys.events(), self.keys.event_seq()],
-            args=[task_id, now, iso(now), self.config.task_retention_s * 1000],
+            args=[task_id, now, iso(now), self.config.task_retention_s * 1000, self.keys.stream_prefix()],
         )
         code = int(code)
         if code == -1:

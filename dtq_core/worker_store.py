@@ -62,7 +62,7 @@ class WorkerStore:
 
     def _claim_keys(self) -> list[str]:
         k = self.keys
-        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running()]
+        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running(), k.stats_tasks()]
 
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
@@ -222,7 +222,8 @@ class WorkerStore:
         if not ids:
             return 0
         return int(await self.scripts(
-            "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule()],
+            "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule(),
+                                k.stats_tasks()],
             args=[self.worker_id, now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
                   k.stream_prefix(), k.wake_prefix(), *ids],
         ))

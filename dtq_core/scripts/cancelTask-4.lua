@@ -1,15 +1,18 @@
 --[[
   Cancel a task: waiting ones (PENDING, QUEUED, RETRYING) become CANCELLED at once and never
-  start; for a RUNNING one the request is recorded for the owning worker's cancel watcher.
+  start; for a RUNNING one the request is recorded for the owning worker's cancel watcher. A
+  QUEUED task's stream entry is deleted, so it stops counting toward the depth gate (it is never
+  pending anywhere: delivery and claim happen in one script).
   Input:
     KEYS[1] task hash  KEYS[2] schedule  KEYS[3] events channel  KEYS[4] event seq
     ARGV[1] task id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
+    ARGV[5] stream key prefix
   Output:
     {1, 'CANCELLED'} cancelled now; {2, 'RUNNING'} cancel recorded; {3, 'RUNNING'} a cancel is
     already in flight; {0, status} already terminal; {-1} no such task
 ]]
 -- #include common
-local h = rcall('HMGET', KEYS[1], 'status', 'queue', 'attempt', 'cancel_requested')
+local h = rcall('HMGET', KEYS[1], 'status', 'queue', 'attempt', 'cancel_requested', 'priority', 'entry_id')
 local status = h[1]
 if not status then return {-1} end
 if TERMINAL[status] then return {0, status} end
@@ -22,5 +25,8 @@ rcall('HSET', KEYS[1], 'status', 'CANCELLED', 'cancel_requested', '1', 'finished
       'updated_at', ARGV[2])
 rcall('PEXPIRE', KEYS[1], ARGV[4])
 schedule_rem(KEYS[2], ARGV[1], h[2])
+if status == 'QUEUED' and h[6] and h[6] ~= '' then
+  rcall('XDEL', ARGV[5] .. h[2] .. ':' .. h[5], h[6])
+end
 emit(KEYS[3], KEYS[4], 'task.cancelled', ARGV[1], h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
 return {1, 'CANCELLED'}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,8 @@ def test_an_unknown_queue_is_404(api: APIClient, name: str) -> None:
 
 def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, live_engine: Engine) -> None:
     live_engine.enqueue("dtq.echo", queue="q1")
+    events = live_engine.client.pubsub(ignore_subscribe_messages=True)
+    events.subscribe(live_engine.keys.events())
     first = api.post("/api/v1/queues/q1/pause")
     assert first.status_code == 200 and first.json()["paused"] is True and first.json()["changed"] is True
     assert api.post("/api/v1/queues/q1/pause").json()["changed"] is False
@@ -48,6 +51,15 @@ def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, liv
     actions = [(e["action"], e["target"], e["count"]) for e in live_engine.audit_list().items]
     assert actions == [("queue.resume", "queue:q1", 1), ("queue.pause", "queue:q1", 0),
                        ("queue.pause", "queue:q1", 1)]
+    # One event per change of state: the second pause changed nothing and published nothing.
+    published: list[str] = []
+    deadline = time.monotonic() + 1.0  # all were published before the responses came back
+    while time.monotonic() < deadline:
+        message = events.get_message(timeout=0.1)
+        if message is not None:
+            published.append(json.loads(message["data"])["type"])
+    events.close()
+    assert published == ["queue.paused", "queue.resumed"]
 
 
 def test_a_paused_queue_is_not_served(api: APIClient, live_engine: Engine) -> None:

@@ -130,6 +130,17 @@ def test_every_state_change_publishes_an_event(engine: Engine, redis_client: red
     pubsub.close()
 
 
+def test_a_cancelled_queued_task_leaves_the_depth_gate(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine = Engine(DtqConfig.from_mapping({**config.as_settings(), "MAX_QUEUE_DEPTH": 2}))
+    first = engine.enqueue("dtq.echo").id
+    engine.enqueue("dtq.echo")
+    with pytest.raises(QueueFull):
+        engine.enqueue("dtq.echo")
+    engine.cancel(first)
+    assert redis_client.xlen(engine.keys.stream("default", "normal")) == 1
+    assert engine.enqueue("dtq.echo").status == "QUEUED"  # the cancelled task's slot is free again
+
+
 def test_an_enqueue_for_the_id_alone_skips_the_record(engine: Engine) -> None:
     # dtq_tasks.enqueue only returns the id: the script need not read the task back.
     out = engine.enqueue("dtq.echo", {"x": 1}, record=False)

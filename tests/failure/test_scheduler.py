@@ -77,14 +77,15 @@ def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
     assert engine.scripts("claimDue", keys=[keys.schedule(), keys.schedule_claims(), keys.scheduler_lock()],
                           args=["a", far, 500, prefix]) == -1
     assert engine.scripts("enqueueDue", keys=[keys.schedule_claims(), keys.scheduler_lock(), keys.events(),
-                                              keys.event_seq(), keys.schedule()],
+                                              keys.event_seq(), keys.schedule(), keys.stats_tasks()],
                           args=["a", far, iso(far), 60_000, prefix, keys.stream_prefix(), keys.wake_prefix(),
                                 later]) == -1
     assert engine.scripts("requeueStaleClaims", keys=[keys.schedule_claims(), keys.schedule(),
                                                       keys.scheduler_lock()],
                           args=[far, far, prefix, "a"]) == -1
     assert engine.scripts("recoverLostTasks", keys=[keys.paused(), keys.events(), keys.event_seq(), keys.dlq(),
-                                                    keys.stats_counters(), keys.running(), keys.scheduler_lock()],
+                                                    keys.stats_counters(), keys.running(), keys.stats_tasks(),
+                                                    keys.scheduler_lock()],
                           args=["dtq", "a", far, iso(far), 60_000, prefix, 1, 100, far, 500,
                                 keys.stream_prefix(), keys.wake_prefix()]) == -1
     assert statuses(redis_client, keys, [later]) == ["PENDING"] and redis_client.zscore(keys.schedule(), later)

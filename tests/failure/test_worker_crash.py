@@ -85,5 +85,7 @@ def test_a_task_that_kills_every_worker_is_dead_lettered_after_its_attempts(
     assert [e["error"] for e in task["errors"]] == ["dtq.WorkerLost", "dtq.WorkerLost"]
     (entry,) = redis_client.xrange(keys.dlq())
     assert entry[1]["task_id"] == tid and entry[1]["error_class"] == "dtq.WorkerLost"
+    # Counted for dtq_tasks_total like any other dead letter, though no handler ever finished.
+    assert redis_client.hget(keys.stats_tasks(), "poison|failure.kill_self|dead_lettered") == "1"
     assert pending(redis_client, keys, ["poison"]) == 0
     assert workers[-1].proc.poll() is None and registered(redis_client, keys, f"w{len(workers) - 1}")

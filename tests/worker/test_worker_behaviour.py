@@ -157,6 +157,16 @@ def test_a_task_past_its_ttl_expires_without_running(config: DtqConfig) -> None:
     time.sleep(0.1)  # let the ttl pass before any worker exists
     run_burst(cfg)
     assert engine.get_task(task_id)["status"] == "EXPIRED" and RECORDED == []
+    assert engine.client.hget(engine.keys.stats_tasks(), "default|test.record|expired") == "1"
+
+
+def test_a_delayed_task_past_its_ttl_expires_in_the_scheduler(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("test.record", {"x": 1}, delay_seconds=0.05, ttl_seconds=0.06).id
+    time.sleep(0.1)  # due, and past its ttl, before the scheduler looks
+    run_burst(cfg)
+    assert engine.get_task(task_id)["status"] == "EXPIRED" and RECORDED == []
+    assert engine.client.hget(engine.keys.stats_tasks(), "default|test.record|expired") == "1"
 
 
 def test_large_results_are_truncated_and_flagged(config: DtqConfig) -> None:

@@ -1,6 +1,7 @@
 -- Decide what a delivered stream entry means and, when it is runnable, move the task to RUNNING.
 -- Needs: common. ctx fields: group, worker_id, now_ms, now_iso, retention_ms, task_prefix,
--- dlq_enabled, dlq_maxlen, paused_key, events_key, seq_key, dlq_key, counters_key, running_key.
+-- dlq_enabled, dlq_maxlen, paused_key, events_key, seq_key, dlq_key, counters_key, running_key,
+-- outcomes_key (the per-outcome task counts behind dtq_tasks_total, as completeTasks keeps them).
 -- The running index (running_key, a zset of RUNNING task ids scored by the owner's last sign of
 -- life: claim or heartbeat) lets the leader's sweep find RUNNING tasks whose entry vanished.
 local paused_memo = {}
@@ -9,6 +10,10 @@ local function is_paused(ctx, queue)
     paused_memo[queue] = rcall('SISMEMBER', ctx.paused_key, queue) == 1
   end
   return paused_memo[queue]
+end
+
+local function count_outcome(ctx, queue, ttype, status)
+  rcall('HINCRBY', ctx.outcomes_key, queue .. '|' .. ttype .. '|' .. string.lower(status), 1)
 end
 
 local function finish_entry(ctx, stream, entry_id)
@@ -28,6 +33,7 @@ local function lose_attempt(ctx, tkey, task_id, h)
     rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
+    count_outcome(ctx, h[7], h[4], 'CANCELLED')
     emit(ctx.events_key, ctx.seq_key, 'task.cancelled', task_id, h[7], 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
     return 'cancelled'
   end
@@ -41,6 +47,7 @@ local function lose_attempt(ctx, tkey, task_id, h)
     rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
+    count_outcome(ctx, h[7], h[4], st)
     emit(ctx.events_key, ctx.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
          task_id, h[7], st, cur, ctx.now_ms, ctx.now_iso)
     return 'dead'
@@ -79,6 +86,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
+    count_outcome(ctx, h[7], h[4], 'EXPIRED')
     emit(ctx.events_key, ctx.seq_key, 'task.expired', task_id, h[7], 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
     return {'expired'}
   end
@@ -107,5 +115,6 @@ local function claim_context(argv_offset)
           now_iso = now_iso, retention_ms = ARGV[argv_offset + 4],
           task_prefix = ARGV[argv_offset + 5], dlq_enabled = ARGV[argv_offset + 6],
           dlq_maxlen = ARGV[argv_offset + 7], paused_key = KEYS[1], events_key = KEYS[2],
-          seq_key = KEYS[3], dlq_key = KEYS[4], counters_key = KEYS[5], running_key = KEYS[6]}
+          seq_key = KEYS[3], dlq_key = KEYS[4], counters_key = KEYS[5], running_key = KEYS[6],
+          outcomes_key = KEYS[7]}
 end

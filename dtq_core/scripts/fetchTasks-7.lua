@@ -7,6 +7,7 @@
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
+    KEYS[7] per-outcome task counts (stats)
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen; an empty now (ms) takes Redis's clock, for a
                fetch queued behind a blocking wait

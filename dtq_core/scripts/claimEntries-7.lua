@@ -1,10 +1,12 @@
 --[[
-  Claim entries Python already holds: those a blocking XREADGROUP delivered, or (reclaim=1)
-  those XAUTOCLAIM took over from a silent worker, where a RUNNING task at the same entry gets
-  the crash-redelivery attempt increment (or goes to the DLQ when its attempts are spent).
+  Claim entries Python already holds: those XAUTOCLAIM took over from a silent worker
+  (reclaim=1), where a RUNNING task at the same entry gets the crash-redelivery attempt
+  increment (or goes to the DLQ when its attempts are spent). New entries are read and claimed
+  in one go by fetchTasks instead.
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
+    KEYS[7] per-outcome task counts (stats)
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
     ARGV[9] reclaim (1/0)   ARGV[10..] quads: stream, entry id, task id, entry attempt

@@ -4,7 +4,7 @@
   (cancelled, or already queued by a duplicate claim) is not queued again. Fenced on the lock.
   Input:
     KEYS[1] schedule claims  KEYS[2] scheduler lock  KEYS[3] events channel  KEYS[4] event seq
-    KEYS[5] schedule
+    KEYS[5] schedule  KEYS[6] per-outcome task counts (stats)
     ARGV[1] worker id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
     ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7] wake key prefix  ARGV[8..] task ids
   Output:
@@ -17,10 +17,11 @@ local queued = 0
 for i = 8, #ARGV do
   local id = ARGV[i]
   local tkey = ARGV[5] .. id
-  local h = rcall('HMGET', tkey, 'status', 'attempt', 'queue', 'priority', 'expires_at')
+  local h = rcall('HMGET', tkey, 'status', 'attempt', 'queue', 'priority', 'expires_at', 'type')
   if h[1] == 'PENDING' or h[1] == 'RETRYING' then
     if h[5] and h[5] ~= '' and tonumber(h[5]) <= tonumber(now_ms) then
       rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', now_ms, 'updated_at', now_ms)
+      rcall('HINCRBY', KEYS[6], h[3] .. '|' .. (h[6] or '') .. '|expired', 1)
       emit(KEYS[3], KEYS[4], 'task.expired', id, h[3], 'EXPIRED', h[2], now_ms, now_iso)
     else
       local stream = ARGV[6] .. h[3] .. ':' .. h[4]

@@ -9,7 +9,8 @@
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
-    KEYS[7] scheduler lock
+    KEYS[7] per-outcome task counts (stats)
+    KEYS[8] scheduler lock
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
     ARGV[9] cutoff (ms)   ARGV[10] limit   ARGV[11] stream key prefix   ARGV[12] wake key prefix
@@ -19,7 +20,7 @@
 -- #include common
 -- #include claim
 local ctx = claim_context(1)
-if rcall('GET', KEYS[7]) ~= ctx.worker_id then return -1 end
+if rcall('GET', KEYS[8]) ~= ctx.worker_id then return -1 end
 local recovered = 0
 for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9], 'LIMIT', 0, ARGV[10])) do
   local tkey = ctx.task_prefix .. task_id
