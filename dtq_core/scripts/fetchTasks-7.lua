@@ -2,8 +2,8 @@
   Read up to COUNT new entries from the given streams in priority order and claim each one:
   QUEUED -> RUNNING for runnable entries, absorbing duplicates, expiring stale ones. One round
   trip for a whole batch. An idle worker sends it right behind a BLPOP on its queues' wake
-  lists, so waking up and claiming cost one round trip; a batch that fills up rings the wake
-  list again, so the next idle worker comes for the rest.
+  lists, so waking up and claiming cost one round trip; a read that got all it asked for rings
+  the wake list again, so an idle worker comes for the rest.
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
@@ -22,13 +22,15 @@
 local ctx = claim_context(1)
 local remaining = tonumber(ARGV[9])
 local runnable = {}
-local stream
+local full_stream  -- a stream that gave all that was asked of it, so it may hold more
 for i = 11, #ARGV do
   if remaining <= 0 then break end
-  stream = ARGV[i]
-  local reply = rcall('XREADGROUP', 'GROUP', ctx.group, ctx.worker_id, 'COUNT', remaining,
+  local stream = ARGV[i]
+  local asked = remaining
+  local reply = rcall('XREADGROUP', 'GROUP', ctx.group, ctx.worker_id, 'COUNT', asked,
                       'STREAMS', stream, '>')
   if reply then
+    if #reply[1][2] >= asked then full_stream = stream end
     for _, entry in ipairs(reply[1][2]) do
       local fields = entry[2]
       local task_id, attempt
@@ -52,9 +54,9 @@ for i = 11, #ARGV do
     end
   end
 end
-if remaining <= 0 and stream then
-  -- A full batch: more may wait in this queue, so wake another idle worker (at worst it finds
-  -- nothing: one empty fetch).
-  ring(ARGV[10] .. string.match(stream, ':([^:]+):[^:]+$'))
+if full_stream then
+  -- More may wait in this queue (a full batch, or a read that was all duplicates): wake an
+  -- idle worker, this one included (at worst it finds nothing: one empty fetch).
+  ring(ARGV[10] .. string.match(full_stream, ':([^:]+):[^:]+$'))
 end
 return runnable

@@ -164,3 +164,28 @@ def test_a_worker_recreates_a_consumer_group_deleted_by_hand(engine: Engine, red
     wait_for(lambda: redis_client.hget(engine.keys.task(second), "status") == "SUCCEEDED", timeout=20,
              message=worker.output)
     assert "lost its consumer group; recreating it" in worker.output()
+
+
+def test_a_read_of_only_duplicates_rings_for_what_is_left(engine: Engine, config: DtqConfig,
+                                                          redis_client: redis.Redis) -> None:
+    # Two stale duplicate entries ahead of a real one: a fetch of 2 absorbs both and runs nothing,
+    # so the real task is still waiting; the wake list says so.
+    real = engine.enqueue("dtq.echo", queue="dups").id
+    done = engine.enqueue("dtq.echo", queue="dups").id
+    redis_client.hset(engine.keys.task(done), "status", "SUCCEEDED")
+    stream = engine.keys.stream("dups", "normal")
+    redis_client.xdel(stream, redis_client.xrange(stream)[0][0])  # the real task's entry
+    redis_client.xadd(stream, {"task_id": done, "attempt": "1"})  # duplicates of a finished task
+    redis_client.xadd(stream, {"task_id": real, "attempt": "1"})
+    redis_client.delete(engine.keys.wake("dups"))
+
+    async def fetch(count: int) -> list[str]:
+        store = _store(config)
+        try:
+            return [r.task_id for r in await store.fetch(engine.keys.streams("dups"), count)]
+        finally:
+            await store.client.aclose()
+
+    assert asyncio.run(fetch(2)) == []  # both read entries were duplicates of the finished task
+    assert redis_client.llen(engine.keys.wake("dups")) == 1
+    assert asyncio.run(fetch(2)) == [real]
