@@ -3,6 +3,7 @@ scheduler's leader lock and promotion. Each is one script or one pipeline."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -84,12 +85,22 @@ class WorkerStore:
         self.scripts.queue_evalsha(pipe, "fetchTasks", keys=self._claim_keys(),
                                    args=[*self._claim_args(late_bound=True), count, self.keys.wake_prefix(),
                                          *streams])
-        _, reply = await pipe.execute(raise_on_error=False)
+        woke, reply = await pipe.execute(raise_on_error=False)
         if isinstance(reply, redis.exceptions.NoScriptError):
             return await self.fetch(streams, count)  # script cache flushed (Redis restarted): load it
         if isinstance(reply, Exception):
             raise reply
-        return self._runnable(reply)
+        rows = self._runnable(reply)
+        if isinstance(woke, redis.exceptions.ResponseError):
+            # A wake key that is not a list (written by hand): BLPOP fails at once. Fetching goes
+            # on, but without this pause an idle worker would spin on Redis.
+            logger.warning("worker_id=%s cannot wait on %s: %s; polling every %d ms instead", self.worker_id,
+                           ",".join(wake_keys), woke, block_ms)
+            if not rows:
+                await asyncio.sleep(block_ms / 1000)
+        elif isinstance(woke, Exception):
+            raise woke
+        return rows
 
     async def claim(self, quads: list[object], *, reclaim: bool) -> list[Row]:
         reply = await self.scripts("claimEntries", keys=self._claim_keys(),

@@ -189,3 +189,29 @@ def test_a_read_of_only_duplicates_rings_for_what_is_left(engine: Engine, config
     assert asyncio.run(fetch(2)) == []  # both read entries were duplicates of the finished task
     assert redis_client.llen(engine.keys.wake("dups")) == 1
     assert asyncio.run(fetch(2)) == [real]
+
+
+def test_a_flushed_script_cache_or_a_broken_wake_key_does_not_stop_the_fetch(
+        engine: Engine, config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine.enqueue("dtq.echo", {"n": 1}, queue="odd")
+    streams, wake = engine.keys.streams("odd"), engine.keys.wake("odd")
+    store = _store(config)
+
+    async def scenario() -> tuple[list[str], list[str], float]:
+        try:
+            # Redis restarted without its script cache: the pipelined EVALSHA fails, the fetch loads it.
+            await store.client.script_flush()
+            first = [r.payload for r in await store.wait_and_fetch([wake], streams, 10, 1000)]
+            # Someone wrote the wake key as a string: BLPOP fails at once, the fetch still runs...
+            await store.client.set(wake, "oops")
+            await asyncio.to_thread(engine.enqueue, "dtq.echo", {"n": 2}, queue="odd")
+            second = [r.payload for r in await store.wait_and_fetch([wake], streams, 10, 1000)]
+            # ...and with nothing to fetch the wait still lasts its time instead of spinning.
+            started = time.monotonic()
+            assert await store.wait_and_fetch([wake], streams, 10, 300) == []
+            return first, second, time.monotonic() - started
+        finally:
+            await store.client.aclose()
+
+    first, second, idle = asyncio.run(scenario())
+    assert first == ['{"n":1}'] and second == ['{"n":2}'] and idle >= 0.25

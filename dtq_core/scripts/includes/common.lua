@@ -67,7 +67,8 @@ end
 -- trip. At most one token waits, so bursts cost no memory and a busy cluster leaves at most one
 -- stale token per queue (a wasted fetch); a woken worker whose batch fills rings again.
 local function ring(wake_key)
-  if rcall('LLEN', wake_key) == 0 then rcall('LPUSH', wake_key, '1') end
+  -- pcall: a wake key overwritten by hand must not fail the submit (workers then poll).
+  if redis.pcall('LLEN', wake_key) == 0 then rcall('LPUSH', wake_key, '1') end
 end
 
 local function field(fields, name)
