@@ -84,8 +84,16 @@ def run_latency(rigs: dict[str, b.Rig], args: argparse.Namespace) -> dict[str, A
             r = b.latency_floor(rigs["current"], mode, samples=args.latency_samples)
             out.setdefault(f"floor ({mode})", []).append(r)
             log(f"floor ({mode}): latency to the body p50 {r['body_p50_ms']:.2f} ms")
-    return {tree: {k: median([r[k] for r in rs]) if isinstance(rs[0][k], (int, float)) else rs[0][k]
-                   for k in rs[0]} for tree, rs in out.items()}
+    return {tree: {k: _median_of(rs, k) for k in rs[0]} for tree, rs in out.items()}
+
+
+def _median_of(runs: list[dict[str, Any]], key: str) -> Any:
+    """The median of a numeric field (ints stay ints, e.g. sample counts); other fields as is."""
+    first = runs[0][key]
+    if isinstance(first, bool) or not isinstance(first, (int, float)):
+        return first
+    value = median([r[key] for r in runs])
+    return int(value) if isinstance(first, int) and value is not None else value
 
 
 def run_others(args: argparse.Namespace) -> dict[str, Any]:
