@@ -11,6 +11,6 @@ class DtqApiConfig(AppConfig):
     def ready(self) -> None:
         from .checks import destructive_operations_open
 
-        checks.register(destructive_operations_open, checks.Tags.security)
+        checks.register(destructive_operations_open, checks.Tags.security, "dtq")
         # The OpenAPI extension is registered from urls.py: workers never load the URLconf, so
         # they skip drf-spectacular's import cost (~40 MB of RSS).

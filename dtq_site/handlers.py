@@ -16,6 +16,7 @@ handling (body reading, disconnects, signals, streaming) is unchanged.
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +26,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponseBase
 
 MAX_IDLE_THREADS = 64  # request threads kept for reuse; more are created on demand, then retired
+logger = logging.getLogger("dtq.site")
 
 
 class SyncChainASGIHandler(ASGIHandler):
@@ -56,4 +58,14 @@ def get_sync_chain_asgi_application() -> SyncChainASGIHandler:
     import django
 
     django.setup(set_prefix=False)
+    log_dtq_checks()
     return SyncChainASGIHandler()
+
+
+def log_dtq_checks() -> None:
+    """Log dtq's system checks (W001: destructive operations open to anyone): daphne runs none,
+    and the web process's log is where an operator looks."""
+    from django.core import checks
+
+    for message in checks.run_checks(tags=["dtq"]):
+        logger.warning("%s", message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -150,3 +151,16 @@ def test_a_system_check_warns_when_destructive_operations_are_open(
     settings.DTQ = {**settings.DTQ, "API_KEY": key}
     ids = [m.id for m in run_checks(tags=["security"])]
     assert ("dtq.W001" in ids) is warned
+
+
+@pytest.mark.parametrize(("key", "warned"), [("", True), ("k", False)])
+def test_the_web_process_logs_the_open_destructive_operations_warning(
+        settings: Any, caplog: pytest.LogCaptureFixture, key: str, warned: bool) -> None:
+    # daphne runs no system checks: the ASGI entry point logs dtq's own at start instead.
+    from dtq_site.handlers import log_dtq_checks
+
+    settings.DEBUG = False
+    settings.DTQ = {**settings.DTQ, "API_KEY": key}
+    with caplog.at_level(logging.WARNING, logger="dtq.site"):
+        log_dtq_checks()
+    assert any("dtq.W001" in r.getMessage() for r in caplog.records) is warned
