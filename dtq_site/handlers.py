@@ -16,8 +16,11 @@ handling (body reading, disconnects, signals, streaming) is unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -29,24 +32,63 @@ MAX_IDLE_THREADS = 64  # request threads kept for reuse; more are created on dem
 logger = logging.getLogger("dtq.site")
 
 
+class RequestThread(ThreadPoolExecutor):
+    """One request's thread, which knows when nothing of its last request still runs on it."""
+
+    def __init__(self) -> None:
+        super().__init__(1, thread_name_prefix="dtq-request")
+        self._lock = threading.Lock()
+        self._running = 0
+        self._when_idle: Callable[[], None] | None = None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._lock:
+            self._running += 1
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(self._finished)
+        return future
+
+    def _finished(self, _: Future[Any]) -> None:
+        with self._lock:
+            self._running -= 1
+            callback, self._when_idle = (self._when_idle, None) if self._running == 0 else (None, self._when_idle)
+        if callback is not None:
+            callback()
+
+    def idle_now_or_later(self, callback: Callable[[], None]) -> bool:
+        """True when idle now; otherwise call `callback` (from this thread) once it is."""
+        with self._lock:
+            if self._running == 0:
+                return True
+            self._when_idle = callback
+            return False
+
+
 class SyncChainASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         base.BaseHandler.__init__(self)
         self.load_middleware(is_async=False)
-        self._idle: list[ThreadPoolExecutor] = []
+        self._idle: list[RequestThread] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        executor = self._idle.pop() if self._idle else ThreadPoolExecutor(1, thread_name_prefix="dtq-request")
+        executor = self._idle.pop() if self._idle else RequestThread()
         try:
             async with ThreadSensitiveContext(executor=executor):
                 await self.handle(scope, receive, send)
         finally:
-            if len(self._idle) < MAX_IDLE_THREADS:
-                self._idle.append(executor)
-            else:
-                executor.shutdown(wait=False)
+            # A view abandoned by a cancelled request (daphne gives up on it) may still run on
+            # the thread: the next request must not queue behind it, so it is reused only once idle.
+            loop = asyncio.get_running_loop()
+            if executor.idle_now_or_later(lambda: loop.call_soon_threadsafe(self._recycle, executor)):
+                self._recycle(executor)
+
+    def _recycle(self, executor: RequestThread) -> None:
+        if len(self._idle) < MAX_IDLE_THREADS:
+            self._idle.append(executor)
+        else:
+            executor.shutdown(wait=False)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         response: HttpResponseBase = await sync_to_async(self.get_response, thread_sensitive=True)(request)

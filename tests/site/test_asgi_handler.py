@@ -94,3 +94,28 @@ def test_a_request_stuck_on_redis_does_not_hold_up_health(silent_redis: None) ->
     health_s, stuck_s, status, content = asyncio.run(scenario())
     assert health_s < 1.0 < stuck_s  # /health answered while the other request still waited
     assert status == 503 and json.loads(content)["error"]["code"] == "REDIS_UNAVAILABLE"
+
+
+def test_a_request_thread_still_busy_is_not_handed_to_the_next_request(live_engine: Engine) -> None:
+    # A view abandoned by a cancelled request can still run on its thread: reuse waits for it.
+    from dtq_site.handlers import RequestThread, SyncChainASGIHandler
+
+    handler = SyncChainASGIHandler()
+    busy, release = RequestThread(), threading.Event()
+    busy.submit(release.wait)
+
+    async def scenario() -> tuple[bool, bool]:
+        handler._idle.clear()
+        loop = asyncio.get_running_loop()
+        assert not busy.idle_now_or_later(lambda: loop.call_soon_threadsafe(handler._recycle, busy))
+        recycled_while_busy = busy in handler._idle
+        release.set()
+        for _ in range(200):  # the thread hands it back as soon as it is idle
+            if busy in handler._idle:
+                break
+            await asyncio.sleep(0.01)
+        return recycled_while_busy, busy in handler._idle
+
+    recycled_while_busy, recycled_after = asyncio.run(scenario())
+    assert not recycled_while_busy and recycled_after
+    busy.shutdown(wait=True)
