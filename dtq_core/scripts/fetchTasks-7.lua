@@ -22,7 +22,7 @@
 local ctx = claim_context(1)
 local remaining = tonumber(ARGV[9])
 local runnable = {}
-local full_stream  -- a stream that gave all that was asked of it, so it may hold more
+local more = {}  -- queues with a stream that gave all that was asked of it, so it may hold more
 for i = 11, #ARGV do
   if remaining <= 0 then break end
   local stream = ARGV[i]
@@ -30,7 +30,7 @@ for i = 11, #ARGV do
   local reply = rcall('XREADGROUP', 'GROUP', ctx.group, ctx.worker_id, 'COUNT', asked,
                       'STREAMS', stream, '>')
   if reply then
-    if #reply[1][2] >= asked then full_stream = stream end
+    if #reply[1][2] >= asked then more[string.match(stream, ':([^:]+):[^:]+$')] = true end
     for _, entry in ipairs(reply[1][2]) do
       local fields = entry[2]
       local task_id, attempt
@@ -54,9 +54,7 @@ for i = 11, #ARGV do
     end
   end
 end
-if full_stream then
-  -- More may wait in this queue (a full batch, or a read that was all duplicates): wake an
-  -- idle worker, this one included (at worst it finds nothing: one empty fetch).
-  ring(ARGV[10] .. string.match(full_stream, ':([^:]+):[^:]+$'))
-end
+-- More may wait in these queues (a full batch, or a read that was all duplicates): wake an idle
+-- worker of each, this one included (at worst it finds nothing: one empty fetch).
+for queue in pairs(more) do ring(ARGV[10] .. queue) end
 return runnable
