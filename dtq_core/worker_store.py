@@ -65,10 +65,12 @@ class WorkerStore:
         k = self.keys
         return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running(), k.stats_tasks()]
 
+    def _fetch_args(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> list[object]:
+        return [*self._claim_args(late_bound=late_bound), count, self.keys.wake_prefix(), *streams]
+
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
-        reply = await self.scripts("fetchTasks", keys=self._claim_keys(),
-                                   args=[*self._claim_args(), count, self.keys.wake_prefix(), *streams])
+        reply = await self.scripts("fetchTasks", keys=self._claim_keys(), args=self._fetch_args(streams, count))
         return self._runnable(reply)
 
     async def wait_and_fetch(self, wake_keys: Sequence[str], streams: Sequence[str], count: int,
@@ -83,8 +85,7 @@ class WorkerStore:
         pipe = self.client.pipeline(transaction=False)
         pipe.blpop(list(wake_keys), timeout=block_ms / 1000)
         self.scripts.queue_evalsha(pipe, "fetchTasks", keys=self._claim_keys(),
-                                   args=[*self._claim_args(late_bound=True), count, self.keys.wake_prefix(),
-                                         *streams])
+                                   args=self._fetch_args(streams, count, late_bound=True))
         woke, reply = await pipe.execute(raise_on_error=False)
         if isinstance(reply, redis.exceptions.NoScriptError):
             return await self.fetch(streams, count)  # script cache flushed (Redis restarted): load it

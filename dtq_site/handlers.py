@@ -51,7 +51,9 @@ class RequestThread(ThreadPoolExecutor):
     def _finished(self, _: Future[Any]) -> None:
         with self._lock:
             self._running -= 1
-            callback, self._when_idle = (self._when_idle, None) if self._running == 0 else (None, self._when_idle)
+            callback = self._when_idle if self._running == 0 else None
+            if callback is not None:
+                self._when_idle = None
         if callback is not None:
             callback()
 

@@ -65,7 +65,7 @@ local function complete_one(r)
   rcall('PEXPIRE', tkey, retention_ms)
   rcall('XACK', stream, group, entry_id)
   rcall('XDEL', stream, entry_id)
-  add(task_counts, queue .. '|' .. ttype .. '|' .. string.lower(status), 1)
+  add(task_counts, outcome_field(queue, ttype, status), 1)
   if status ~= 'RETRYING' then add(finished, queue, 1) end
   if outcome ~= 'cancel' then
     add(buckets, r[13], 1)

@@ -21,7 +21,7 @@ for i = 8, #ARGV do
   if h[1] == 'PENDING' or h[1] == 'RETRYING' then
     if h[5] and h[5] ~= '' and tonumber(h[5]) <= tonumber(now_ms) then
       rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', now_ms, 'updated_at', now_ms)
-      rcall('HINCRBY', KEYS[6], h[3] .. '|' .. (h[6] or '') .. '|expired', 1)
+      rcall('HINCRBY', KEYS[6], outcome_field(h[3], h[6], 'EXPIRED'), 1)
       emit(KEYS[3], KEYS[4], 'task.expired', id, h[3], 'EXPIRED', h[2], now_ms, now_iso)
     else
       local stream = ARGV[6] .. h[3] .. ':' .. h[4]

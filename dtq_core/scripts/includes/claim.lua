@@ -13,7 +13,7 @@ local function is_paused(ctx, queue)
 end
 
 local function count_outcome(ctx, queue, ttype, status)
-  rcall('HINCRBY', ctx.outcomes_key, (queue or '') .. '|' .. (ttype or '') .. '|' .. string.lower(status), 1)
+  rcall('HINCRBY', ctx.outcomes_key, outcome_field(queue, ttype, status), 1)
 end
 
 local function finish_entry(ctx, stream, entry_id)

@@ -71,6 +71,11 @@ local function ring(wake_key)
   if redis.pcall('LLEN', wake_key) == 0 then rcall('LPUSH', wake_key, '1') end
 end
 
+-- The field of the per-outcome task counts (dtq_tasks_total): "queue|type|status".
+local function outcome_field(queue, ttype, status)
+  return (queue or '') .. '|' .. (ttype or '') .. '|' .. string.lower(status)
+end
+
 local function field(fields, name)
   for f = 1, #fields, 2 do
     if fields[f] == name then return fields[f + 1] end
