@@ -21,7 +21,9 @@ def _redis() -> aioredis.Redis:
     if _client is None:
         # redis-py's default pool refuses (MaxConnectionsError) past its cap, so the cap is set
         # well above any --concurrency the bench uses; connections are only opened on demand.
-        _client = aioredis.Redis.from_url(get_config().redis_url, max_connections=1000)
+        # No socket timeout, as in redis-py < 8 (arq's and SAQ's): redis-py 8's default (5 s)
+        # runs every write of the asyncio client as a task of its own. taskiq's body does the same.
+        _client = aioredis.Redis.from_url(get_config().redis_url, max_connections=1000, socket_timeout=None)
     return _client
 
 

@@ -88,7 +88,8 @@ class Worker:
         """Run until stopped (or, with burst, until no work is left); return the exit code."""
         read_timeout = BLOCK_MS / 1000 + self.config.redis_timeout_s + 5
         self.client = async_client(self.config, read_timeout_s=read_timeout)
-        self.store = WorkerStore(self.config, self.client, self.clock, self.worker_id)
+        self.store = WorkerStore(self.config, self.client, self.clock, self.worker_id,
+                                 timeout_s=self.config.redis_timeout_s + 5)
         self.pool = ThreadPoolExecutor(max_workers=self.concurrency * 2, thread_name_prefix="dtq-handler")
         self.runner = AttemptRunner(self.config, self.clock, self.pool, self.worker_id)
         try:
@@ -107,7 +108,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*self._loops.values(), return_exceptions=True)
             self.pool.shutdown(wait=False, cancel_futures=True)
-            await self.client.aclose()
+            await self.store.aclose()
         return 0
 
     async def _register(self) -> None:

@@ -1,5 +1,9 @@
 """The worker's Redis calls (asyncio): fetch-and-claim, completion, heartbeats, reclaim, and the
-scheduler's leader lock and promotion. Each is one script or one pipeline."""
+scheduler's leader lock and promotion. Each is one script or one pipeline.
+
+Fetch and completion, the calls made for every batch of tasks, go over hot-path Lines (wire.py):
+one for the consumer's fetches and waits, one for completions, so neither waits for the other.
+"""
 
 from __future__ import annotations
 
@@ -18,14 +22,16 @@ from .clock import Clock, iso
 from .config import DtqConfig
 from .executor import Completion, Row
 from .keys import Keys
-from .scripts import Scripts
+from .scripts import SOURCES, Scripts
+from .wire import Line, bulk, command
 
 COMPLETE_BATCH = 500
 logger = logging.getLogger("dtq.worker")
 
 
 class WorkerStore:
-    def __init__(self, config: DtqConfig, client: aioredis.Redis, clock: Clock, worker_id: str) -> None:
+    def __init__(self, config: DtqConfig, client: aioredis.Redis, clock: Clock, worker_id: str, *,
+                 timeout_s: float = 10.0) -> None:
         self.config = config
         self.client = client
         self.clock = clock
@@ -33,6 +39,17 @@ class WorkerStore:
         self.worker_id = worker_id
         self.scripts = Scripts(client)
         self.deleted_seen = 0  # pending entries XAUTOCLAIM reported deleted (for the log)
+        self.timeout_s = timeout_s  # for one hot-path exchange, on top of any blocking wait
+        self.line = Line(client)  # the consumer's fetches, and their blocking waits
+        self.side_line = Line(client)  # completions, written while the consumer waits
+        claim_keys = self._claim_keys()
+        self._fetch_head = (3 + len(claim_keys), bulk(["EVALSHA", self.scripts.sha("fetchTasks"), len(claim_keys),
+                                                       *claim_keys]))
+
+    async def aclose(self) -> None:
+        await self.line.close()
+        await self.side_line.close()
+        await self.client.aclose()
 
     # -- queues -------------------------------------------------------------------------------
     async def known_and_paused(self) -> tuple[set[str], set[str]]:
@@ -68,9 +85,17 @@ class WorkerStore:
     def _fetch_args(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> list[object]:
         return [*self._claim_args(late_bound=late_bound), count, self.keys.wake_prefix(), *streams]
 
+    def _fetch_command(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> bytes:
+        args = self._fetch_args(streams, count, late_bound=late_bound)
+        return command(self._fetch_head, (len(args), bulk(args)))
+
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
-        reply = await self.scripts("fetchTasks", keys=self._claim_keys(), args=self._fetch_args(streams, count))
+        if count <= 0 or not streams:
+            return []
+        (reply,) = await self._exchange([("fetchTasks", self._fetch_command(streams, count))], line=self.line)
+        if isinstance(reply, Exception):
+            raise reply
         return self._runnable(reply)
 
     async def wait_and_fetch(self, wake_keys: Sequence[str], streams: Sequence[str], count: int,
@@ -82,13 +107,11 @@ class WorkerStore:
         the claim). A stale token only costs an empty fetch. The script runs up to block_ms after
         it was queued, so it reads the time from Redis's clock rather than a stale one of ours.
         """
-        pipe = self.client.pipeline(transaction=False)
-        pipe.blpop(list(wake_keys), timeout=block_ms / 1000)
-        self.scripts.queue_evalsha(pipe, "fetchTasks", keys=self._claim_keys(),
-                                   args=self._fetch_args(streams, count, late_bound=True))
-        woke, reply = await pipe.execute(raise_on_error=False)
-        if isinstance(reply, redis.exceptions.NoScriptError):
-            return await self.fetch(streams, count)  # script cache flushed (Redis restarted): load it
+        blpop = bulk(["BLPOP", *wake_keys, f"{block_ms / 1000:g}"])
+        woke, reply = await self._exchange(
+            [("", command((2 + len(wake_keys), blpop))),
+             ("fetchTasks", self._fetch_command(streams, count, late_bound=True))],
+            line=self.line, wait_s=block_ms / 1000)
         if isinstance(reply, Exception):
             raise reply
         rows = self._runnable(reply)
@@ -102,6 +125,17 @@ class WorkerStore:
         elif isinstance(woke, Exception):
             raise woke
         return rows
+
+    async def _exchange(self, commands: list[tuple[str, bytes]], *, line: Line, wait_s: float = 0.0) -> list[Any]:
+        """Send named commands in one write; a script Redis does not know (restarted, or SCRIPT
+        FLUSH) did not run: load it and send that command again on its own. wait_s: how long a
+        blocking command among them may wait, on top of the usual timeout."""
+        replies = await line.exchange([cmd for _, cmd in commands], wait_s + self.timeout_s)
+        for i, ((name, cmd), reply) in enumerate(zip(commands, replies, strict=True)):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                await self.client.script_load(SOURCES[name])
+                (replies[i],) = await line.exchange([cmd], self.timeout_s)
+        return replies
 
     async def claim(self, quads: list[object], *, reclaim: bool) -> list[Row]:
         reply = await self.scripts("claimEntries", keys=self._claim_keys(),
@@ -152,20 +186,31 @@ class WorkerStore:
         return await self.claim(quads, reclaim=True)
 
     # -- complete -----------------------------------------------------------------------------
-    async def complete(self, completions: Sequence[Completion]) -> list[str]:
+    def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:
         k, c = self.keys, self.config
-        statuses: list[str] = []
+        sha = self.scripts.sha("completeTasks")
+        commands = []
         for start in range(0, len(completions), COMPLETE_BATCH):
             now = self.clock.now_ms()
             records = json.dumps([completion.record() for completion in completions[start:start + COMPLETE_BATCH]])
-            args: list[object] = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
-                                  k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
-            statuses += await self.scripts(
-                "completeTasks",
-                keys=[k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),
-                      k.stats_counters(), k.throughput(now // 60000), k.running()],
-                args=args,
-            )
+            keys = [k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),
+                    k.stats_counters(), k.throughput(now // 60000), k.running()]
+            args = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
+                    k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
+            commands.append(command((3 + len(keys) + len(args), bulk(["EVALSHA", sha, len(keys), *keys, *args]))))
+        return commands
+
+    async def complete(self, completions: Sequence[Completion]) -> list[str]:
+        """Write completions, on a line of their own: the consumer's may be held by a blocking wait."""
+        if not completions:
+            return []
+        replies = await self._exchange([("completeTasks", c) for c in self._complete_commands(completions)],
+                                       line=self.side_line)
+        statuses: list[str] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            statuses += reply
         return statuses
 
     async def cancel_flags(self, task_ids: Sequence[str]) -> list[bool]:

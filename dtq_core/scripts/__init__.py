@@ -33,7 +33,6 @@ class Scripts:
     def __call__(self, name: str, *, keys: list[str], args: list[object], client: Any = None) -> Any:
         return self._fns[name](keys=keys, args=args, client=client)
 
-    def queue_evalsha(self, pipe: Any, name: str, *, keys: list[str], args: list[object]) -> None:
-        """Add a plain EVALSHA to a pipeline. Passing `client=pipe` instead would make redis-py send
-        SCRIPT EXISTS before every execute; the caller handles NoScriptError in the reply itself."""
-        pipe.evalsha(self._fns[name].sha, len(keys), *keys, *args)
+    def sha(self, name: str) -> str:
+        """The SHA1 for EVALSHA (for callers that pack their own commands)."""
+        return str(self._fns[name].sha)

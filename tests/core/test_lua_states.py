@@ -47,7 +47,7 @@ async def _deliver_and_claim(config: DtqConfig, stream: str) -> list[Row]:
     try:
         return await store.fetch([stream], 10)
     finally:
-        await client.aclose()
+        await store.aclose()
 
 
 @pytest.mark.parametrize("status", ALL, ids=lambda s: s.value)
@@ -103,7 +103,7 @@ async def _claim_then_complete(config: DtqConfig, stream: str, tamper: Any) -> t
         statuses = await store.complete([Completion(row, Outcome.SUCCEEDED, result_json='"ok"')])
         return statuses, row
     finally:
-        await client.aclose()
+        await store.aclose()
 
 
 def test_completion_is_fenced_against_a_newer_attempt(engine: Engine, config: DtqConfig,

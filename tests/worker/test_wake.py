@@ -49,7 +49,7 @@ def test_the_scheduler_and_dlq_retry_ring_the_queue(engine: Engine, config: DtqC
             assert await store.acquire_or_renew_lock(False)
             return await store.promote_due()
         finally:
-            await store.client.aclose()
+            await store.aclose()
 
     assert asyncio.run(promote()) == 1
     assert redis_client.hget(engine.keys.task(task_id), "status") == "QUEUED"
@@ -87,7 +87,7 @@ def test_an_idle_wait_wakes_on_a_submit_and_claims_with_the_redis_clock(config: 
             rows = await waiting
             return rows, time.monotonic() - started
         finally:
-            await store.client.aclose()
+            await store.aclose()
 
     rows, woke_after = asyncio.run(scenario())
     assert [r.payload for r in rows] == ['{"n":2}']
@@ -111,7 +111,7 @@ def test_a_wait_with_no_work_times_out_empty(config: DtqConfig) -> None:
             rows = await store.wait_and_fetch([engine.keys.wake("quiet")], engine.keys.streams("quiet"), 10, 300)
             return rows, time.monotonic() - started
         finally:
-            await store.client.aclose()
+            await store.aclose()
 
     rows, waited = asyncio.run(scenario())
     assert rows == [] and waited >= 0.25
@@ -129,7 +129,7 @@ def test_a_full_batch_rings_for_the_next_idle_worker(engine: Engine, config: Dtq
         try:
             return len(await store.fetch(streams, count))
         finally:
-            await store.client.aclose()
+            await store.aclose()
 
     assert asyncio.run(fetch(2, "a")) == 2
     assert redis_client.llen(wake) == 1  # more may wait: wake the next one
@@ -184,7 +184,7 @@ def test_a_read_of_only_duplicates_rings_for_what_is_left(engine: Engine, config
         try:
             return [r.task_id for r in await store.fetch(engine.keys.streams("dups"), count)]
         finally:
-            await store.client.aclose()
+            await store.aclose()
 
     assert asyncio.run(fetch(2)) == []  # both read entries were duplicates of the finished task
     assert redis_client.llen(engine.keys.wake("dups")) == 1
@@ -211,7 +211,7 @@ def test_a_flushed_script_cache_or_a_broken_wake_key_does_not_stop_the_fetch(
             assert await store.wait_and_fetch([wake], streams, 10, 300) == []
             return first, second, time.monotonic() - started
         finally:
-            await store.client.aclose()
+            await store.aclose()
 
     first, second, idle = asyncio.run(scenario())
     assert first == ['{"n":1}'] and second == ['{"n":2}'] and idle >= 0.25
