@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime
 from typing import Protocol
@@ -43,5 +44,11 @@ def iso(ms: int | str | None) -> str | None:
     """Render epoch milliseconds as UTC ISO-8601, the API's time format."""
     if ms in (None, ""):
         return None
-    value = datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
-    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    seconds, millis = divmod(int(ms), 1000)
+    return f"{_iso_second(seconds)}.{millis:03d}Z"
+
+
+@functools.lru_cache(maxsize=8)
+def _iso_second(seconds: int) -> str:
+    # The worker renders now on every fetch and completion: the date part changes once a second.
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")

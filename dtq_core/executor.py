@@ -12,6 +12,7 @@ import contextvars
 import json
 import time
 import traceback
+from collections.abc import Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,23 @@ class Execution:
     cancel_requested: bool = False
     abandoned: bool = False  # drain deadline: leave the entry unacked for a peer
     detached: bool = field(default=False)
+    deadline: float = float("inf")  # time.monotonic() past which the worker's watchdog cancels it
+    timed_out: bool = False
+
+
+def expire_overdue(executions: Iterable[Execution], now: float) -> int:
+    """Cancel the attempts past their handler timeout; return how many.
+
+    One periodic check for every attempt costs less than a timer per attempt (the hot path),
+    at the price of a timeout firing up to one check interval late.
+    """
+    expired = 0
+    for ex in executions:
+        if now >= ex.deadline and not ex.timed_out and ex.task is not None and not ex.task.done():
+            ex.timed_out = True
+            ex.task.cancel()
+            expired += 1
+    return expired
 
 
 class AttemptRunner:
@@ -112,13 +130,17 @@ class AttemptRunner:
         """Run one attempt; None when it was abandoned at the drain deadline."""
         row = ex.row
         started = time.perf_counter()
+        ex.deadline = time.monotonic() + row.timeout_s
         try:
             result = await self._call(row, ex)
         except asyncio.CancelledError:
-            if ex.cancel_requested and not ex.abandoned:
-                return Completion(row, Outcome.CANCELLED, duration_s=time.perf_counter() - started)
             if ex.abandoned:
                 return None
+            if ex.cancel_requested:
+                return Completion(row, Outcome.CANCELLED, duration_s=time.perf_counter() - started)
+            if ex.timed_out:
+                timeout = HandlerTimeout(f"handler exceeded its timeout of {row.timeout_s:g}s")
+                return self._failed(row, timeout, time.perf_counter() - started)
             raise
         except BaseException as exc:  # noqa: BLE001 - every handler failure is classified
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -136,24 +158,20 @@ class AttemptRunner:
             raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
         ctx = registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
                                    queue=row.queue, type=row.type, worker_id=self.worker_id)
+        if handler.is_async:
+            registry.set_current(ctx)  # this Task has its own context copy
+            return await handler.fn(payload)
+        context = contextvars.copy_context()
+        context.run(registry.set_current, ctx)
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.pool, context.run, handler.fn, payload)
         try:
-            async with asyncio.timeout(row.timeout_s):
-                if handler.is_async:
-                    registry.set_current(ctx)  # this Task has its own context copy
-                    return await handler.fn(payload)
-                context = contextvars.copy_context()
-                context.run(registry.set_current, ctx)
-                loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(self.pool, context.run, handler.fn, payload)
-                try:
-                    return await asyncio.shield(future)
-                except (asyncio.CancelledError, TimeoutError):
-                    # The thread cannot be interrupted: it runs on detached and its result is dropped.
-                    if not future.done():
-                        self._detach(future, ex)
-                    raise
-        except TimeoutError:
-            raise HandlerTimeout(f"handler exceeded its timeout of {row.timeout_s:g}s") from None
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The thread cannot be interrupted: it runs on detached and its result is dropped.
+            if not future.done():
+                self._detach(future, ex)
+            raise
 
     def _detach(self, future: asyncio.Future[Any], ex: Execution) -> None:
         ex.detached = True

@@ -23,7 +23,7 @@ from .clock import Clock, SystemClock
 from .config import DtqConfig
 from .connection import async_client
 from .errors import WorkerNameTaken
-from .executor import AttemptRunner, Completion, Execution, Row
+from .executor import AttemptRunner, Completion, Execution, Row, expire_overdue
 from .keys import PRIORITIES, Keys
 from .worker_store import WorkerStore
 
@@ -33,6 +33,7 @@ BLOCK_MS = 1000  # longest blocking read; bounds how long a stop request waits f
 QUEUE_REFRESH_S = 1.0
 MAX_BACKOFF_S = 10.0
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
+TIMEOUT_CHECK_S = 0.05  # how late a handler timeout may fire
 
 
 class Worker:
@@ -99,6 +100,7 @@ class Worker:
                         ",".join(self.fixed_queues or ["*"]), self.concurrency)
             for name, body in (("consume", self._consume), ("flush", self._flush_loop),
                                ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
+                               ("timeouts", self._timeout_loop),
                                ("cancel-watcher", self._cancel_watch_loop), ("scheduler", self._scheduler_loop)):
                 self._loops[name] = asyncio.create_task(self._supervise(name, body), name=f"dtq-{name}")
             await self._stop.wait()
@@ -167,7 +169,7 @@ class Worker:
             await self._quietly(self._flush_once())
         # Heartbeats kept in-flight entries fresh through the drain; stop them now, because one
         # landing after the deregistration would re-register a worker that is gone.
-        for name in ("heartbeat", "reaper", "cancel-watcher"):
+        for name in ("heartbeat", "reaper", "cancel-watcher", "timeouts"):
             loop_task = self._loops.pop(name, None)
             if loop_task is not None:
                 loop_task.cancel()
@@ -377,6 +379,12 @@ class Worker:
             if time.monotonic() - last_prune > 30:
                 last_prune = time.monotonic()
                 await self.store.prune_workers(max(300.0, self.config.visibility_timeout_s * 10))
+
+    async def _timeout_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TIMEOUT_CHECK_S)
+            if self._running:
+                expire_overdue(list(self._running.values()), time.monotonic())
 
     async def _cancel_watch_loop(self) -> None:
         while True:

@@ -42,9 +42,13 @@ class WorkerStore:
         self.timeout_s = timeout_s  # for one hot-path exchange, on top of any blocking wait
         self.line = Line(client)  # the consumer's fetches, and their blocking waits
         self.side_line = Line(client)  # completions, written while the consumer waits
-        claim_keys = self._claim_keys()
-        self._fetch_head = (3 + len(claim_keys), bulk(["EVALSHA", self.scripts.sha("fetchTasks"), len(claim_keys),
-                                                       *claim_keys]))
+        # fetchTasks' command in parts: only now, the count and (rarely) the streams change.
+        claim_keys, static = self._claim_keys(), self._claim_args()
+        self._fetch_head = (5 + len(claim_keys), bulk(["EVALSHA", self.scripts.sha("fetchTasks"), len(claim_keys),
+                                                       *claim_keys, *static[:2]]))
+        self._fetch_middle = (4, bulk(static[4:8]))
+        self._fetch_wake = (1, bulk([self.keys.wake_prefix()]))
+        self._fetch_streams: tuple[tuple[str, ...], tuple[int, bytes]] = ((), (0, b""))
 
     async def aclose(self) -> None:
         await self.line.close()
@@ -86,8 +90,13 @@ class WorkerStore:
         return [*self._claim_args(late_bound=late_bound), count, self.keys.wake_prefix(), *streams]
 
     def _fetch_command(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> bytes:
-        args = self._fetch_args(streams, count, late_bound=late_bound)
-        return command(self._fetch_head, (len(args), bulk(args)))
+        """fetchTasks with _fetch_args(streams, count, late_bound=late_bound), from cached parts."""
+        if self._fetch_streams[0] != tuple(streams):
+            self._fetch_streams = (tuple(streams), (len(streams), bulk(streams)))
+        now = self.clock.now_ms()
+        when = bulk(["", ""] if late_bound else [now, iso(now)])
+        return command(self._fetch_head, (2, when), self._fetch_middle, (1, bulk([count])), self._fetch_wake,
+                       self._fetch_streams[1])
 
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
