@@ -87,16 +87,15 @@ class Engine(InspectMixin, AdminMixin):
             "idempotency_key", s.idempotency_key or "", "request_id", s.request_id or "",
         ]
         k = self.keys
-        return self.scripts(
-            "enqueueTask",
-            keys=[k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
-                  k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue)],
-            args=[s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
-                  self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
-                  1 if s.idempotency_key else 0, RECENT_CAP, k.task_prefix(), k.result_prefix(), 1 if with_record else 0,
-                  *fields],
-            client=client,
-        )
+        keys = [k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
+                k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue)]
+        args = [s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
+                self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
+                1 if s.idempotency_key else 0, RECENT_CAP, k.task_prefix(), k.result_prefix(), 1 if with_record else 0,
+                *fields]
+        if client is None:
+            return self.scripts.call_direct("enqueueTask", keys=keys, args=args)
+        return self.scripts("enqueueTask", keys=keys, args=args, client=client)
 
     def _enqueued(self, s: Submission, reply: list[Any]) -> Enqueued:
         code = int(reply[0])

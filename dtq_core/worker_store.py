@@ -23,7 +23,7 @@ from .config import DtqConfig
 from .executor import Completion, Row
 from .keys import Keys
 from .scripts import SOURCES, Scripts
-from .wire import Line, bulk, command
+from .wire import Line, bulk, command, pack
 
 COMPLETE_BATCH = 500
 logger = logging.getLogger("dtq.worker")
@@ -206,7 +206,7 @@ class WorkerStore:
                     k.stats_counters(), k.throughput(now // 60000), k.running()]
             args = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
                     k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
-            commands.append(command((3 + len(keys) + len(args), bulk(["EVALSHA", sha, len(keys), *keys, *args]))))
+            commands.append(pack(["EVALSHA", sha, len(keys), *keys, *args]))
         return commands
 
     async def complete(self, completions: Sequence[Completion]) -> list[str]:
