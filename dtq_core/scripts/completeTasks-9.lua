@@ -40,15 +40,16 @@ local function complete_one(r)
   if outcome == 'ok' then
     local result = r[6]
     if result ~= '' then rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms) end
-    rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', r[7], 'finished_at', now_ms)
+    rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', r[7], 'finished_at', now_ms,
+          'updated_at', now_ms)
     status, etype = 'SUCCEEDED', 'task.succeeded'
   elseif outcome == 'cancel' then
-    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms)
+    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms, 'updated_at', now_ms)
     status, etype = 'CANCELLED', 'task.cancelled'
   else
     local err_class, message = r[8], r[9]
     rcall('HSET', tkey, 'errors', push_error(h[6], attempt, err_class, message, r[10], now_iso),
-          'last_error', err_class .. ': ' .. message)
+          'last_error', err_class .. ': ' .. message, 'updated_at', now_ms)
     local due = tonumber(r[11])
     if outcome == 'retry' and due > 0 then
       rcall('HSET', tkey, 'status', 'RETRYING', 'due_at', due)
@@ -61,7 +62,6 @@ local function complete_one(r)
       etype = status == 'FAILED' and 'task.failed' or 'task.dead_lettered'
     end
   end
-  rcall('HSET', tkey, 'updated_at', now_ms)
   rcall('PEXPIRE', tkey, retention_ms)
   rcall('XACK', stream, group, entry_id)
   rcall('XDEL', stream, entry_id)

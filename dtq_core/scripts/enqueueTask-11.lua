@@ -41,19 +41,23 @@ if rcall('SADD', KEYS[7], queue) == 1 then
     pcall(rcall, 'XGROUP', 'CREATE', KEYS[k], ARGV[10], '0', 'MKSTREAM')
   end
 end
-local fields = {}
+-- One HSET for the whole record (the stream entry's id is part of it, so XADD comes first).
+local fields = {'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms, 'errors', '[]',
+                'cancel_requested', '0', 'result_truncated', '0'}
 for i = 16, #ARGV do fields[#fields + 1] = ARGV[i] end
-rcall('HSET', KEYS[1], 'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms,
-      'errors', '[]', 'cancel_requested', '0', 'result_truncated', '0', unpack(fields))
 local status
 if due > 0 then
   status = 'PENDING'
-  rcall('HSET', KEYS[1], 'status', status, 'due_at', due)
+  fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'status', status, 'due_at', due
+  rcall('HSET', KEYS[1], unpack(fields))
   schedule_add(KEYS[6], due, task_id, queue)
 else
   status = 'QUEUED'
   local eid = rcall('XADD', KEYS[2 + tonumber(ARGV[2])], '*', 'task_id', task_id, 'attempt', 1)
-  rcall('HSET', KEYS[1], 'status', status, 'enqueued_at', now_ms, 'entry_id', eid)
+  local n = #fields
+  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'status', status, 'enqueued_at', now_ms
+  fields[n + 5], fields[n + 6] = 'entry_id', eid
+  rcall('HSET', KEYS[1], unpack(fields))
   ring(KEYS[11])
 end
 rcall('PEXPIRE', KEYS[1], ARGV[5])
