@@ -4,6 +4,7 @@ cancel watcher and scheduler candidacy). SIGTERM/SIGINT drain; a second signal e
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -63,6 +64,11 @@ class Command(BaseCommand):
         except ImportError as exc:
             raise CommandError(f"DTQ_TASK_MODULES: cannot import {exc.name or exc}") from None
         worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks)
+        # Django, DRF and the task modules leave a large heap of objects that live as long as the
+        # process: keep them out of the garbage collector's full passes, which would otherwise
+        # walk all of them again and again while tasks churn through short-lived objects.
+        gc.collect()
+        gc.freeze()
         try:
             code = asyncio.run(self._run(worker))
         except WorkerNameTaken as exc:
