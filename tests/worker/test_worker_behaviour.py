@@ -304,3 +304,27 @@ def test_idempotent_operation_lease_is_configurable(live_engine: Engine, redis_c
     assert 0 < seen[0] <= 5000  # the lease held while fn ran
     with pytest.raises(ValueError, match="lease_seconds"):
         dtq_tasks.idempotent_operation("lease-2", effect, lease_seconds=0)
+
+
+def test_the_timeout_check_cancels_only_attempts_past_their_deadline() -> None:
+    # It should cancel an overdue attempt once, and leave running ones and finished ones alone.
+    from dtq_core.executor import Execution, Row, expire_overdue
+
+    async def scenario() -> tuple[int, int, list[bool]]:
+        row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="x", payload="",
+                  timeout_s=1.0, queue="q", priority="normal")
+        overdue, on_time, done = Execution(row, deadline=10.0), Execution(row, deadline=30.0), Execution(row, deadline=5.0)
+        for ex in (overdue, on_time):
+            ex.task = asyncio.create_task(asyncio.sleep(60))
+        done.task = asyncio.create_task(asyncio.sleep(0))
+        await asyncio.sleep(0.01)
+        first = expire_overdue([overdue, on_time, done], now=20.0)
+        second = expire_overdue([overdue, on_time, done], now=20.0)
+        await asyncio.sleep(0)
+        flags = [overdue.task.cancelled(), on_time.task.cancelled(), overdue.timed_out]
+        on_time.task.cancel()
+        return first, second, flags
+
+    first, second, flags = asyncio.run(scenario())
+    assert (first, second) == (1, 0)
+    assert flags == [True, False, True]
