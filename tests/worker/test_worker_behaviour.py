@@ -313,7 +313,8 @@ def test_the_timeout_check_cancels_only_attempts_past_their_deadline() -> None:
     async def scenario() -> tuple[int, int, list[bool]]:
         row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="x", payload="",
                   timeout_s=1.0, queue="q", priority="normal")
-        overdue, on_time, done = Execution(row, deadline=10.0), Execution(row, deadline=30.0), Execution(row, deadline=5.0)
+        overdue, on_time = Execution(row, deadline=10.0), Execution(row, deadline=30.0)
+        done = Execution(row, deadline=5.0)
         for ex in (overdue, on_time):
             ex.task = asyncio.create_task(asyncio.sleep(60))
         done.task = asyncio.create_task(asyncio.sleep(0))
