@@ -63,6 +63,7 @@ end
 rcall('PEXPIRE', KEYS[1], ARGV[5])
 if ARGV[11] == '1' then rcall('SET', KEYS[2], task_id, 'PX', ARGV[6]) end
 rcall('ZADD', KEYS[10], now_ms, task_id)
-rcall('ZREMRANGEBYRANK', KEYS[10], 0, -tonumber(ARGV[12]) - 1)
+local recent_cap = tonumber(ARGV[12])
+if rcall('ZCARD', KEYS[10]) > recent_cap then rcall('ZREMRANGEBYRANK', KEYS[10], 0, -recent_cap - 1) end
 emit(KEYS[8], KEYS[9], 'task.queued', task_id, queue, status, 0, now_ms, now_iso)
 return {1, task_id, status, want_record and rcall('HGETALL', KEYS[1]) or {}}

@@ -146,3 +146,15 @@ def test_an_enqueue_for_the_id_alone_skips_the_record(engine: Engine) -> None:
     out = engine.enqueue("dtq.echo", {"x": 1}, record=False)
     assert out.created and out.status == "QUEUED" and out.task is None
     assert engine.get_task(out.id)["payload"] == {"x": 1}
+
+
+def test_the_recent_tasks_index_keeps_the_newest_up_to_its_cap(engine: Engine, redis_client: redis.Redis,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import dtq_core.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "RECENT_CAP", 3)
+    ids = []
+    for _ in range(5):
+        ids.append(engine.enqueue("dtq.echo").id)
+        engine.clock.advance(0.01)  # distinct scores: the index is ordered by submit time
+    assert redis_client.zrange(engine.keys.recent(), 0, -1) == ids[-3:]
