@@ -53,17 +53,18 @@ class Line:
         """Replies in order; an error reply comes back as its exception, not raised."""
         conn = self._conn
         replies: list[Any] = []
-        try:
-            async with self._lock, asyncio.timeout(timeout_s):
-                await conn.send_packed_command(commands, check_health=False)
-                for _ in commands:
-                    try:
-                        replies.append(await conn.read_response())
-                    except redis.exceptions.ResponseError as exc:
-                        replies.append(exc)
-        except BaseException:
-            await conn.disconnect(nowait=True)
-            raise
+        async with self._lock:  # waiting for it is not part of the deadline
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await conn.send_packed_command(commands, check_health=False)
+                    for _ in commands:
+                        try:
+                            replies.append(await conn.read_response())
+                        except redis.exceptions.ResponseError as exc:
+                            replies.append(exc)
+            except BaseException:
+                await conn.disconnect(nowait=True)
+                raise
         return replies
 
     async def close(self) -> None:
