@@ -100,19 +100,26 @@ class Execution:
     timed_out: bool = False
 
 
+EXACT_TIMEOUT_BELOW_S = 1.0  # shorter handler timeouts get a timer of their own
+
+
+def expire(ex: Execution) -> bool:
+    """Cancel an attempt for its handler timeout, once; False when it already ended or expired."""
+    if ex.timed_out or ex.task is None or ex.task.done():
+        return False
+    ex.timed_out = True
+    ex.task.cancel()
+    return True
+
+
 def expire_overdue(executions: Iterable[Execution], now: float) -> int:
     """Cancel the attempts past their handler timeout; return how many.
 
     One periodic check for every attempt costs less than a timer per attempt (the hot path),
-    at the price of a timeout firing up to one check interval late.
+    at the price of a timeout firing up to one check interval late; timeouts under
+    EXACT_TIMEOUT_BELOW_S, where that would matter, also get a timer (AttemptRunner.run).
     """
-    expired = 0
-    for ex in executions:
-        if now >= ex.deadline and not ex.timed_out and ex.task is not None and not ex.task.done():
-            ex.timed_out = True
-            ex.task.cancel()
-            expired += 1
-    return expired
+    return sum(1 for ex in executions if now >= ex.deadline and expire(ex))
 
 
 class AttemptRunner:
@@ -131,6 +138,9 @@ class AttemptRunner:
         row = ex.row
         started = time.perf_counter()
         ex.deadline = time.monotonic() + row.timeout_s
+        timer = None
+        if row.timeout_s < EXACT_TIMEOUT_BELOW_S:
+            timer = asyncio.get_running_loop().call_later(row.timeout_s, expire, ex)
         try:
             result = await self._call(row, ex)
         except asyncio.CancelledError:
@@ -146,6 +156,9 @@ class AttemptRunner:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             return self._failed(row, exc, time.perf_counter() - started)
+        finally:
+            if timer is not None:
+                timer.cancel()
         return self._succeeded(row, result, time.perf_counter() - started)
 
     async def _call(self, row: Row, ex: Execution) -> Any:

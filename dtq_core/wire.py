@@ -56,6 +56,8 @@ class Line:
         async with self._lock:  # waiting for it is not part of the deadline
             try:
                 async with asyncio.timeout(timeout_s):
+                    if conn.is_connected and await _closed_or_dirty(conn):
+                        await conn.disconnect()  # Redis restarted, or closed it idle: open a new one
                     await conn.send_packed_command(commands, check_health=False)
                     for _ in commands:
                         try:
@@ -69,6 +71,15 @@ class Line:
 
     async def close(self) -> None:
         await self._conn.disconnect()
+
+
+async def _closed_or_dirty(conn: Any) -> bool:
+    """The check redis-py's pool makes before lending a connection (no system call: the event
+    loop has already seen an end of file or stray bytes)."""
+    try:
+        return bool(await conn.can_read())
+    except (OSError, redis.exceptions.ConnectionError):
+        return True
 
 
 def exchange_pooled(pool: redis.ConnectionPool, commands: Sequence[bytes]) -> list[Any]:

@@ -51,9 +51,11 @@ class WorkerStore:
         self._fetch_streams: tuple[tuple[str, ...], tuple[int, bytes]] = ((), (0, b""))
 
     async def aclose(self) -> None:
-        await self.line.close()
-        await self.side_line.close()
-        await self.client.aclose()
+        try:
+            await self.line.close()
+            await self.side_line.close()
+        finally:
+            await self.client.aclose()
 
     # -- queues -------------------------------------------------------------------------------
     async def known_and_paused(self) -> tuple[set[str], set[str]]:

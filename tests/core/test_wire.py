@@ -48,12 +48,42 @@ def test_a_line_returns_error_replies_in_place_and_survives_its_deadline(config:
     assert after == [3]
 
 
-def test_submit_reloads_its_script_after_a_flush_and_fails_fast_without_redis(engine: Engine,
-                                                                              redis_client: redis.Redis) -> None:
+def test_a_line_reconnects_when_redis_closed_its_idle_connection(config: DtqConfig, key_prefix: str,
+                                                                   redis_client: redis.Redis) -> None:
+    key = f"{key_prefix}:n"
+
+    async def scenario() -> list[object]:
+        client = async_client(config, read_timeout_s=5)
+        line = Line(client)
+        try:
+            await line.exchange([pack(["CLIENT", "SETNAME", f"{key_prefix}-line"])], 2)
+            assert _kill_named(redis_client, f"{key_prefix}-line") == 1
+            await asyncio.sleep(0.1)  # the end of file reaches the event loop
+            return await line.exchange([pack(["INCR", key])], 2)
+        finally:
+            await line.close()
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == [1]
+
+
+def _kill_named(redis_client: redis.Redis, name: str) -> int:
+    ids = [c["id"] for c in redis_client.client_list() if c.get("name") == name]
+    for client_id in ids:
+        redis_client.client_kill_filter(_id=client_id)
+    return len(ids)
+
+
+def test_submit_reloads_its_script_after_a_flush_and_raises_connection_error_without_redis(
+        engine: Engine, redis_client: redis.Redis) -> None:
     redis_client.script_flush()
     task_id = engine.enqueue("dtq.echo", record=False).id
     assert redis_client.hget(engine.keys.task(task_id), "status") == "QUEUED"
 
+    # Nothing listens on port 1: the API maps this error to 503 REDIS_UNAVAILABLE.
     dead = Engine(DtqConfig(redis_url="redis://127.0.0.1:1/0", key_prefix=engine.keys.prefix))
-    with pytest.raises(redis.exceptions.ConnectionError):
-        dead.enqueue("dtq.echo", record=False)
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            dead.enqueue("dtq.echo", record=False)
+    finally:
+        dead.client.close()

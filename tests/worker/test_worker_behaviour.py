@@ -329,3 +329,23 @@ def test_the_timeout_check_cancels_only_attempts_past_their_deadline() -> None:
     first, second, flags = asyncio.run(scenario())
     assert (first, second) == (1, 0)
     assert flags == [True, False, True]
+
+
+def test_a_timeout_under_a_second_fires_on_time(engine: Engine, config: DtqConfig) -> None:
+    # It should not wait for the 50 ms deadline check: a 20 ms timeout ends a 0.3 s handler.
+    from dtq_core.executor import AttemptRunner, Execution, Row
+
+    async def scenario() -> tuple[str, float]:
+        row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="dtq.sleep",
+                  payload='{"seconds": 0.3}', timeout_s=0.02, queue="q", priority="normal")
+        runner = AttemptRunner(config, engine.clock, None, "w")  # type: ignore[arg-type]
+        ex = Execution(row)
+        started = time.monotonic()
+        ex.task = asyncio.create_task(runner.run(ex))  # no worker: no periodic deadline check either
+        completion = await ex.task
+        assert completion is not None
+        return completion.error_class, time.monotonic() - started
+
+    error_class, elapsed = asyncio.run(scenario())
+    assert error_class == "dtq.HandlerTimeout"
+    assert elapsed < 0.2
