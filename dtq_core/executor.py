@@ -100,6 +100,7 @@ class Execution:
     timed_out: bool = False
 
 
+TIMEOUT_CHECK_S = 0.05  # the worker's deadline check: how late a handler timeout may fire
 EXACT_TIMEOUT_BELOW_S = 1.0  # shorter handler timeouts get a timer of their own
 
 

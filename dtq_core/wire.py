@@ -1,5 +1,5 @@
-"""Hot-path calls to Redis without redis-py's per-command path: commands packed once (by
-hiredis), sent together in one write, their replies read back in order.
+"""Hot-path calls to Redis without redis-py's per-command path: commands packed by hiredis,
+sent together in one write, their replies read back in order.
 
 For the worker, a Line: a connection of its own. redis-py's asyncio path (pool checkout, retry
 wrapper, a task per timed write, a timeout per read, repacking every argument) cost more
@@ -18,22 +18,9 @@ import redis
 import redis.asyncio as aioredis
 
 
-def bulk(args: Sequence[object]) -> bytes:
-    """The RESP bulk strings of args (str, bytes, int or float), without an array header."""
-    if not args:
-        return b""
-    packed = hiredis.pack_command(tuple(args))  # C, a few times faster than packing here
-    return packed[packed.index(b"\r\n") + 2:]
-
-
 def pack(args: Sequence[object]) -> bytes:
-    """One whole RESP command."""
+    """One RESP command from its arguments (str, bytes, int or float), packed by hiredis in C."""
     return hiredis.pack_command(tuple(args))
-
-
-def command(*parts: tuple[int, bytes]) -> bytes:
-    """One RESP command from (argument count, bulk()) parts, so constant parts are packed once."""
-    return b"".join([b"*%d\r\n" % sum(count for count, _ in parts), *(data for _, data in parts)])
 
 
 class Line:

@@ -23,7 +23,7 @@ from .clock import Clock, SystemClock
 from .config import DtqConfig
 from .connection import async_client
 from .errors import WorkerNameTaken
-from .executor import AttemptRunner, Completion, Execution, Row, expire_overdue
+from .executor import TIMEOUT_CHECK_S, AttemptRunner, Completion, Execution, Row, expire_overdue
 from .keys import PRIORITIES, Keys
 from .worker_store import WorkerStore
 
@@ -33,7 +33,6 @@ BLOCK_MS = 1000  # longest blocking read; bounds how long a stop request waits f
 QUEUE_REFRESH_S = 1.0
 MAX_BACKOFF_S = 10.0
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
-TIMEOUT_CHECK_S = 0.05  # how late a handler timeout may fire
 
 
 class Worker:

@@ -23,7 +23,7 @@ from .config import DtqConfig
 from .executor import Completion, Row
 from .keys import Keys
 from .scripts import SOURCES, Scripts
-from .wire import Line, bulk, command, pack
+from .wire import Line, pack
 
 COMPLETE_BATCH = 500
 logger = logging.getLogger("dtq.worker")
@@ -42,13 +42,6 @@ class WorkerStore:
         self.timeout_s = timeout_s  # for one hot-path exchange, on top of any blocking wait
         self.line = Line(client)  # the consumer's fetches, and their blocking waits
         self.side_line = Line(client)  # completions, written while the consumer waits
-        # fetchTasks' command in parts: only now, the count and (rarely) the streams change.
-        claim_keys, static = self._claim_keys(), self._claim_args()
-        self._fetch_head = (5 + len(claim_keys), bulk(["EVALSHA", self.scripts.sha("fetchTasks"), len(claim_keys),
-                                                       *claim_keys, *static[:2]]))
-        self._fetch_middle = (4, bulk(static[4:8]))
-        self._fetch_wake = (1, bulk([self.keys.wake_prefix()]))
-        self._fetch_streams: tuple[tuple[str, ...], tuple[int, bytes]] = ((), (0, b""))
 
     async def aclose(self) -> None:
         try:
@@ -92,13 +85,9 @@ class WorkerStore:
         return [*self._claim_args(late_bound=late_bound), count, self.keys.wake_prefix(), *streams]
 
     def _fetch_command(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> bytes:
-        """fetchTasks with _fetch_args(streams, count, late_bound=late_bound), from cached parts."""
-        if self._fetch_streams[0] != tuple(streams):
-            self._fetch_streams = (tuple(streams), (len(streams), bulk(streams)))
-        now = self.clock.now_ms()
-        when = bulk(["", ""] if late_bound else [now, iso(now)])
-        return command(self._fetch_head, (2, when), self._fetch_middle, (1, bulk([count])), self._fetch_wake,
-                       self._fetch_streams[1])
+        keys = self._claim_keys()
+        return pack(["EVALSHA", self.scripts.sha("fetchTasks"), len(keys), *keys,
+                     *self._fetch_args(streams, count, late_bound=late_bound)])
 
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
@@ -118,9 +107,8 @@ class WorkerStore:
         the claim). A stale token only costs an empty fetch. The script runs up to block_ms after
         it was queued, so it reads the time from Redis's clock rather than a stale one of ours.
         """
-        blpop = bulk(["BLPOP", *wake_keys, f"{block_ms / 1000:g}"])
         woke, reply = await self._exchange(
-            [("", command((2 + len(wake_keys), blpop))),
+            [("", pack(["BLPOP", *wake_keys, f"{block_ms / 1000:g}"])),
              ("fetchTasks", self._fetch_command(streams, count, late_bound=True))],
             line=self.line, wait_s=block_ms / 1000)
         if isinstance(reply, Exception):

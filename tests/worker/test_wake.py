@@ -216,17 +216,3 @@ def test_a_flushed_script_cache_or_a_broken_wake_key_does_not_stop_the_fetch(
     first, second, idle = asyncio.run(scenario())
     assert first == ['{"n":1}'] and second == ['{"n":2}'] and idle >= 0.25
 
-
-def test_the_fetch_command_packs_what_fetch_args_lists(config: DtqConfig) -> None:
-    # The hot path packs fetchTasks from cached parts; it must say exactly what _fetch_args does.
-    from dtq_core.wire import bulk, command
-
-    store = _store(config, clock=FakeClock(start_ms=1_764_454_000_123))
-    try:
-        for streams, count, late in ((["a", "b"], 10, False), (["a", "b"], 3, True), (["c"], 1, False)):
-            keys = store._claim_keys()
-            args = store._fetch_args(streams, count, late_bound=late)
-            expected = ["EVALSHA", store.scripts.sha("fetchTasks"), len(keys), *keys, *args]
-            assert store._fetch_command(streams, count, late_bound=late) == command((len(expected), bulk(expected)))
-    finally:
-        asyncio.run(store.aclose())
