@@ -154,7 +154,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.splitlines()[0])
     p.add_argument("--tasks", type=int, default=8000, help="tasks per drain (default 8000)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved drain rounds (default 3)")
-    p.add_argument("--latency-rounds", type=int, default=1)
+    p.add_argument("--latency-rounds", type=int, default=3,
+                   help="interleaved latency rounds after the drain rounds; medians are reported (default 3)")
     p.add_argument("--latency-samples", type=int, default=100)
     p.add_argument("--only", default="", help="comma-separated system names (dtq is always included)")
     p.add_argument("--budget-s", type=float, default=420,
@@ -221,6 +222,8 @@ def summarise(systems: list[System], runs: dict[str, dict[str, list[dict[str, An
             row[key] = median([r[key] for r in d if r.get(key) is not None])
         for key in ("p50_ms", "p99_ms"):
             row[key] = median([r[key] for r in lat])
+        # Every round's p50, so the table shows how far one round can stray from the median.
+        row["p50_rounds"] = " / ".join(f"{r['p50_ms']:.2f}" for r in lat) or None
         rows.append(row)
     base = next((r for r in rows if r["system"] == "dtq" and r["config"] == "default"), {})
     for row in rows:
@@ -236,11 +239,13 @@ def report(data: dict[str, Any], systems: list[System]) -> str:
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}, "
              f"Redis {m['redis']} (one throwaway server for all); load average at start {m['load_avg_at_start']}.",
              f"Drain: {a['tasks']:,} pre-filled no-op tasks (body: one INCR) per run, one worker process, median of "
-             f"{a['rounds']} interleaved rounds; latency: {a['latency_samples']} sequential tasks on an idle worker, "
+             f"{a['rounds']} interleaved rounds; latency: median of {a['latency_rounds']} interleaved rounds of up to "
+             f"{a['latency_samples']} sequential tasks on an idle worker (at least 20, at most about 10 s per round), "
              "enqueue → body ran (keyspace notification). `× dtq` is the ratio to dtq (default).", ""]
     cols = [("label", "system"), ("drain_per_s", "drain tasks/s"), ("drain_per_s_x_dtq", "× dtq"),
             ("enqueue_single_per_s", "enqueue 1-by-1/s"), ("enqueue_single_per_s_x_dtq", "× dtq"),
             ("enqueue_bulk_per_s", "enqueue bulk/s"), ("p50_ms", "p50 ms"), ("p50_ms_x_dtq", "× dtq"),
+            ("p50_rounds", "p50 per round"),
             ("p99_ms", "p99 ms"), ("peak_rss_mb", "worker RSS MB"), ("note", "configuration")]
     lines.append(markdown_table(cols, data["results"]))
     capped = [r for r in data["results"] if r["tasks"] and r["tasks"] < int(a["tasks"])]

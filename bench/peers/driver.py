@@ -1,7 +1,7 @@
 """Runs inside a peer's virtualenv: enqueue tasks, or measure latency, and print one JSON line.
 
     python -m bench.peers.driver MODULE enqueue --key K --n N --single S
-    python -m bench.peers.driver MODULE latency --key K --samples S --warmup W
+    python -m bench.peers.driver MODULE latency --key K --samples S --warmup W [--max-s T]
 
 Latency is enqueue -> the task body's INCR, seen through a Redis keyspace notification on the
 counter key (the orchestrator turns notifications on for that phase only), so every system is
@@ -21,6 +21,8 @@ import time
 from typing import Any
 
 import redis
+
+MIN_SAMPLES = 20
 
 
 async def _call(fn: Any, *args: Any) -> None:
@@ -52,12 +54,19 @@ async def enqueue(app: Any, key: str, n: int, single: int) -> dict[str, Any]:
     return out
 
 
-async def latency(app: Any, key: str, samples: int, warmup: int) -> dict[str, Any]:
+async def latency(app: Any, key: str, samples: int, warmup: int, max_s: float) -> dict[str, Any]:
+    """Up to `samples` timed tasks after `warmup`; a system that polls slowly (arq's default 0.5 s)
+    stops once `max_s` have passed and at least MIN_SAMPLES are in, so extra rounds stay affordable."""
     client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
     pubsub = client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(f"__keyspace@0__:{key}")
     times: list[float] = []
+    timed_from = None
     for i in range(warmup + samples):
+        if i == warmup:
+            timed_from = time.monotonic()
+        elif timed_from is not None and len(times) >= MIN_SAMPLES and time.monotonic() - timed_from > max_s:
+            break
         started = time.perf_counter()
         await _call(app.send, key)
         # The first task also waits for the worker to come up.
@@ -75,7 +84,7 @@ async def latency(app: Any, key: str, samples: int, warmup: int) -> dict[str, An
     def pct(p: float) -> float:
         return times[max(0, math.ceil(p / 100 * len(times)) - 1)] * 1000
 
-    return {"samples": samples, "p50_ms": pct(50), "p99_ms": pct(99)}
+    return {"samples": len(times), "p50_ms": pct(50), "p99_ms": pct(99)}
 
 
 def main() -> None:
@@ -87,12 +96,13 @@ def main() -> None:
     p.add_argument("--single", type=int, default=2000)
     p.add_argument("--samples", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--max-s", type=float, default=10.0, help="latency: stop timing after this long (min 20 samples)")
     args = p.parse_args()
     app = importlib.import_module(f"bench.peers.apps.{args.module}")
     if args.action == "enqueue":
         out = asyncio.run(enqueue(app, args.key, args.n, args.single))
     else:
-        out = asyncio.run(latency(app, args.key, args.samples, args.warmup))
+        out = asyncio.run(latency(app, args.key, args.samples, args.warmup, args.max_s))
     print(json.dumps(out), flush=True)
 
 

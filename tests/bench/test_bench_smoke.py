@@ -3,14 +3,19 @@ real daphne. It checks the shape of the results, never the timings (the machine 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.common import markdown_table, percentile
+from bench.peers import driver
+from bench.peers.__main__ import summarise
+from bench.peers.systems import SYSTEMS
 from bench.rtcount import _label
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -61,3 +66,35 @@ def test_it_computes_nearest_rank_percentiles_and_tables() -> None:
     assert percentile([], 50) is None
     table = markdown_table([("a", "A"), ("b", "B")], [{"a": 1234.5, "b": None}])
     assert table.splitlines()[2] == "| 1,234 | n/a |"
+
+
+def test_peer_latency_rounds_stop_at_their_time_bound_with_enough_samples(
+        redis_server: Any, redis_client: Any, key_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A system that answers slowly (arq's default polls every 0.5 s) must not make every extra
+    # latency round cost a minute: past --max-s the driver stops, but never under MIN_SAMPLES.
+    key = f"{key_prefix}:counter"
+
+    class InlineApp:  # the "worker" runs the body inside send: the notification comes at once
+        @staticmethod
+        def send(k: str) -> None:
+            redis_client.incr(k)
+
+    monkeypatch.setenv("BENCH_REDIS_URL", redis_server.url)
+    redis_client.config_set("notify-keyspace-events", "K$")
+    try:
+        bounded = asyncio.run(driver.latency(InlineApp, key, samples=100, warmup=2, max_s=0.0))
+        unbounded = asyncio.run(driver.latency(InlineApp, key, samples=30, warmup=2, max_s=60.0))
+    finally:
+        redis_client.config_set("notify-keyspace-events", "")
+    assert bounded["samples"] == driver.MIN_SAMPLES
+    assert unbounded["samples"] == 30
+    assert 0 < unbounded["p50_ms"] <= unbounded["p99_ms"]
+    assert int(redis_client.get(key)) == (2 + driver.MIN_SAMPLES) + (2 + 30)  # every task ran once
+
+
+def test_peer_summary_keeps_every_latency_round_beside_the_median() -> None:
+    dtq = next(s for s in SYSTEMS if s.name == "dtq" and s.config == "default")
+    runs = {dtq.label: {"drain": [], "latency": [{"p50_ms": p, "p99_ms": p * 2} for p in (0.31, 0.52, 0.29)]}}
+    (row,) = summarise([dtq], runs)
+    assert row["p50_ms"] == 0.31 and row["p99_ms"] == 0.62
+    assert row["p50_rounds"] == "0.31 / 0.52 / 0.29"
