@@ -152,14 +152,14 @@ class Runner:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", type=int, default=8000, help="tasks per drain (default 8000)")
+    p.add_argument("--tasks", type=int, default=20000, help="tasks pre-filled per drain (default 20000, as issue 8 asks)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved drain rounds (default 3)")
     p.add_argument("--latency-rounds", type=int, default=3,
                    help="interleaved latency rounds after the drain rounds; medians are reported (default 3)")
     p.add_argument("--latency-samples", type=int, default=100)
     p.add_argument("--only", default="", help="comma-separated system names (dtq is always included)")
-    p.add_argument("--budget-s", type=float, default=420,
-                   help="start no new drain round after this many seconds (default 420)")
+    p.add_argument("--budget-s", type=float, default=600,
+                   help="start no new drain round after this many seconds (default 600)")
     p.add_argument("--results-dir", type=Path, default=RESULTS)
     return p.parse_args(argv)
 
