@@ -81,13 +81,10 @@ class WorkerStore:
         k = self.keys
         return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running(), k.stats_tasks()]
 
-    def _fetch_args(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> list[object]:
-        return [*self._claim_args(late_bound=late_bound), count, self.keys.wake_prefix(), *streams]
-
     def _fetch_command(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> bytes:
         keys = self._claim_keys()
         return pack(["EVALSHA", self.scripts.sha("fetchTasks"), len(keys), *keys,
-                     *self._fetch_args(streams, count, late_bound=late_bound)])
+                     *self._claim_args(late_bound=late_bound), count, self.keys.wake_prefix(), *streams])
 
     async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
         """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
@@ -136,11 +133,6 @@ class WorkerStore:
                 (replies[i],) = await line.exchange([cmd], self.timeout_s)
         return replies
 
-    async def claim(self, quads: list[object], *, reclaim: bool) -> list[Row]:
-        reply = await self.scripts("claimEntries", keys=self._claim_keys(),
-                                   args=[*self._claim_args(), 1 if reclaim else 0, *quads])
-        return self._runnable(reply)
-
     def _runnable(self, reply: list[Any]) -> list[Row]:
         """Keep the rows to run; log, once each, the entries the claim script settled itself."""
         rows: list[Row] = []
@@ -182,7 +174,8 @@ class WorkerStore:
             quads += [stream, entry_id, fields.get("task_id", ""), fields.get("attempt", "1")]
         if not quads:
             return []
-        return await self.claim(quads, reclaim=True)
+        reply = await self.scripts("claimEntries", keys=self._claim_keys(), args=[*self._claim_args(), *quads])
+        return self._runnable(reply)
 
     # -- complete -----------------------------------------------------------------------------
     def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:

@@ -1,15 +1,14 @@
 --[[
-  Claim entries Python already holds: those XAUTOCLAIM took over from a silent worker
-  (reclaim=1), where a RUNNING task at the same entry gets the crash-redelivery attempt
-  increment (or goes to the DLQ when its attempts are spent). New entries are read and claimed
-  in one go by fetchTasks instead.
+  Claim the entries XAUTOCLAIM took over from a silent worker: a RUNNING task at the same entry
+  gets the crash-redelivery attempt increment (or goes to the DLQ when its attempts are spent).
+  New entries are read and claimed in one go by fetchTasks instead.
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
     KEYS[7] per-outcome task counts (stats)
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
-    ARGV[9] reclaim (1/0)   ARGV[10..] quads: stream, entry id, task id, entry attempt
+    ARGV[9..] quads: stream, entry id, task id, entry attempt
   Output:
     list of rows: runnable ones, as fetchTasks returns them, and for the worker's log
     {outcome, entry id, stream, task id, reason} of absorbed duplicates and lost attempts
@@ -17,10 +16,9 @@
 -- #include common
 -- #include claim
 local ctx = claim_context(1)
-local reclaim = ARGV[9] == '1'
 local runnable = {}
-for i = 10, #ARGV, 4 do
-  local row = claim_entry(ctx, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], reclaim)
+for i = 9, #ARGV, 4 do
+  local row = claim_entry(ctx, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], true)
   if row[1] == 'run' then
     runnable[#runnable + 1] = row
   elseif row[2] then
