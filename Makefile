@@ -30,6 +30,9 @@ bench: bootstrap
 bench-peers: bootstrap
 	$(BIN)/python -m bench.peers
 
+lint: bootstrap
+	$(BIN)/ruff check .
+
 chaos: bootstrap
 	$(BIN)/python -m pytest -p no:xdist tests/failure -k chaos -v -s
 

@@ -20,7 +20,7 @@ from typing import Any
 import django
 
 from . import dtq_bench as b
-from .common import ROOT, RESULTS, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
+from .common import RESULTS, ROOT, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
 
 OTHER_BENCHES = ("bench_dlq", "bench_console")  # owned by other modules; run when present
 

@@ -17,7 +17,7 @@ from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

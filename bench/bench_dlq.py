@@ -19,13 +19,13 @@ import django
 
 django.setup()
 
-import dtq_tasks  # noqa: F401  registers dtq.fail
-from dtq_core.admin import Actor, DlqSelection
-from dtq_core.config import DtqConfig
-from dtq_core.engine import Engine
-from dtq_core.worker import Worker
+import dtq_tasks  # noqa: E402,F401  registers dtq.fail
+from dtq_core.admin import Actor, DlqSelection  # noqa: E402
+from dtq_core.config import DtqConfig  # noqa: E402
+from dtq_core.engine import Engine  # noqa: E402
+from dtq_core.worker import Worker  # noqa: E402
 
-from .common import start_redis
+from .common import start_redis  # noqa: E402
 
 TARGET_S = 5.0
 

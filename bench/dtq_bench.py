@@ -25,8 +25,7 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.keys import Keys
 
-from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, percentile, \
-    server_totals, wait_until
+from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, percentile, server_totals, wait_until
 from .httpload import post_json_request, run_load
 
 TASK = "bench.noop"
@@ -275,18 +274,19 @@ def redelivery(rig: Rig, *, runs: int = 3, visibility_timeout_s: float = 2.0) ->
         for run in range(runs):
             task_id = engine.enqueue("dtq.sleep", {"seconds": 60}, queue=QUEUE, max_attempts=10).id
             tkey = engine.keys.task(task_id)
-            owner = wait_until(lambda: rig.client.hget(tkey, "status") == "RUNNING"
+            owner = wait_until(lambda tkey=tkey: rig.client.hget(tkey, "status") == "RUNNING"
                                and rig.client.hget(tkey, "worker_id"), 10, what="task start")
             killed_at = time.perf_counter()
             procs[owner].kill()
             procs[owner].wait(10)
-            wait_until(lambda: rig.client.hget(tkey, "status") == "RUNNING"
+            wait_until(lambda tkey=tkey: rig.client.hget(tkey, "status") == "RUNNING"
                        and rig.client.hget(tkey, "attempt") == "2", visibility_timeout_s + 30,
                        interval=0.005, what="redelivery")
             times.append(time.perf_counter() - killed_at)
             engine.cancel(task_id)
-            start(f"r{run + 2}")
-            wait_until(lambda: _registered(rig, prefix, f"r{run + 2}"), 30, what="replacement start")
+            replacement = f"r{run + 2}"
+            start(replacement)
+            wait_until(lambda name=replacement: _registered(rig, prefix, name), 30, what="replacement start")
         return {"visibility_timeout_s": visibility_timeout_s, "runs": runs, "median_s": median(times),
                 "max_s": max(times), "target_s": visibility_timeout_s + 2}
     finally:

@@ -153,7 +153,7 @@ class AttemptRunner:
                 timeout = HandlerTimeout(f"handler exceeded its timeout of {row.timeout_s:g}s")
                 return self._failed(row, timeout, time.perf_counter() - started)
             raise
-        except BaseException as exc:  # noqa: BLE001 - every handler failure is classified
+        except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             return self._failed(row, exc, time.perf_counter() - started)

@@ -64,8 +64,8 @@ def set_current(ctx: TaskContext) -> contextvars.Token[TaskContext | None]:
 
 def import_task_modules(modules: tuple[str, ...]) -> None:
     """Import DTQ_TASK_MODULES so their @task decorators register handlers."""
-    import dtq_tasks  # noqa: F401  (built-ins)
     import dtq_core.django_tasks_runner  # noqa: F401  (django.task / django.atask: the Django Tasks backend)
+    import dtq_tasks  # noqa: F401  (built-ins)
 
     for module in modules:
         importlib.import_module(module)

@@ -158,7 +158,7 @@ class EventHub:
             except asyncio.CancelledError:
                 await self._flush_drops(client, quiet=True)
                 raise
-            except Exception as exc:  # any Redis trouble: log, back off, subscribe again
+            except Exception as exc:  # noqa: BLE001 - any Redis trouble: log, back off, subscribe again
                 self.subscribed.clear()
                 if not failed:
                     logger.warning("events subscription lost: %s; retrying", exc)
@@ -175,8 +175,8 @@ class EventHub:
             return
         try:
             await client.hincrby(self.keys.stats_counters(), "events_dropped", count)
-        except Exception as exc:
-            self._pending_drops += count  # keep them for the next flush
+        except Exception as exc:  # noqa: BLE001 - best effort; kept for the next flush
+            self._pending_drops += count
             if not quiet:
                 logger.warning("could not record %d dropped events: %s", count, exc)
 
@@ -185,7 +185,7 @@ async def _close(pubsub: Any, client: Any) -> None:
     for closer in (pubsub.aclose, client.aclose):
         try:
             await closer()
-        except Exception:  # closing a broken connection may fail; nothing to recover
+        except Exception:  # noqa: BLE001 - closing a broken connection may fail; nothing to recover
             pass
 
 

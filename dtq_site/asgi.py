@@ -4,7 +4,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
 
-from dtq_site.handlers import get_sync_chain_asgi_application  # noqa: E402
+from dtq_site.handlers import get_sync_chain_asgi_application
 
 django_asgi_app = get_sync_chain_asgi_application()
 

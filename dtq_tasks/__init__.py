@@ -13,4 +13,4 @@ __all__ = [
     "task",
 ]
 
-from . import builtins as _builtins  # noqa: E402,F401  (registers dtq.echo, dtq.sleep, ...)
+from . import builtins as _builtins  # noqa: F401  (registers dtq.echo, dtq.sleep, ...)

@@ -20,8 +20,19 @@ from typing import Any
 
 import redis
 
-from ..common import ROOT, RESULTS, VAR, machine, markdown_table, median, now_iso, peak_rss_mb, ratio, \
-    start_redis, write_results
+from ..common import (
+    RESULTS,
+    ROOT,
+    VAR,
+    machine,
+    markdown_table,
+    median,
+    now_iso,
+    peak_rss_mb,
+    ratio,
+    start_redis,
+    write_results,
+)
 from .systems import SYSTEMS, VENVS, System
 
 KEY = "bench:count"
@@ -152,7 +163,8 @@ class Runner:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", type=int, default=20000, help="tasks pre-filled per drain (default 20000, as issue 8 asks)")
+    p.add_argument("--tasks", type=int, default=20000,
+                   help="tasks pre-filled per drain (default 20000, as issue 8 asks)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved drain rounds (default 3)")
     p.add_argument("--latency-rounds", type=int, default=3,
                    help="interleaved latency rounds after the drain rounds; medians are reported (default 3)")

@@ -7,7 +7,14 @@ import random
 import pytest
 
 from dtq_core.task import (
-    TERMINAL, TRANSITIONS, RetryPolicy, Status, can_transition, next_attempt_at, retry_delay_s, valid_queue_name,
+    TERMINAL,
+    TRANSITIONS,
+    RetryPolicy,
+    Status,
+    can_transition,
+    next_attempt_at,
+    retry_delay_s,
+    valid_queue_name,
 )
 
 

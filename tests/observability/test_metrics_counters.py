@@ -12,7 +12,6 @@ import pytest
 import redis
 
 import dtq_tasks  # noqa: F401 - registers the built-in task types in this process
-
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.metrics import parse_histogram, parse_tasks

@@ -46,7 +46,8 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         base = f"http://127.0.0.1:{port}"
         wait_for(lambda: _get(f"{base}/ready")[0] == 200, timeout=40,
                  message=lambda: (tmp_path / "run.log").read_text())
-        request = urllib.request.Request(f"{base}/api/v1/tasks", data=json.dumps({"type": "dtq.echo", "payload": 7}).encode(),
+        body = json.dumps({"type": "dtq.echo", "payload": 7}).encode()
+        request = urllib.request.Request(f"{base}/api/v1/tasks", data=body,
                                          headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(request, timeout=5) as response:
             task_id = json.loads(response.read())["id"]
