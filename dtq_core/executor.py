@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterable
@@ -98,6 +100,8 @@ class Execution:
     detached: bool = field(default=False)
     deadline: float = float("inf")  # time.monotonic() past which the worker's watchdog cancels it
     timed_out: bool = False
+    thread_id: int = 0  # a sync handler's thread, while it runs
+    thread_stack: str = ""  # that thread's stack when the timeout fired: where it was stuck
 
 
 TIMEOUT_CHECK_S = 0.05  # the worker's deadline check: how late a handler timeout may fire
@@ -109,6 +113,10 @@ def expire(ex: Execution) -> bool:
     if ex.timed_out or ex.task is None or ex.task.done():
         return False
     ex.timed_out = True
+    if ex.thread_id:  # the thread runs on, detached: record where it is now, for the error
+        frame = sys._current_frames().get(ex.thread_id)
+        if frame is not None:
+            ex.thread_stack = "".join(traceback.format_stack(frame))
     ex.task.cancel()
     return True
 
@@ -144,14 +152,15 @@ class AttemptRunner:
             timer = asyncio.get_running_loop().call_later(row.timeout_s, expire, ex)
         try:
             result = await self._call(row, ex)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             if ex.abandoned:
                 return None
             if ex.cancel_requested:
                 return Completion(row, Outcome.CANCELLED, duration_s=time.perf_counter() - started)
             if ex.timed_out:
                 timeout = HandlerTimeout(f"handler exceeded its timeout of {row.timeout_s:g}s")
-                return self._failed(row, timeout, time.perf_counter() - started)
+                return self._failed(row, timeout, time.perf_counter() - started,
+                                    frames=ex.thread_stack or "".join(traceback.format_tb(cancelled.__traceback__)))
             raise
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -178,7 +187,7 @@ class AttemptRunner:
         context = contextvars.copy_context()
         context.run(registry.set_current, ctx)
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self.pool, context.run, handler.fn, payload)
+        future = loop.run_in_executor(self.pool, context.run, _in_thread, ex, handler.fn, payload)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -210,11 +219,16 @@ class AttemptRunner:
             encoded = json.dumps(head[: max(0, len(head) - 16)])
         return Completion(row, Outcome.SUCCEEDED, result_json=encoded, truncated=truncated, duration_s=duration)
 
-    def _failed(self, row: Row, exc: BaseException, duration: float) -> Completion:
+    def _failed(self, row: Row, exc: BaseException, duration: float, *, frames: str = "") -> Completion:
+        """frames: for a timeout (never raised where the handler was), the stack it was cut off in."""
         retryable = isinstance(exc, (registry.RetryableError, HandlerTimeout, *UNAVAILABLE_ERRORS)) and not \
             isinstance(exc, (UnknownTaskType, PayloadDecodeError))
         error_class = error_name(exc)
-        tb = _valid_utf8("".join(traceback.format_exception(exc))[-TRACEBACK_TAIL:])
+        if frames:
+            text = f"Traceback (most recent call last):\n{frames}{''.join(traceback.format_exception_only(exc))}"
+        else:
+            text = "".join(traceback.format_exception(exc))
+        tb = _valid_utf8(text[-TRACEBACK_TAIL:])
         message = _valid_utf8(str(exc)) or error_class
         if retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
@@ -223,6 +237,15 @@ class AttemptRunner:
                               traceback=tb, retry_due_ms=due or 0, duration_s=duration)
         return Completion(row, Outcome.FAILED, error_class=error_class, error_message=message,
                           traceback=tb, duration_s=duration)
+
+
+def _in_thread(ex: Execution, fn: Any, payload: Any) -> Any:
+    """A sync handler's call in its pool thread, which a timeout can then find (expire)."""
+    ex.thread_id = threading.get_ident()
+    try:
+        return fn(payload)
+    finally:
+        ex.thread_id = 0
 
 
 def _valid_utf8(text: str) -> str:

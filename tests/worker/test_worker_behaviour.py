@@ -140,6 +140,10 @@ def test_a_handler_timeout_retries_then_dead_letters(config: DtqConfig) -> None:
     task = engine.get_task(task_id)
     assert task["status"] == "DEAD_LETTERED"
     assert [e["error"] for e in task["errors"]] == ["dtq.HandlerTimeout", "dtq.HandlerTimeout"]
+    # The traceback shows where the handler was waiting when it was cut off, not just the message.
+    tb = task["errors"][0]["traceback"]
+    assert 'dtq_tasks/builtins.py", line' in tb and "in sleep\n" in tb and "await asyncio.sleep(seconds)" in tb
+    assert tb.rstrip().endswith("HandlerTimeout: handler exceeded its timeout of 0.2s")
 
 
 def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
@@ -148,7 +152,11 @@ def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
     started = time.monotonic()
     run_burst(cfg)
     assert time.monotonic() - started < 1.4  # the worker did not wait for the thread
-    assert engine.get_task(task_id)["errors"][0]["error"] == "dtq.HandlerTimeout"
+    error = engine.get_task(task_id)["errors"][0]
+    assert error["error"] == "dtq.HandlerTimeout"
+    # The thread's stack at the timeout: the line it was stuck on.
+    assert "in sleep_sync\n" in error["traceback"] and "time.sleep(seconds)" in error["traceback"]
+    assert error["traceback"].rstrip().endswith("HandlerTimeout: handler exceeded its timeout of 0.2s")
 
 
 def test_a_task_past_its_ttl_expires_without_running(config: DtqConfig) -> None:
