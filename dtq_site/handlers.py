@@ -80,11 +80,21 @@ class SyncChainASGIHandler(ASGIHandler):
             async with ThreadSensitiveContext(executor=executor):
                 await self.handle(scope, receive, send)
         finally:
-            # A view abandoned by a cancelled request (daphne gives up on it) may still run on
-            # the thread: the next request must not queue behind it, so it is reused only once idle.
-            loop = asyncio.get_running_loop()
-            if executor.idle_now_or_later(lambda: loop.call_soon_threadsafe(self._recycle, executor)):
-                self._recycle(executor)
+            self._recycle_when_idle(executor)
+
+    def _recycle_when_idle(self, executor: RequestThread) -> None:
+        """A view abandoned by a cancelled request (daphne gives up on it) may still run on the
+        thread: the next request must not queue behind it, so it is reused only once idle."""
+        loop = asyncio.get_running_loop()
+
+        def from_the_thread() -> None:
+            try:
+                loop.call_soon_threadsafe(self._recycle, executor)
+            except RuntimeError:  # the loop has closed (server shut down): nothing to reuse it for
+                executor.shutdown(wait=False)
+
+        if executor.idle_now_or_later(from_the_thread):
+            self._recycle(executor)
 
     def _recycle(self, executor: RequestThread) -> None:
         if len(self._idle) < MAX_IDLE_THREADS:

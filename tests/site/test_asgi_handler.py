@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
@@ -106,8 +107,7 @@ def test_a_request_thread_still_busy_is_not_handed_to_the_next_request(live_engi
 
     async def scenario() -> tuple[bool, bool]:
         handler._idle.clear()
-        loop = asyncio.get_running_loop()
-        assert not busy.idle_now_or_later(lambda: loop.call_soon_threadsafe(handler._recycle, busy))
+        handler._recycle_when_idle(busy)
         recycled_while_busy = busy in handler._idle
         release.set()
         for _ in range(200):  # the thread hands it back as soon as it is idle
@@ -119,3 +119,27 @@ def test_a_request_thread_still_busy_is_not_handed_to_the_next_request(live_engi
     recycled_while_busy, recycled_after = asyncio.run(scenario())
     assert not recycled_while_busy and recycled_after
     busy.shutdown(wait=True)
+
+
+def test_a_busy_request_thread_that_outlives_the_server_loop_ends_quietly(
+        live_engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    # At shutdown the loop can close while an abandoned view still runs: when the view ends, its
+    # thread is shut down instead of failing to hand itself back (a logged traceback before).
+    from dtq_site.handlers import RequestThread, SyncChainASGIHandler
+
+    handler = SyncChainASGIHandler()
+    busy, release = RequestThread(), threading.Event()
+    busy.submit(release.wait)
+
+    async def scenario() -> None:
+        handler._idle.clear()
+        handler._recycle_when_idle(busy)
+
+    asyncio.run(scenario())  # the loop is closed once this returns
+    with caplog.at_level(logging.ERROR):
+        release.set()
+        busy.shutdown(wait=True)  # returns once the thread has run the release and its callback
+    assert busy not in handler._idle
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    with pytest.raises(RuntimeError, match="shutdown"):
+        busy.submit(print)
