@@ -72,3 +72,30 @@ def test_redis_unreachable_at_start_is_one_line() -> None:
                           text=True, timeout=60, env=env)
     assert proc.returncode != 0
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# manage.py, then report which of the web stack's modules the process imported on the way.
+RUN_AND_REPORT_IMPORTS = """
+import runpy, sys
+sys.argv = ["manage.py", "runworker_dtq", *sys.argv[1:]]
+try:
+    runpy.run_path("manage.py", run_name="__main__")
+finally:
+    web = ("dtq_site.urls", "dtq_dashboard.views", "dtq_api.views", "rest_framework.views")
+    print("imported:", ",".join(m for m in web if m in sys.modules), file=sys.stderr)
+"""
+
+
+def test_start_up_runs_the_system_checks_but_not_the_web_only_ones(redis_server: object) -> None:
+    # A worker serves no pages: checking URLs, templates and the admin would import the whole web
+    # stack (about 0.4 s and 20 MB per worker). The other checks, dtq's among them, still run.
+    env = worker_env(redis_server.url, "dtqtest:checks", DTQ_API_KEY="")  # type: ignore[attr-defined]
+    proc = subprocess.run([sys.executable, "-c", RUN_AND_REPORT_IMPORTS, "--burst"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "(dtq.W001) DTQ_API_KEY is empty" in proc.stderr  # dtq's checks ran
+    assert "imported: \n" in proc.stderr, proc.stderr[-2000:]
+
+    skipped = subprocess.run([sys.executable, "-c", RUN_AND_REPORT_IMPORTS, "--burst", "--skip-checks"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert skipped.returncode == 0 and "dtq.W001" not in skipped.stderr, skipped.stderr
