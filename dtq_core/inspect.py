@@ -158,7 +158,6 @@ class InspectMixin:
         members of a past millisecond do not change between pages.
         """
         limit = _limit(limit)
-        key = self.keys.recent()
         upper, seen_at_score, last_score = "+inf", 0, None
         if cursor:
             score, _, seen = cursor.partition("-")
@@ -169,70 +168,61 @@ class InspectMixin:
         filtering = bool(queue or status or type)
         items: list[dict[str, Any]] = []
         scanned, exhausted = 0, False
-        while len(items) < limit and scanned < SCAN_BUDGET:
+        # The filters run in Redis (scanRecentTasks), so only matching records travel.
+        while len(items) < limit and scanned < SCAN_BUDGET and not exhausted:
             want = min(500, SCAN_BUDGET - scanned) if filtering else min(500, limit - len(items))
-            batch = self.client.zrevrangebyscore(key, upper, "-inf", start=offset, num=want, withscores=True)
-            scanned += len(batch)
-            offset += len(batch)
-            exhausted = len(batch) < want
-            pipe = self.client.pipeline(transaction=False)
-            for task_id, _ in batch:
-                pipe.hgetall(self.keys.task(task_id))
-            for (_, score), fields in zip(batch, pipe.execute() if batch else [], strict=True):
-                if int(score) == last_score:
-                    seen_at_score += 1
-                else:
-                    last_score, seen_at_score = int(score), 1
-                if not fields:
-                    continue  # expired: its index entry outlives it until trimmed
-                if (queue and fields.get("queue") != queue) or (status and fields.get("status") != status) \
-                        or (type and fields.get("type") != type):
-                    continue
-                items.append(codec.task_view(fields))
-                if len(items) == limit:
-                    exhausted = False
-                    break
-            if exhausted:
-                break
+            examined, read, score_passed, seen_passed, records = self.scripts(
+                "scanRecentTasks", keys=[self.keys.recent()],
+                args=[upper, offset, want, queue or "", status or "", type or "", self.keys.task_prefix(),
+                      limit - len(items), "" if last_score is None else last_score, seen_at_score])
+            scanned += int(examined)
+            offset += int(examined)
+            if score_passed:
+                last_score, seen_at_score = int(float(score_passed)), int(seen_passed)
+            items.extend(codec.task_view(_fields(record)) for record in records)
+            exhausted = int(examined) == int(read) < want and len(items) < limit  # it passed the oldest
         more = not exhausted and last_score is not None
         return Page(items=items, next_cursor=f"{last_score}-{seen_at_score}" if more else None)
 
     # -- dead letters -------------------------------------------------------------------------
     def dlq_list(self: Engine, *, queue: str | None = None, type: str | None = None, q: str | None = None,
                  cursor: str | None = None, limit: int | None = None) -> Page:
-        """Dead letters newest first, filtered by queue, type and text in error or payload."""
+        """Dead letters newest first, filtered by queue, type and text in error or payload.
+
+        The filters run in Redis (scanDeadLetters), 500 entries a call, so a search that looks at
+        thousands of entries ships only the matches. A needle with non-ASCII characters is matched
+        here instead (Python's lower(), which Lua's cannot match), on the payloads the script
+        returns with the entries that pass the other filters.
+        """
         limit = _limit(limit)
         upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         items: list[dict[str, Any]] = []
         scanned = 0
         exhausted = False
         last_seen: str | None = None
-        needle = q.lower() if q else None
-        while len(items) < limit and scanned < SCAN_BUDGET:
-            batch = self.client.xrevrange(self.keys.dlq(), upper, "-", count=min(500, SCAN_BUDGET - scanned))
-            if not batch:
-                exhausted = True
-                break
-            scanned += len(batch)
-            payloads: list[Any] = [None] * len(batch)
-            if needle:
-                pipe = self.client.pipeline(transaction=False)
-                for _, f in batch:
-                    pipe.hget(self.keys.task(_fields(f).get("task_id", "")), "payload")
-                payloads = pipe.execute()
-            for (eid, raw), payload in zip(batch, payloads, strict=True):
-                upper = "(" + eid
-                last_seen = eid
+        needle = q.lower() if q else ""
+        in_redis = needle.isascii()
+        while len(items) < limit and scanned < SCAN_BUDGET and not exhausted:
+            count = min(500, SCAN_BUDGET - scanned)
+            examined, last, matches, read = self.scripts(
+                "scanDeadLetters", keys=[self.keys.dlq()],
+                args=[upper, count, queue or "", type or "", needle if in_redis else "", 0 if in_redis else 1,
+                      self.keys.task_prefix(), limit - len(items)])
+            scanned += int(examined)
+            if last:
+                upper, last_seen = "(" + last, last
+            for eid, raw, payload in matches:
                 f = _fields(raw)
-                if (queue and f.get("queue") != queue) or (type and f.get("type") != type):
-                    continue
-                if needle and needle not in (f.get("error", "") + " " + f.get("error_class", "")).lower() \
-                        and needle not in (payload or "").lower():
+                if not in_redis and needle not in (f.get("error", "") + " " + f.get("error_class", "")).lower() \
+                        and needle not in payload.lower():
                     continue
                 items.append(self._dlq_item(eid, f))
                 if len(items) == limit:
+                    last_seen = eid
                     break
-        next_cursor = None if exhausted or (len(items) < limit and scanned < SCAN_BUDGET) else last_seen
+            # It passed the oldest entry (the script stops early once it has as many as asked for).
+            exhausted = int(examined) == int(read) < count and len(items) < limit
+        next_cursor = None if exhausted else last_seen
         return Page(items=items, next_cursor=next_cursor)
 
     def dlq_entry(self: Engine, entry_id: str) -> dict[str, Any]:

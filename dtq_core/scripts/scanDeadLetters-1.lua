@@ -1,0 +1,57 @@
+--[[
+  One step of a filtered walk down the DLQ, newest first: read up to COUNT entries below a bound
+  and keep those that match, here in Redis, so a search through thousands of dead letters does
+  not ship every entry and payload to the client. Read-only.
+  Text matching is exactly Python's `needle in text.lower()` for an ASCII needle: besides A-Z,
+  the only characters Python lowercases to ASCII are U+0130 (to "i" + U+0307) and U+212A (to
+  "k"), mapped here first. A needle with other characters is matched by the caller, which asks
+  for the payloads of the entries that pass the other filters instead.
+  Input:
+    KEYS[1] DLQ stream
+    ARGV[1] upper bound for XREVRANGE ('+' or '(' .. entry id)   ARGV[2] COUNT
+    ARGV[3] queue ('' = any)   ARGV[4] type ('' = any)   ARGV[5] lower-case ASCII needle ('' = none)
+    ARGV[6] return payloads (1/0)   ARGV[7] task key prefix   ARGV[8] stop after this many matches
+  Output:
+    {examined, id of the last entry examined ('' if none), matches, entries read}: matches is a
+    list of {entry id, flat fields, payload ('' unless asked for)}
+]]
+-- #include common
+local queue, ttype, needle = ARGV[3], ARGV[4], ARGV[5]
+local want_payload, task_prefix, wanted = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
+
+local function lower(text)
+  if string.find(text, '[\196\226]') then
+    text = string.gsub(string.gsub(text, '\196\176', 'i\204\135'), '\226\132\170', 'k')
+  end
+  return string.lower(text)
+end
+
+local function has(text) return string.find(lower(text), needle, 1, true) ~= nil end
+
+local function payload_of(fields)
+  return rcall('HGET', task_prefix .. (field(fields, 'task_id') or ''), 'payload') or ''
+end
+
+local entries = rcall('XREVRANGE', KEYS[1], ARGV[1], '-', 'COUNT', ARGV[2])
+local matches, examined, last = {}, 0, ''
+for _, entry in ipairs(entries) do
+  examined, last = examined + 1, entry[1]
+  local fields = entry[2]
+  if (queue == '' or field(fields, 'queue') == queue) and (ttype == '' or field(fields, 'type') == ttype) then
+    local ok, payload = true, nil
+    if needle ~= '' then
+      ok = has((field(fields, 'error') or '') .. ' ' .. (field(fields, 'error_class') or ''))
+      if not ok then
+        payload = payload_of(fields)
+        ok = has(payload)
+      end
+    end
+    if ok then
+      if want_payload then payload = payload or payload_of(fields) end
+      matches[#matches + 1] = {entry[1], fields, want_payload and payload or ''}
+      if #matches >= wanted then break end
+    end
+  end
+end
+-- examined < #entries only when it stopped at `wanted`; #entries < COUNT: the walk reached the end.
+return {examined, last, matches, #entries}

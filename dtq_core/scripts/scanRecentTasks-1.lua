@@ -1,0 +1,42 @@
+--[[
+  One step of a filtered walk down the recent-tasks index, newest first: read up to COUNT ids
+  below a score and keep the tasks that match, here in Redis, so a filter that looks at
+  thousands of tasks ships only the matching records. Read-only.
+  The cursor bookkeeping is the caller's (dtq_core.inspect.list_tasks): tasks of one
+  millisecond share a score, so the walk counts how many of the last score it has passed.
+  Input:
+    KEYS[1] recent tasks zset (score: created ms)
+    ARGV[1] upper score ('+inf' or a score)   ARGV[2] offset among the ids at or below it
+    ARGV[3] COUNT   ARGV[4] queue ('' = any)   ARGV[5] status ('' = any)   ARGV[6] type ('' = any)
+    ARGV[7] task key prefix   ARGV[8] stop after this many matches
+    ARGV[9] last score passed ('' = none)   ARGV[10] ids of that score passed
+  Output:
+    {examined, ids read, last score passed ('' if none), ids of it passed, records}: each record
+    is a task hash as flat field/value pairs; ids whose hash expired are passed over.
+]]
+local queue, status, ttype, prefix = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local wanted = tonumber(ARGV[8])
+local last_score, seen = ARGV[9], tonumber(ARGV[10])
+local filtering = queue ~= '' or status ~= '' or ttype ~= ''
+local rows = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', ARGV[2], ARGV[3])
+local records, examined = {}, 0
+for i = 1, #rows, 2 do
+  examined = examined + 1
+  local score = rows[i + 1]
+  if score == last_score then seen = seen + 1 else last_score, seen = score, 1 end
+  local key = prefix .. rows[i]
+  local keep = true
+  if filtering then
+    local h = redis.call('HMGET', key, 'queue', 'status', 'type')
+    keep = h[2] and (queue == '' or h[1] == queue) and (status == '' or h[2] == status)
+      and (ttype == '' or h[3] == ttype)
+  end
+  if keep then
+    local record = redis.call('HGETALL', key)
+    if #record > 0 then  -- expired: its index entry outlives it until trimmed
+      records[#records + 1] = record
+      if #records >= wanted then break end
+    end
+  end
+end
+return {examined, #rows / 2, last_score, seen, records}

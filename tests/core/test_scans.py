@@ -1,0 +1,140 @@
+"""Filtered walks run in Redis (scanDeadLetters, scanRecentTasks): every page, followed by its
+cursor, gives exactly what a plain Python filter over the whole DLQ or task index gives, in order,
+with no duplicates, including where a page ends on the scan budget or inside one millisecond."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dtq_core import inspect
+from dtq_core.engine import Engine
+
+from ..api.support import drain
+
+# Error texts and payload notes with the characters where Python's lower() and Lua's differ:
+# U+0130 and U+212A (the Kelvin sign) lower-case to ASCII in Python; É, Ä and ß do not in Lua.
+TEXTS = ["Card DECLINED by issuer", "SMTP refused: 550", "\u0130stanbul gateway down", "5 \u212aelvin overheat",
+         "échec: ÉCHEC total", "Timeout after 30s", "naïve Straße", "ÄRGER mit \"quotes\" and \\slashes"]
+ALPHABET = "aAiIkK\u212a\u0130\u0307éÉßsS: \"\\0"
+
+
+def _dead_letters(engine: Engine) -> None:
+    subs = []
+    for i, (error, note) in enumerate(itertools.product(TEXTS, TEXTS[::3])):
+        ttype = "no.such.type" if i % 5 == 0 else "dtq.fail"
+        subs.append(engine.validate(ttype, {"message": error, "note": note}, queue="qa" if i % 2 else "qb",
+                                    max_attempts=1))
+    engine.enqueue_many(subs)
+    drain(engine.config)
+
+
+def _all_pages(fetch: Any, limit: int) -> list[str]:
+    ids: list[str] = []
+    cursor = None
+    for _ in range(1000):
+        page = fetch(cursor=cursor, limit=limit)
+        ids.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            return ids
+    raise AssertionError("the cursor never ran out")
+
+
+def _dlq_reference(engine: Engine, client: redis.Redis, *, queue: str | None, type: str | None,
+                   q: str | None) -> list[str]:
+    out = []
+    for eid, f in client.xrevrange(engine.keys.dlq()):
+        payload = client.hget(engine.keys.task(f["task_id"]), "payload") or ""
+        if (queue and f["queue"] != queue) or (type and f["type"] != type):
+            continue
+        needle = (q or "").lower()
+        if needle and needle not in (f["error"] + " " + f["error_class"]).lower() and needle not in payload.lower():
+            continue
+        out.append(eid)
+    return out
+
+
+def _dlq_pages(engine: Engine, **filters: Any) -> list[str]:
+    pages = _all_pages(functools.partial(engine.dlq_list, **filters), limit=3)
+    return [item["entry_id"] for item in pages]  # type: ignore[index]
+
+
+@pytest.fixture
+def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inspect, "SCAN_BUDGET", 7)  # pages end on the budget, not only on the limit
+
+
+def test_dlq_search_matches_pythons_lower_for_any_needle(engine: Engine, redis_client: redis.Redis,
+                                                         small_budget: None) -> None:
+    _dead_letters(engine)
+    assert engine.dlq_count() == len(TEXTS) * 3
+    substrings = st.sampled_from(TEXTS).flatmap(
+        lambda t: st.tuples(st.integers(0, len(t) - 1), st.integers(1, 6)).map(lambda ab: t[ab[0]:ab[0] + ab[1]]))
+    cased = substrings.flatmap(lambda s: st.sampled_from([s, s.upper(), s.lower(), s.swapcase()]))
+    needles = st.one_of(cased, st.text(alphabet=ALPHABET, min_size=1, max_size=3)).filter(bool)
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(needle=needles, queue=st.sampled_from([None, "qa"]), type=st.sampled_from([None, "dtq.fail"]))
+    def check(needle: str, queue: str | None, type: str | None) -> None:
+        expected = _dlq_reference(engine, redis_client, queue=queue, type=type, q=needle)
+        assert _dlq_pages(engine, queue=queue, type=type, q=needle) == expected
+
+    check()
+
+
+@pytest.mark.parametrize(("needle", "finds"), [
+    ("declined", True), ("KELVIN", True), ("istanbul", False), ("i\u0307stanbul", True), ("échec", True),
+    ("STRASSE", False), ("straße", True), ("\\\\slashes", True), ("cus_nothing", False)])
+def test_dlq_search_finds_what_an_operator_types(engine: Engine, redis_client: redis.Redis, needle: str,
+                                                 finds: bool) -> None:
+    # "KELVIN" finds the Kelvin sign and "İstanbul" lower-cases to "i̇stanbul", as in Python; a
+    # JSON payload holds a backslash doubled.
+    _dead_letters(engine)
+    found = _dlq_pages(engine, q=needle)
+    assert found == _dlq_reference(engine, redis_client, queue=None, type=None, q=needle)
+    assert bool(found) is finds
+
+
+def test_dlq_filters_page_across_the_scan_budget(engine: Engine, redis_client: redis.Redis,
+                                                 small_budget: None) -> None:
+    _dead_letters(engine)
+    for queue, type in itertools.product([None, "qa", "qb", "nope"], [None, "dtq.fail", "no.such.type"]):
+        expected = _dlq_reference(engine, redis_client, queue=queue, type=type, q=None)
+        assert _dlq_pages(engine, queue=queue, type=type) == expected, (queue, type)
+
+
+def _tasks_reference(engine: Engine, client: redis.Redis, **filters: str | None) -> list[str]:
+    out = []
+    for task_id in client.zrevrangebyscore(engine.keys.recent(), "+inf", "-inf"):
+        record = client.hgetall(engine.keys.task(task_id))
+        if record and all(not v or record.get(k) == v for k, v in filters.items()):
+            out.append(task_id)
+    return out
+
+
+@pytest.mark.parametrize("limit", [1, 3, 50])
+def test_task_filters_page_across_the_budget_and_within_one_millisecond(
+        engine: Engine, redis_client: redis.Redis, small_budget: None, limit: int) -> None:
+    ids = []
+    for i in range(30):  # the engine's clock stands still: runs of tasks share a millisecond
+        if i % 8 == 0:
+            engine.clock.advance(0.001)  # type: ignore[attr-defined]
+        ids.append(engine.enqueue("t.x" if i % 3 else "t.y", {"i": i}, queue="qa" if i % 2 else "qb").id)
+    for task_id in ids[::4]:
+        engine.cancel(task_id)
+    for task_id in ids[1::7]:
+        redis_client.delete(engine.keys.task(task_id))  # expired: the index entry outlives the hash
+    combos = itertools.product([None, "qa"], [None, "QUEUED", "CANCELLED", "RUNNING"], [None, "t.y"])
+    for queue, status, ttype in combos:
+        expected = _tasks_reference(engine, redis_client, queue=queue, status=status, type=ttype)
+        pages = _all_pages(functools.partial(engine.list_tasks, queue=queue, status=status, type=ttype),
+                           limit=limit)
+        assert [t["id"] for t in pages] == expected, (queue, status, ttype)  # type: ignore[index]
+    assert len(_tasks_reference(engine, redis_client)) == 30 - len(ids[1::7])
