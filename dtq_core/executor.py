@@ -100,7 +100,8 @@ class Execution:
     detached: bool = field(default=False)
     deadline: float = float("inf")  # time.monotonic() past which the worker's watchdog cancels it
     timed_out: bool = False
-    thread_id: int = 0  # a sync handler's thread, while it runs
+    in_thread: bool = False  # a sync handler, run in the pool
+    thread_id: int = 0  # its thread, while it runs
     thread_stack: str = ""  # that thread's stack when the timeout fired: where it was stuck
 
 
@@ -113,12 +114,25 @@ def expire(ex: Execution) -> bool:
     if ex.timed_out or ex.task is None or ex.task.done():
         return False
     ex.timed_out = True
-    if ex.thread_id:  # the thread runs on, detached: record where it is now, for the error
-        frame = sys._current_frames().get(ex.thread_id)
-        if frame is not None:
-            ex.thread_stack = "".join(traceback.format_stack(frame))
+    if ex.in_thread:  # the thread runs on, detached: record where it is now, for the error
+        ex.thread_stack = _thread_stack(ex)
     ex.task.cancel()
     return True
+
+
+def _thread_stack(ex: Execution) -> str:
+    """The stack of a sync handler's thread, from its _in_thread call down to where it is now."""
+    frame = sys._current_frames().get(ex.thread_id) if ex.thread_id else None
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        if frame.f_code is _in_thread.__code__:
+            if frame.f_locals.get("ex") is not ex:
+                break  # the thread has moved on to another attempt
+            summary = traceback.StackSummary.extract((f, f.f_lineno) for f in reversed(frames))
+            return "".join(summary.format())
+        frame = frame.f_back
+    return "  (no stack: the handler's thread had not started it yet, or had just returned)\n"
 
 
 def expire_overdue(executions: Iterable[Execution], now: float) -> int:
@@ -187,6 +201,7 @@ class AttemptRunner:
         context = contextvars.copy_context()
         context.run(registry.set_current, ctx)
         loop = asyncio.get_running_loop()
+        ex.in_thread = True
         future = loop.run_in_executor(self.pool, context.run, _in_thread, ex, handler.fn, payload)
         try:
             return await asyncio.shield(future)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 MAX_PAGE = 500
 SCAN_BUDGET = 5000  # entries examined per filtered page before returning a cursor
+SCAN_CALL_BYTES = 1 << 20  # text one scan script call looks at or returns: it holds Redis meanwhile
 STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _SCORE_RE = re.compile(r"[0-9]{1,20}")
 
@@ -174,7 +175,8 @@ class InspectMixin:
             examined, read, score_passed, seen_passed, records = self.scripts(
                 "scanRecentTasks", keys=[self.keys.recent()],
                 args=[upper, offset, want, queue or "", status or "", type or "", self.keys.task_prefix(),
-                      limit - len(items), "" if last_score is None else last_score, seen_at_score])
+                      limit - len(items), "" if last_score is None else last_score, seen_at_score,
+                      SCAN_CALL_BYTES])
             scanned += int(examined)
             offset += int(examined)
             if score_passed:
@@ -206,8 +208,9 @@ class InspectMixin:
             count = min(500, SCAN_BUDGET - scanned)
             examined, last, matches, read = self.scripts(
                 "scanDeadLetters", keys=[self.keys.dlq()],
+                # Matched here, the script's candidates can fall short: it must not stop at `limit`.
                 args=[upper, count, queue or "", type or "", needle if in_redis else "", 0 if in_redis else 1,
-                      self.keys.task_prefix(), limit - len(items)])
+                      self.keys.task_prefix(), limit - len(items) if in_redis else count, SCAN_CALL_BYTES])
             scanned += int(examined)
             if last:
                 upper, last_seen = "(" + last, last

@@ -11,6 +11,8 @@
     ARGV[1] upper bound for XREVRANGE ('+' or '(' .. entry id)   ARGV[2] COUNT
     ARGV[3] queue ('' = any)   ARGV[4] type ('' = any)   ARGV[5] lower-case ASCII needle ('' = none)
     ARGV[6] return payloads (1/0)   ARGV[7] task key prefix   ARGV[8] stop after this many matches
+    ARGV[9] stop after this many bytes of text looked at or returned: large payloads must not
+            hold Redis for long (lowering 1 MB takes tens of milliseconds)
   Output:
     {examined, id of the last entry examined ('' if none), matches, entries read}: matches is a
     list of {entry id, flat fields, payload ('' unless asked for)}
@@ -18,6 +20,7 @@
 -- #include common
 local queue, ttype, needle = ARGV[3], ARGV[4], ARGV[5]
 local want_payload, task_prefix, wanted = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
+local byte_budget, bytes = tonumber(ARGV[9]), 0
 
 local function lower(text)
   if string.find(text, '[\196\226]') then
@@ -40,18 +43,26 @@ for _, entry in ipairs(entries) do
   if (queue == '' or field(fields, 'queue') == queue) and (ttype == '' or field(fields, 'type') == ttype) then
     local ok, payload = true, nil
     if needle ~= '' then
-      ok = has((field(fields, 'error') or '') .. ' ' .. (field(fields, 'error_class') or ''))
+      local text = (field(fields, 'error') or '') .. ' ' .. (field(fields, 'error_class') or '')
+      bytes = bytes + #text
+      ok = has(text)
       if not ok then
         payload = payload_of(fields)
+        bytes = bytes + #payload
         ok = has(payload)
       end
     end
     if ok then
-      if want_payload then payload = payload or payload_of(fields) end
+      if want_payload and not payload then
+        payload = payload_of(fields)
+        bytes = bytes + #payload
+      end
       matches[#matches + 1] = {entry[1], fields, want_payload and payload or ''}
       if #matches >= wanted then break end
     end
   end
+  if bytes >= byte_budget then break end
 end
--- examined < #entries only when it stopped at `wanted`; #entries < COUNT: the walk reached the end.
+-- examined < #entries when it stopped early (`wanted`, the byte budget); #entries < COUNT: the
+-- walk reached the oldest entry.
 return {examined, last, matches, #entries}

@@ -10,6 +10,7 @@
     ARGV[3] COUNT   ARGV[4] queue ('' = any)   ARGV[5] status ('' = any)   ARGV[6] type ('' = any)
     ARGV[7] task key prefix   ARGV[8] stop after this many matches
     ARGV[9] last score passed ('' = none)   ARGV[10] ids of that score passed
+    ARGV[11] stop after returning this many bytes (a record holds its payload, up to 1 MB)
   Output:
     {examined, ids read, last score passed ('' if none), ids of it passed, records}: each record
     is a task hash as flat field/value pairs; ids whose hash expired are passed over.
@@ -17,6 +18,7 @@
 local queue, status, ttype, prefix = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local wanted = tonumber(ARGV[8])
 local last_score, seen = ARGV[9], tonumber(ARGV[10])
+local byte_budget, bytes = tonumber(ARGV[11]), 0
 local filtering = queue ~= '' or status ~= '' or ttype ~= ''
 local rows = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', ARGV[2], ARGV[3])
 local records, examined = {}, 0
@@ -35,7 +37,8 @@ for i = 1, #rows, 2 do
     local record = redis.call('HGETALL', key)
     if #record > 0 then  -- expired: its index entry outlives it until trimmed
       records[#records + 1] = record
-      if #records >= wanted then break end
+      for _, value in ipairs(record) do bytes = bytes + #value end
+      if #records >= wanted or bytes >= byte_budget then break end
     end
   end
 end

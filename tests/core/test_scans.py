@@ -69,6 +69,11 @@ def _dlq_pages(engine: Engine, **filters: Any) -> list[str]:
 @pytest.fixture
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inspect, "SCAN_BUDGET", 7)  # pages end on the budget, not only on the limit
+    monkeypatch.setattr(inspect, "SCAN_CALL_BYTES", 300)  # and script calls on their byte budget
+
+
+def _script_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 def test_dlq_search_matches_pythons_lower_for_any_needle(engine: Engine, redis_client: redis.Redis,
@@ -138,3 +143,28 @@ def test_task_filters_page_across_the_budget_and_within_one_millisecond(
                            limit=limit)
         assert [t["id"] for t in pages] == expected, (queue, status, ttype)  # type: ignore[index]
     assert len(_tasks_reference(engine, redis_client)) == 30 - len(ids[1::7])
+
+
+def test_a_non_ascii_search_reads_the_dlq_in_few_calls(engine: Engine, redis_client: redis.Redis) -> None:
+    # Matched in Python, the needle must not make the script stop at `limit` candidates each call.
+    _dead_letters(engine)
+    before = _script_calls(redis_client)
+    page = engine.dlq_list(q="ünmatched", limit=1)
+    assert page.items == [] and page.next_cursor is None
+    assert _script_calls(redis_client) - before == 1  # 24 entries: one call of up to 500
+
+
+def test_large_payloads_split_a_search_into_calls_of_about_a_megabyte(engine: Engine,
+                                                                      redis_client: redis.Redis) -> None:
+    big = "x" * 400_000
+    subs = [engine.validate("dtq.fail", {"message": "boom", "blob": big + str(i)}, max_attempts=1) for i in range(6)]
+    engine.enqueue_many(subs)
+    drain(engine.config)
+    before = _script_calls(redis_client)
+    assert [i["task_id"] for i in engine.dlq_list(q="xxx5").items] == [subs[5].task_id]
+    assert [i["task_id"] for i in engine.dlq_list(q="nowhere").items] == []
+    # Each call stops once it has looked at 1 MB: three 400 KB payloads, so two calls per search.
+    assert _script_calls(redis_client) - before == 2 + 2
+    before = _script_calls(redis_client)
+    assert len(engine.list_tasks(type="dtq.fail").items) == 6  # records carry their payloads
+    assert _script_calls(redis_client) - before == 2

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -99,3 +101,16 @@ def test_start_up_runs_the_system_checks_but_not_the_web_only_ones(redis_server:
     skipped = subprocess.run([sys.executable, "-c", RUN_AND_REPORT_IMPORTS, "--burst", "--skip-checks"], cwd=ROOT,
                              capture_output=True, text=True, timeout=60, env=env)
     assert skipped.returncode == 0 and "dtq.W001" not in skipped.stderr, skipped.stderr
+
+
+def test_a_broken_tasks_setting_stops_the_start(redis_server: object, tmp_path: Any) -> None:
+    # An untagged check (the Tasks backport's check of settings.TASKS) still runs in the worker.
+    (tmp_path / "broken_tasks_settings.py").write_text(
+        "from dtq_site.settings import *  # noqa: F403\n"
+        "TASKS = {'default': {'BACKEND': 'dtq_core.django_tasks.DtqBackend', 'QUEUES': ['Bad Queue']}}\n")
+    env = worker_env(redis_server.url, "dtqtest:tasks", DJANGO_SETTINGS_MODULE="broken_tasks_settings",  # type: ignore[attr-defined]
+                     PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", "--burst"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode != 0 and "dtq.E702" in proc.stderr, proc.stderr[-2000:]
+    assert "worker_id=" not in proc.stderr  # it never started

@@ -19,6 +19,8 @@ from dtq_core.engine import Engine
 from dtq_core.keys import Keys
 from dtq_core.worker import Worker
 
+from ..conftest import wait_for
+
 RECORDED: list[Any] = []
 
 
@@ -157,6 +159,31 @@ def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
     # The thread's stack at the timeout: the line it was stuck on.
     assert "in sleep_sync\n" in error["traceback"] and "time.sleep(seconds)" in error["traceback"]
     assert error["traceback"].rstrip().endswith("HandlerTimeout: handler exceeded its timeout of 0.2s")
+
+
+def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
+    # A pool thread that has moved on to another attempt must not lend that one's stack.
+    from dtq_core.executor import Execution, Row, _in_thread, _thread_stack
+
+    row = Row(entry_id="1-1", stream="s", task_id="t", attempt=1, max_attempts=1, type="x", payload="",
+              timeout_s=1.0, queue="q", priority="normal")
+    mine, other = Execution(row=row, in_thread=True), Execution(row=row, in_thread=True)
+    release = threading.Event()
+
+    def stuck_here(_: Any) -> None:
+        release.wait(10)
+
+    thread = threading.Thread(target=_in_thread, args=(other, stuck_here, None))
+    thread.start()
+    try:
+        wait_for(lambda: other.thread_id)
+        assert "in stuck_here" in _thread_stack(other) and "release.wait(10)" in _thread_stack(other)
+        mine.thread_id = other.thread_id  # as if mine had run on this thread before
+        assert _thread_stack(mine).startswith("  (no stack:")
+        assert _thread_stack(Execution(row=row, in_thread=True)).startswith("  (no stack:")  # not started
+    finally:
+        release.set()
+        thread.join(10)
 
 
 def test_a_task_past_its_ttl_expires_without_running(config: DtqConfig) -> None:

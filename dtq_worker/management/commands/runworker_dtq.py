@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from django.core import checks
+from django.core.checks.registry import CheckRegistry
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core.conf import get_config
@@ -52,9 +53,22 @@ def worker_name(raw: str) -> str:
 class Command(BaseCommand):
     help = "Run a dtq worker: consume tasks, run handlers, reclaim, schedule."
 
-    def get_check_kwargs(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The system checks run before start (unless --skip-checks): every tag but WEB_ONLY_CHECKS."""
-        return {"tags": sorted(checks.registry.registry.tags_available() - WEB_ONLY_CHECKS)}
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's system checks before start (unless --skip-checks), but not WEB_ONLY_CHECKS.
+
+        Selecting by tags would also drop every untagged check, such as the Tasks backport's
+        check of settings.TASKS, so Django's check runs on a registry without the web-only ones.
+        """
+        worker_checks = CheckRegistry()
+        for check in checks.registry.registry.get_checks():
+            if not check.tags or not set(check.tags) <= WEB_ONLY_CHECKS:
+                worker_checks.register(check, *check.tags)
+        run_all = checks.run_checks
+        checks.run_checks = worker_checks.run_checks  # what BaseCommand.check calls
+        try:
+            super().check(*args, **kwargs)
+        finally:
+            checks.run_checks = run_all
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=None,
