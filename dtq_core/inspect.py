@@ -31,6 +31,13 @@ class Page:
     next_cursor: str | None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Walk:
+    matches: list[tuple[str, dict[str, str]]]  # (entry id, fields), newest first
+    exhausted: bool  # it passed the oldest entry
+    last_seen: str | None  # where to go on from
+
+
 def _fields(flat: list[Any] | dict[str, Any]) -> dict[str, str]:
     if isinstance(flat, dict):
         return flat
@@ -189,44 +196,50 @@ class InspectMixin:
     # -- dead letters -------------------------------------------------------------------------
     def dlq_list(self: Engine, *, queue: str | None = None, type: str | None = None, q: str | None = None,
                  cursor: str | None = None, limit: int | None = None) -> Page:
-        """Dead letters newest first, filtered by queue, type and text in error or payload.
+        """Dead letters newest first, filtered by queue, type and text in error or payload."""
+        limit = _limit(limit)
+        upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
+        walk = self._walk_dead_letters(upper, queue=queue, type=type, q=q, budget=SCAN_BUDGET, limit=limit)
+        return Page(items=[self._dlq_item(eid, f) for eid, f in walk.matches],
+                    next_cursor=None if walk.exhausted else walk.last_seen)
+
+    def _walk_dead_letters(self: Engine, upper: str, *, queue: str | None, type: str | None, q: str | None,
+                           budget: int, limit: int) -> _Walk:
+        """Walk the DLQ down from `upper` until `limit` matches or `budget` entries examined.
 
         The filters run in Redis (scanDeadLetters), 500 entries a call, so a search that looks at
         thousands of entries ships only the matches. A needle with non-ASCII characters is matched
         here instead (Python's lower(), which Lua's cannot match), on the payloads the script
         returns with the entries that pass the other filters.
         """
-        limit = _limit(limit)
-        upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
-        items: list[dict[str, Any]] = []
+        matches: list[tuple[str, dict[str, str]]] = []
         scanned = 0
         exhausted = False
         last_seen: str | None = None
         needle = q.lower() if q else ""
         in_redis = needle.isascii()
-        while len(items) < limit and scanned < SCAN_BUDGET and not exhausted:
-            count = min(500, SCAN_BUDGET - scanned)
-            examined, last, matches, read = self.scripts(
+        while len(matches) < limit and scanned < budget and not exhausted:
+            count = min(500, budget - scanned)
+            examined, last, found, read = self.scripts(
                 "scanDeadLetters", keys=[self.keys.dlq()],
                 # Matched here, the script's candidates can fall short: it must not stop at `limit`.
                 args=[upper, count, queue or "", type or "", needle if in_redis else "", 0 if in_redis else 1,
-                      self.keys.task_prefix(), limit - len(items) if in_redis else count, SCAN_CALL_BYTES])
+                      self.keys.task_prefix(), limit - len(matches) if in_redis else count, SCAN_CALL_BYTES])
             scanned += int(examined)
             if last:
                 upper, last_seen = "(" + last, last
-            for eid, raw, payload in matches:
+            for eid, raw, payload in found:
                 f = _fields(raw)
                 if not in_redis and needle not in (f.get("error", "") + " " + f.get("error_class", "")).lower() \
                         and needle not in payload.lower():
                     continue
-                items.append(self._dlq_item(eid, f))
-                if len(items) == limit:
+                matches.append((eid, f))
+                if len(matches) == limit:
                     last_seen = eid
                     break
             # It passed the oldest entry (the script stops early once it has as many as asked for).
-            exhausted = int(examined) == int(read) < count and len(items) < limit
-        next_cursor = None if exhausted else last_seen
-        return Page(items=items, next_cursor=next_cursor)
+            exhausted = int(examined) == int(read) < count and len(matches) < limit
+        return _Walk(matches=matches, exhausted=exhausted, last_seen=last_seen)
 
     def dlq_entry(self: Engine, entry_id: str) -> dict[str, Any]:
         if not valid_stream_id(entry_id):  # an unparsable id is a 404, not a 500
@@ -365,26 +378,8 @@ class InspectMixin:
             if queue:
                 return {"count": max(0, int(self.client.hget(self.keys.dlq_counts(), queue) or 0)), "exact": True}
             return {"count": self.dlq_count(), "exact": True}
-        needle = q.lower() if q else None
-        upper, scanned, count = "+", 0, 0
-        while scanned < budget:
-            batch = self.client.xrevrange(self.keys.dlq(), upper, "-", count=min(2000, budget - scanned))
-            if not batch:
-                return {"count": count, "exact": True}
-            scanned += len(batch)
-            upper = "(" + batch[-1][0]
-            rows = [f for f in (_fields(raw) for _, raw in batch)
-                    if not (queue and f.get("queue") != queue) and not (type and f.get("type") != type)]
-            if needle:
-                # Only entries whose error text does not match need their payload read.
-                unmatched = [f for f in rows
-                             if needle not in (f.get("error", "") + " " + f.get("error_class", "")).lower()]
-                count += len(rows) - len(unmatched)
-                pipe = self.client.pipeline(transaction=False)
-                for f in unmatched:
-                    pipe.hget(self.keys.task(f.get("task_id", "")), "payload")
-                count += sum(1 for payload in pipe.execute() if needle in (payload or "").lower())
-            else:
-                count += len(rows)
-        more = bool(self.client.xrevrange(self.keys.dlq(), upper, "-", count=1))
+        walk = self._walk_dead_letters("+", queue=queue, type=type, q=q, budget=budget, limit=budget)
+        more = not walk.exhausted and walk.last_seen is not None and bool(
+            self.client.xrevrange(self.keys.dlq(), "(" + walk.last_seen, "-", count=1))
+        count = len(walk.matches)
         return {"count": count, "exact": not more}

@@ -86,10 +86,15 @@ def test_dlq_search_matches_pythons_lower_for_any_needle(engine: Engine, redis_c
     needles = st.one_of(cased, st.text(alphabet=ALPHABET, min_size=1, max_size=3)).filter(bool)
 
     @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(needle=needles, queue=st.sampled_from([None, "qa"]), type=st.sampled_from([None, "dtq.fail"]))
-    def check(needle: str, queue: str | None, type: str | None) -> None:
+    @given(needle=needles, queue=st.sampled_from([None, "qa"]), type=st.sampled_from([None, "dtq.fail"]),
+           budget=st.sampled_from([5, 24, 30]))
+    def check(needle: str, queue: str | None, type: str | None, budget: int) -> None:
         expected = _dlq_reference(engine, redis_client, queue=queue, type=type, q=needle)
         assert _dlq_pages(engine, queue=queue, type=type, q=needle) == expected
+        # The bulk-action preview counts the same matches within the newest `budget` entries.
+        newest = {eid for eid, _ in redis_client.xrevrange(engine.keys.dlq(), count=budget)}
+        assert engine.dlq_match_count(queue=queue, type=type, q=needle, budget=budget) == {
+            "count": len(newest.intersection(expected)), "exact": budget >= len(TEXTS) * 3}
 
     check()
 
