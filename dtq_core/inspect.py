@@ -22,6 +22,7 @@ MAX_PAGE = 500
 SCAN_BUDGET = 5000  # entries examined per filtered page before returning a cursor
 SCAN_CALL_BYTES = 1 << 20  # text one scan script call looks at or returns: it holds Redis meanwhile
 STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+MAX_ID_PART = 2**64 - 1
 _SCORE_RE = re.compile(r"[0-9]{1,20}")
 
 
@@ -45,15 +46,25 @@ def _fields(flat: list[Any] | dict[str, Any]) -> dict[str, str]:
 
 
 def valid_stream_id(value: object) -> bool:
-    """Say whether value is a full stream entry id ("<ms>-<seq>"), the only form Redis accepts here."""
-    return isinstance(value, str) and STREAM_ID_RE.fullmatch(value) is not None
+    """Say whether value is a full stream entry id ("<ms>-<seq>", each part a 64-bit unsigned
+    number), the only form Redis accepts here."""
+    if not isinstance(value, str) or STREAM_ID_RE.fullmatch(value) is None:
+        return False
+    ms, _, seq = value.partition("-")
+    return int(ms) <= MAX_ID_PART and int(seq) <= MAX_ID_PART
 
 
 def _stream_cursor(cursor: str | None) -> str | None:
     # An unparsable id would make XRANGE fail with a ResponseError (a 500): refuse it as bad input.
-    if cursor and not valid_stream_id(cursor):
+    # So would "(0-0" as the exclusive end of a walk down; no page ever ends there.
+    if cursor and (not valid_stream_id(cursor) or _id_parts(cursor) == (0, 0)):
         raise ValidationError("invalid cursor", field="cursor")
     return cursor or None
+
+
+def _id_parts(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)
 
 
 def _score_cursor(cursor: str | None) -> str | None:
@@ -131,7 +142,9 @@ class InspectMixin:
         start_priority, start_id = "high", "-"
         if after:
             start_priority, _, start_id = after.partition(":")
-            if start_priority not in PRIORITIES or not valid_stream_id(start_id):
+            # "(" + the largest id would make XRANGE fail; no page ever ends there.
+            if start_priority not in PRIORITIES or not valid_stream_id(start_id) \
+                    or _id_parts(start_id) == (MAX_ID_PART, MAX_ID_PART):
                 raise ValidationError("invalid cursor", field="cursor")
             start_id = "(" + start_id
         rows: list[tuple[str, str, str]] = []

@@ -47,7 +47,8 @@ def test_list_pages_with_a_cursor(api: APIClient, live_engine: Engine) -> None:
     assert len(seen) == 7 == len(set(seen))
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=9999", "cursor=abc", "cursor=1-2-3", "q=" + "x" * 201])
+@pytest.mark.parametrize("query", ["limit=0", "limit=9999", "cursor=abc", "cursor=1-2-3", "q=" + "x" * 201,
+                                   "cursor=0-0", "cursor=99999999999999999999-0"])
 def test_list_refuses_bad_parameters(api: APIClient, query: str) -> None:
     assert_error(api.get(f"/api/v1/dlq?{query}"), 400, "VALIDATION_ERROR")
 
@@ -59,7 +60,7 @@ def test_one_entry_shows_its_task(api: APIClient, live_engine: Engine) -> None:
     assert entry["error_class"] and entry["attempt"] == 1
 
 
-@pytest.mark.parametrize("entry_id", ["1-0", "abc", "99999999999999999999999-1"])
+@pytest.mark.parametrize("entry_id", ["1-0", "abc", "99999999999999999999999-1", "99999999999999999999-1"])
 def test_an_unknown_entry_is_404_for_every_action(api: APIClient, entry_id: str) -> None:
     assert_error(api.get(f"/api/v1/dlq/{entry_id}"), 404, "DLQ_ENTRY_NOT_FOUND")
     assert_error(api.post(f"/api/v1/dlq/{entry_id}/retry"), 404, "DLQ_ENTRY_NOT_FOUND")

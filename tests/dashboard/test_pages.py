@@ -140,7 +140,8 @@ def test_unknown_things_are_404_pages(client: Client, live_engine: Engine, path:
     "/queues/emails/?cursor=nonsense", "/dlq/?cursor=abc", "/schedule/?cursor=soon", "/tasks/?cursor=x1",
     "/audit/?cursor=zz", "/tasks/?status=NOPE", "/dlq/?queue=Bad%20Queue", "/dlq/?q=" + "x" * 201,
     "/tasks/?type=" + "t" * 300, "/dlq/matching/confirm?action=explode", "/audit/?source=email",
-    "/queues/emails/?cursor=" + "9" * 500,
+    "/queues/emails/?cursor=" + "9" * 500, "/dlq/?cursor=0-0", "/audit/?cursor=99999999999999999999-0",
+    "/queues/emails/?cursor=high:18446744073709551615-18446744073709551615",
 ])
 def test_malformed_or_oversized_input_is_a_400_page(client: Client, live_engine: Engine, path: str) -> None:
     live_engine.enqueue("t.x", queue="emails")
