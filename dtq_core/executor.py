@@ -102,6 +102,7 @@ class Execution:
     timed_out: bool = False
     in_thread: bool = False  # a sync handler, run in the pool
     thread_id: int = 0  # its thread, while it runs
+    thread_frame: Any = None  # its _in_thread frame there, while it runs
     thread_stack: str = ""  # that thread's stack when the timeout fired: where it was stuck
 
 
@@ -122,13 +123,12 @@ def expire(ex: Execution) -> bool:
 
 def _thread_stack(ex: Execution) -> str:
     """The stack of a sync handler's thread, from its _in_thread call down to where it is now."""
-    frame = sys._current_frames().get(ex.thread_id) if ex.thread_id else None
+    top = ex.thread_frame
+    frame = sys._current_frames().get(ex.thread_id) if top is not None else None
     frames = []
-    while frame is not None:
+    while frame is not None:  # not finding `top` means the thread has moved on to another attempt
         frames.append(frame)
-        if frame.f_code is _in_thread.__code__:
-            if frame.f_locals.get("ex") is not ex:
-                break  # the thread has moved on to another attempt
+        if frame is top:
             summary = traceback.StackSummary.extract((f, f.f_lineno) for f in reversed(frames))
             return "".join(summary.format())
         frame = frame.f_back
@@ -256,11 +256,11 @@ class AttemptRunner:
 
 def _in_thread(ex: Execution, fn: Any, payload: Any) -> Any:
     """A sync handler's call in its pool thread, which a timeout can then find (expire)."""
-    ex.thread_id = threading.get_ident()
+    ex.thread_id, ex.thread_frame = threading.get_ident(), sys._getframe()
     try:
         return fn(payload)
     finally:
-        ex.thread_id = 0
+        ex.thread_id, ex.thread_frame = 0, None
 
 
 def _valid_utf8(text: str) -> str:

@@ -392,7 +392,7 @@ class InspectMixin:
                 return {"count": max(0, int(self.client.hget(self.keys.dlq_counts(), queue) or 0)), "exact": True}
             return {"count": self.dlq_count(), "exact": True}
         walk = self._walk_dead_letters("+", queue=queue, type=type, q=q, budget=budget, limit=budget)
-        more = not walk.exhausted and walk.last_seen is not None and bool(
-            self.client.xrevrange(self.keys.dlq(), "(" + walk.last_seen, "-", count=1))
+        more = not walk.exhausted and bool(self.client.xrevrange(
+            self.keys.dlq(), "(" + walk.last_seen if walk.last_seen else "+", "-", count=1))
         count = len(walk.matches)
         return {"count": count, "exact": not more}

@@ -4,6 +4,7 @@ expiry, results, priorities, pauses, duplicate absorption and handler context.""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -178,7 +179,8 @@ def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
     try:
         wait_for(lambda: other.thread_id)
         assert "in stuck_here" in _thread_stack(other) and "release.wait(10)" in _thread_stack(other)
-        mine.thread_id = other.thread_id  # as if mine had run on this thread before
+        # As if mine were on this thread but had returned: its frame is not on the thread's stack.
+        mine.thread_id, mine.thread_frame = other.thread_id, sys._getframe()
         assert _thread_stack(mine).startswith("  (no stack:")
         assert _thread_stack(Execution(row=row, in_thread=True)).startswith("  (no stack:")  # not started
     finally:

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from django.core import checks
@@ -26,6 +27,7 @@ logger = logging.getLogger("dtq.worker")
 
 # A worker serves no pages: checking these imports the URLconf, the admin and every template tag
 # library (DRF, the console), about 0.4 s of start-up and 20 MB of memory per worker process.
+_CHECKS_SWAP = threading.Lock()
 WEB_ONLY_CHECKS = frozenset({checks.Tags.admin, checks.Tags.templates, checks.Tags.urls, checks.Tags.staticfiles})
 
 
@@ -63,12 +65,13 @@ class Command(BaseCommand):
         for check in checks.registry.registry.get_checks():
             if not check.tags or not set(check.tags) <= WEB_ONLY_CHECKS:
                 worker_checks.register(check, *check.tags)
-        run_all = checks.run_checks
-        checks.run_checks = worker_checks.run_checks  # what BaseCommand.check calls
-        try:
-            super().check(*args, **kwargs)
-        finally:
-            checks.run_checks = run_all
+        with _CHECKS_SWAP:  # two overlapping swaps could leave the filtered registry in place
+            run_all = checks.run_checks
+            checks.run_checks = worker_checks.run_checks  # what BaseCommand.check calls
+            try:
+                super().check(*args, **kwargs)
+            finally:
+                checks.run_checks = run_all
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=None,
