@@ -91,8 +91,11 @@ def test_metrics_show_real_work_and_a_crash(dtq_settings: Any, live_engine: Engi
     w1.kill()
     wait_for(lambda: scrape().value("dtq_workers_alive") == 0, timeout=10, message="dead worker still counted")
     w2 = start_worker("--queues", "slow", "--name", "obs-w2", **FAST)
-    wait_for(lambda: scrape().value("dtq_redeliveries_total") == 2, timeout=15, message="no redelivery")
-    wait_for(lambda: scrape().value("dtq_scheduler_leader_info", worker_id="obs-w2") == 1, timeout=10)
+    # Deadlines, not sleeps: generous, as a loaded CI machine can take seconds to start a worker.
+    wait_for(lambda: scrape().value("dtq_redeliveries_total") == 2, timeout=30,
+             message=lambda: f"redeliveries: {scrape().value('dtq_redeliveries_total')}; obs-w2:\n{w2.output()}")
+    wait_for(lambda: scrape().value("dtq_scheduler_leader_info", worker_id="obs-w2") == 1, timeout=20,
+             message=lambda: w2.output())
     m = scrape()
     assert m.value("dtq_workers_alive") == 1 and m.value("dtq_queue_pending", queue="slow") == 1
     assert m.value("dtq_dlq_depth") == 2 and status(engine, last_try) == "DEAD_LETTERED"
