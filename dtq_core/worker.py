@@ -367,7 +367,7 @@ class Worker:
                 free = self._free_slots()
                 if free <= 0 or self._stopping:  # a draining worker takes no reclaimed work either
                     break
-                for row in await self.store.reclaim(stream, free):
+                for row in await self.store.reclaim(stream, free, ours=self._running.keys() | self._unacked.keys()):
                     logger.info("task_id=%s attempt=%d worker_id=%s reclaimed after visibility timeout",
                                 row.task_id, row.attempt, self.worker_id)
                     self._start(row)

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import redis
@@ -152,11 +152,14 @@ class WorkerStore:
                             outcome, reason)
         return rows
 
-    async def reclaim(self, stream: str, count: int) -> list[Row]:
+    async def reclaim(self, stream: str, count: int, ours: Container[str] = ()) -> list[Row]:
         """XAUTOCLAIM entries idle past the visibility timeout and claim them with the increment.
 
         Entries deleted from the stream while pending come back in XAUTOCLAIM's third element
         (and leave the PEL); their tasks stay RUNNING until recover_lost_tasks requeues them.
+        `ours`: entry ids this worker is still running or completing. One of them idle that long
+        means its heartbeat ran late (a blocked event loop), not that it died: XAUTOCLAIM has just
+        refreshed it, and it is not run again.
         """
         min_idle = int(self.config.visibility_timeout_s * 1000)
         try:
@@ -170,6 +173,11 @@ class WorkerStore:
         quads: list[object] = []
         for entry_id, fields in entries:
             if fields is None:
+                continue
+            if entry_id in ours:
+                logger.warning("task_id=%s worker_id=%s entry %s went idle past the visibility timeout while "
+                               "running here (late heartbeat: a blocked event loop?); a peer could have taken it",
+                               fields.get("task_id", ""), self.worker_id, entry_id)
                 continue
             quads += [stream, entry_id, fields.get("task_id", ""), fields.get("attempt", "1")]
         if not quads:

@@ -386,3 +386,31 @@ def test_a_timeout_under_a_second_fires_on_time(engine: Engine, config: DtqConfi
     error_class, elapsed = asyncio.run(scenario())
     assert error_class == "dtq.HandlerTimeout"
     assert elapsed < 0.2
+
+
+def test_a_worker_whose_loop_stalled_does_not_reclaim_what_it_is_running(config: DtqConfig,
+                                                                         redis_client: redis.Redis) -> None:
+    # A handler that blocks the event loop past the visibility timeout delays the heartbeat that
+    # keeps this worker's entries fresh. Its own reaper must not take them for a dead worker's:
+    # that would run the other task a second time beside the first, and charge a WorkerLost.
+    engine, cfg = make_engine(config, visibility_timeout_s=1.0, heartbeat_interval_s=0.9)
+
+    async def stall(payload: Any) -> str:
+        time.sleep(2.5)  # blocks the loop, as careless async code does
+        return "stalled"
+
+    async def steady(payload: Any) -> int:
+        RECORDED.append("steady started")
+        await asyncio.sleep(3.5)
+        return 1
+
+    registry.register("test.stall", stall)
+    registry.register("test.steady", steady)
+    steady_id = engine.enqueue("test.steady").id
+    stall_id = engine.enqueue("test.stall").id
+    run_burst(cfg)
+    for task_id in (steady_id, stall_id):
+        task = engine.get_task(task_id)
+        assert task["status"] == "SUCCEEDED" and task["attempt"] == 1 and task["errors"] == [], task
+    assert RECORDED == ["steady started"]
+    assert not redis_client.hget(engine.keys.stats_counters(), "redeliveries")
