@@ -27,8 +27,8 @@ logger = logging.getLogger("dtq.worker")
 
 # A worker serves no pages: checking these imports the URLconf, the admin and every template tag
 # library (DRF, the console), about 0.4 s of start-up and 20 MB of memory per worker process.
-_CHECKS_SWAP = threading.Lock()
 WEB_ONLY_CHECKS = frozenset({checks.Tags.admin, checks.Tags.templates, checks.Tags.urls, checks.Tags.staticfiles})
+_CHECKS_SWAP = threading.Lock()  # Command.check swaps django.core.checks.run_checks while it runs
 
 
 def queue_list(raw: str) -> list[str]:
