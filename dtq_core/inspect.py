@@ -50,8 +50,7 @@ def valid_stream_id(value: object) -> bool:
     number), the only form Redis accepts here."""
     if not isinstance(value, str) or STREAM_ID_RE.fullmatch(value) is None:
         return False
-    ms, _, seq = value.partition("-")
-    return int(ms) <= MAX_ID_PART and int(seq) <= MAX_ID_PART
+    return all(part <= MAX_ID_PART for part in _id_parts(value))
 
 
 def _stream_cursor(cursor: str | None) -> str | None:
