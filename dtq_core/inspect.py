@@ -24,6 +24,7 @@ SCAN_CALL_BYTES = 1 << 20  # text one scan script call looks at or returns: it h
 STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 MAX_ID_PART = 2**64 - 1
 _SCORE_RE = re.compile(r"[0-9]{1,20}")
+_OFFSET_RE = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -186,22 +187,28 @@ class InspectMixin:
             upper, seen_at_score, last_score = score, int(seen), int(score)
         offset = seen_at_score
         filtering = bool(queue or status or type)
+        # One match past the page says whether an older page exists (see dlq_list).
+        target = limit + 1
         items: list[dict[str, Any]] = []
+        positions: list[str] = []  # the cursor that resumes just behind each item
         scanned, exhausted = 0, False
         # The filters run in Redis (scanRecentTasks), so only matching records travel.
-        while len(items) < limit and scanned < SCAN_BUDGET and not exhausted:
-            want = min(500, SCAN_BUDGET - scanned) if filtering else min(500, limit - len(items))
-            examined, read, score_passed, seen_passed, records = self.scripts(
+        while len(items) < target and scanned < SCAN_BUDGET and not exhausted:
+            want = min(500, SCAN_BUDGET - scanned) if filtering else min(500, target - len(items))
+            examined, read, score_passed, seen_passed, records, after = self.scripts(
                 "scanRecentTasks", keys=[self.keys.recent()],
                 args=[upper, offset, want, queue or "", status or "", type or "", self.keys.task_prefix(),
-                      limit - len(items), "" if last_score is None else last_score, seen_at_score,
+                      target - len(items), "" if last_score is None else last_score, seen_at_score,
                       SCAN_CALL_BYTES])
             scanned += int(examined)
             offset += int(examined)
             if score_passed:
                 last_score, seen_at_score = int(float(score_passed)), int(seen_passed)
             items.extend(codec.task_view(_fields(record)) for record in records)
-            exhausted = int(examined) == int(read) < want and len(items) < limit  # it passed the oldest
+            positions.extend(f"{int(float(score))}-{seen}" for score, seen in after)
+            exhausted = int(examined) == int(read) < want and len(items) < target  # it passed the oldest
+        if len(items) > limit:
+            return Page(items=items[:limit], next_cursor=positions[limit - 1])
         more = not exhausted and last_score is not None
         return Page(items=items, next_cursor=f"{last_score}-{seen_at_score}" if more else None)
 
@@ -211,9 +218,16 @@ class InspectMixin:
         """Dead letters newest first, filtered by queue, type and text in error or payload."""
         limit = _limit(limit)
         upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
-        walk = self._walk_dead_letters(upper, queue=queue, type=type, q=q, budget=SCAN_BUDGET, limit=limit)
-        return Page(items=[self._dlq_item(eid, f) for eid, f in walk.matches],
-                    next_cursor=None if walk.exhausted else walk.last_seen)
+        # One match past the page says whether an older page exists, so a full page that ends on
+        # the last match offers no cursor to an empty one. Without it (budget spent first), the
+        # cursor goes on from the last entry examined.
+        walk = self._walk_dead_letters(upper, queue=queue, type=type, q=q, budget=SCAN_BUDGET, limit=limit + 1)
+        matches = walk.matches[:limit]
+        if len(walk.matches) > limit:
+            next_cursor: str | None = matches[-1][0]
+        else:
+            next_cursor = None if walk.exhausted else walk.last_seen
+        return Page(items=[self._dlq_item(eid, f) for eid, f in matches], next_cursor=next_cursor)
 
     def _walk_dead_letters(self: Engine, upper: str, *, queue: str | None, type: str | None, q: str | None,
                            budget: int, limit: int) -> _Walk:
@@ -277,10 +291,19 @@ class InspectMixin:
 
     # -- schedule, workers, audit ---------------------------------------------------------------
     def schedule_list(self: Engine, *, cursor: str | None = None, limit: int | None = None) -> Page:
-        """Delayed tasks and due retries by due time; the cursor is the last due score."""
+        """Delayed tasks and due retries by due time; the cursor is "<due ms>-<tasks of it seen>".
+
+        Tasks submitted together with one delay share a due millisecond, so the cursor resumes by
+        offset within that score instead of skipping the rest of it (as list_tasks does).
+        """
         limit = _limit(limit)
-        lower = "-inf" if not _score_cursor(cursor) else "(" + str(cursor)
-        rows = self.client.zrangebyscore(self.keys.schedule(), lower, "+inf", start=0, num=limit + 1,
+        lower, seen = "-inf", 0
+        if cursor:
+            score, _, seen_text = cursor.partition("-")
+            if not _SCORE_RE.fullmatch(score) or not _OFFSET_RE.fullmatch(seen_text or "0"):
+                raise ValidationError("invalid cursor", field="cursor")
+            lower, seen = score, int(seen_text or 0)
+        rows = self.client.zrangebyscore(self.keys.schedule(), lower, "+inf", start=seen, num=limit + 1,
                                          withscores=True)
         more = len(rows) > limit
         rows = rows[:limit]
@@ -295,7 +318,13 @@ class InspectMixin:
                           "attempt": int(attempt or 0), "max_attempts": int(max_attempts or 0),
                           "due_at": iso(int(score)), "due_in_s": round((score - now) / 1000, 3),
                           "kind": "retry" if status == "RETRYING" else "delayed"})
-        return Page(items=items, next_cursor=str(int(rows[-1][1])) if more and rows else None)
+        if not (more and rows):
+            return Page(items=items, next_cursor=None)
+        last = rows[-1][1]
+        # Rows of the last score on this page, plus those skipped before it when the page began there.
+        at_last = sum(1 for _, score in rows if score == last) + (seen if lower != "-inf" and float(lower) == last
+                                                                   else 0)
+        return Page(items=items, next_cursor=f"{int(last)}-{at_last}")
 
     def scheduled_count(self: Engine) -> int:
         return int(self.client.zcard(self.keys.schedule()))
@@ -332,7 +361,8 @@ class InspectMixin:
         upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         items: list[dict[str, Any]] = []
         scanned, exhausted, last_seen = 0, False, None
-        while len(items) < limit and scanned < SCAN_BUDGET:
+        # One match past the page says whether an older page exists (see dlq_list).
+        while len(items) <= limit and scanned < SCAN_BUDGET:
             batch = self.client.xrevrange(self.keys.audit(), upper, "-", count=min(500, SCAN_BUDGET - scanned))
             if not batch:
                 exhausted = True
@@ -347,9 +377,11 @@ class InspectMixin:
                 items.append({"id": eid, "ts": iso(f.get("ts")), "actor": f.get("actor"),
                               "source": f.get("source"), "action": f.get("action"), "target": f.get("target"),
                               "count": int(f.get("count") or 0), "request_id": f.get("request_id") or None})
-                if len(items) == limit:
+                if len(items) > limit:
                     break
-        next_cursor = None if exhausted or (len(items) < limit and scanned < SCAN_BUDGET) else last_seen
+        if len(items) > limit:
+            return Page(items=items[:limit], next_cursor=items[limit - 1]["id"])
+        next_cursor = None if exhausted or scanned < SCAN_BUDGET else last_seen
         return Page(items=items, next_cursor=next_cursor)
 
     # -- console helpers (added for the operations console) -----------------------------------

@@ -12,8 +12,10 @@
     ARGV[9] last score passed ('' = none)   ARGV[10] ids of that score passed
     ARGV[11] stop after returning this many bytes (a record holds its payload, up to 1 MB)
   Output:
-    {examined, ids read, last score passed ('' if none), ids of it passed, records}: each record
-    is a task hash as flat field/value pairs; ids whose hash expired are passed over.
+    {examined, ids read, last score passed ('' if none), ids of it passed, records, positions}:
+    each record is a task hash as flat field/value pairs, and its position the {score, ids of it
+    passed} just after it (a cursor that resumes behind it); ids whose hash expired are passed
+    over.
 ]]
 local queue, status, ttype, prefix = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local wanted = tonumber(ARGV[8])
@@ -21,7 +23,7 @@ local last_score, seen = ARGV[9], tonumber(ARGV[10])
 local byte_budget, bytes = tonumber(ARGV[11]), 0
 local filtering = queue ~= '' or status ~= '' or ttype ~= ''
 local rows = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', ARGV[2], ARGV[3])
-local records, examined = {}, 0
+local records, positions, examined = {}, {}, 0
 for i = 1, #rows, 2 do
   examined = examined + 1
   local score = rows[i + 1]
@@ -37,9 +39,10 @@ for i = 1, #rows, 2 do
     local record = redis.call('HGETALL', key)
     if #record > 0 then  -- expired: its index entry outlives it until trimmed
       records[#records + 1] = record
+      positions[#positions + 1] = {score, seen}
       for _, value in ipairs(record) do bytes = bytes + #value end
       if #records >= wanted or bytes >= byte_budget then break end
     end
   end
 end
-return {examined, #rows / 2, last_score, seen, records}
+return {examined, #rows / 2, last_score, seen, records, positions}
