@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
-from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import DtqError, ValidationError
 
 from .middleware import request_id_of
@@ -46,8 +47,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return Response(envelope("REDIS_UNAVAILABLE", "Redis is unavailable; try again shortly", request),
                         status=503)
+    if wrong_database(exc):
+        return Response(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)
     if isinstance(exc, RequestDataTooBig):  # a body past DATA_UPLOAD_MAX_MEMORY_SIZE: 413, not Django's HTML 400
         return Response(envelope("PAYLOAD_TOO_LARGE", "request body is too large", request), status=413)
+    if isinstance(exc, Http404):
+        # DRF answers Django's Http404 as NotFound; say what was not found (an unknown ?format=
+        # is the usual one: content negotiation raises it with no message).
+        wanted = getattr(request, "query_params", {}).get("format")
+        known = [r.format for r in getattr(context.get("view"), "renderer_classes", ())]
+        exc = drf.NotFound(f"unknown format {wanted!r}: use one of {', '.join(known)}"
+                           if wanted and wanted not in known else str(exc) or "not found")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = drf.PermissionDenied(str(exc) or None)
     response = drf_handler(exc, context)
     if response is None:
         return None

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status
@@ -17,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dtq_core.admin import DlqSelection
-from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.engine import get_engine
 from dtq_core.errors import ValidationError
 from dtq_core.task import Status
@@ -232,6 +234,8 @@ def _method_not_allowed(request: HttpRequest) -> JsonResponse:
     return response
 
 
+# Probes are csrf_exempt so that a POST gets this 405, not the CSRF middleware's HTML 403.
+@csrf_exempt
 def health(request: HttpRequest) -> JsonResponse:
     """Liveness: 200 while the process serves requests."""
     if request.method not in ("GET", "HEAD"):
@@ -239,6 +243,7 @@ def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+@csrf_exempt
 def ready(request: HttpRequest) -> JsonResponse:
     """Readiness: 503 REDIS_UNAVAILABLE when Redis does not answer within the client timeout."""
     if request.method not in ("GET", "HEAD"):
@@ -247,6 +252,10 @@ def ready(request: HttpRequest) -> JsonResponse:
         get_engine().ping()
     except UNAVAILABLE_ERRORS:
         return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is unavailable", request), status=503)
+    except redis.exceptions.ResponseError as exc:
+        if not wrong_database(exc):
+            raise
+        return JsonResponse(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)
     return JsonResponse({"status": "ready"})
 
 

@@ -20,6 +20,13 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 
+WRONG_DATABASE = "DTQ_REDIS_URL names a database this Redis does not have (DB index is out of range)"
+
+
+def wrong_database(exc: BaseException) -> bool:
+    """Redis refused the SELECT of the URL's database: a configuration error, found on connect."""
+    return isinstance(exc, redis.exceptions.ResponseError) and "DB index is out of range" in str(exc)
+
 
 def sync_client(config: DtqConfig) -> redis.Redis:
     return redis.Redis.from_url(

@@ -48,6 +48,15 @@ def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: b
     return value
 
 
+def _is_unicode(text: str) -> bool:
+    """False for a string holding an unpaired surrogate, which cannot be encoded for Redis."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def validate(
     config: DtqConfig,
     type: Any,
@@ -83,6 +92,7 @@ def validate(
     )
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY
+        or not _is_unicode(idempotency_key)
     ):
         raise ValidationError(f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
                               field="idempotency_key")
@@ -91,14 +101,20 @@ def validate(
                                   ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"payload is not JSON-serialisable: {exc}", field="payload") from None
-    size = len(payload_json.encode())
+    except RecursionError:
+        raise ValidationError("payload is nested too deeply", field="payload") from None
+    try:
+        size = len(payload_json.encode())
+    except UnicodeEncodeError:  # a lone surrogate: from "\ud800" in JSON, or bytes decoded with surrogateescape
+        raise ValidationError("payload holds a string that is not valid Unicode (an unpaired surrogate)",
+                              field="payload") from None
     if size > config.payload_max_bytes:
         raise PayloadTooLarge(
             f"payload is {size} bytes; the limit is {config.payload_max_bytes} (DTQ_PAYLOAD_MAX_BYTES)",
             field="payload",
         )
     if request_id is not None:
-        request_id = str(request_id)[:MAX_REQUEST_ID]
+        request_id = str(request_id)[:MAX_REQUEST_ID].encode(errors="replace").decode()
     return Submission(
         task_id=uuid.uuid4().hex, type=type, payload_json=payload_json, queue=queue, priority=priority,
         delay_s=float(delay), ttl_s=None if ttl is None else float(ttl), max_attempts=attempts,

@@ -14,6 +14,14 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4008
 
 
+class NoRouteConsumer(AsyncWebsocketConsumer):
+    """Any other WebSocket path: the handshake is refused (daphne answers 403), where Channels'
+    router would raise and daphne answer 500 with a traceback in the log."""
+
+    async def connect(self) -> None:
+        await self.close()
+
+
 class EventsConsumer(AsyncWebsocketConsumer):
     buffer: ClientBuffer | None = None
     pump: asyncio.Task[None] | None = None

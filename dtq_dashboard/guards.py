@@ -7,6 +7,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+import redis
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
@@ -15,7 +16,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from dtq_core.admin import Actor
-from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, TaskNotFound, ValidationError
 
 from .models import ACTION_PERMISSIONS
@@ -46,6 +47,11 @@ def console_page(view: View) -> View:
             return view(request, *args, **kwargs)
         except UNAVAILABLE_ERRORS:
             logger.warning("console read failed: redis unavailable path=%s", request.path)
+            return unavailable(request)
+        except redis.exceptions.ResponseError as exc:
+            if not wrong_database(exc):
+                raise
+            logger.error("console read failed: %s", WRONG_DATABASE)
             return unavailable(request)
         except NOT_FOUND as exc:
             return render(request, "dtq_dashboard/error.html", {"title": "Not found", "detail": exc.message},

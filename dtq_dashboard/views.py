@@ -8,13 +8,14 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from dtq_core.admin import Actor, DlqSelection
 from dtq_core.connection import UNAVAILABLE_ERRORS
 from dtq_core.engine import get_engine
+from dtq_core.errors import TaskNotFound
 from dtq_core.task import TERMINAL
 
 from . import forms
@@ -100,7 +101,11 @@ def tasks(request: HttpRequest) -> HttpResponse:
         return _bad_filters(request, form, "tasks")
     data = form.cleaned_data
     if data["id"]:
-        return redirect("dtq_dashboard:task", task_id=data["id"].strip())
+        task_id = data["id"].strip()
+        try:
+            return redirect("dtq_dashboard:task", task_id=task_id)
+        except NoReverseMatch:  # a "/" cannot be in a task id, nor in the URL made of one
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id) from None
     page = get_engine().list_tasks(queue=data["queue"] or None, status=data["status"] or None,
                                    type=data["type"] or None, cursor=data["cursor"] or None, limit=PAGE)
     return _render(request, "tasks.html", {"form": form, "page": page, "filters": _query(data, "cursor", "id")},

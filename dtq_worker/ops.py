@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core.conf import get_config
-from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import DtqError
 from dtq_core.inspect import MAX_PAGE
 from dtq_core.task import valid_queue_name
@@ -50,6 +51,18 @@ def one_line_errors() -> Iterator[None]:
         raise CommandError(exc.message) from None
     except UNAVAILABLE_ERRORS as exc:
         raise CommandError(f"cannot reach Redis at {redacted(get_config().redis_url)}: {exc}") from None
+    except redis.exceptions.ResponseError as exc:
+        if wrong_database(exc):
+            raise CommandError(f"{WRONG_DATABASE}: {redacted(get_config().redis_url)}") from None
+        raise
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class OperatorCommand(BaseCommand):
@@ -70,6 +83,11 @@ class OperatorCommand(BaseCommand):
                                      parser_class=OneLineParser)
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        for name, value in options.items():
+            # Bytes that are not UTF-8 reach argv as lone surrogates, which cannot go to Redis.
+            for text in value if isinstance(value, list) else [value]:
+                if isinstance(text, str) and not _is_utf8(text):
+                    raise CommandError(f"argument {name}: {text!r} is not valid UTF-8 text", returncode=2)
         with one_line_errors():
             getattr(self, f"do_{action.replace('-', '_')}")(**options)
 

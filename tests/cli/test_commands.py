@@ -76,17 +76,29 @@ def test_dlq_discard_all_and_its_dry_run(live_engine: Engine) -> None:
     assert live_engine.audit_list(limit=1).items[0]["target"] == "dlq:type=dtq.fail"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("dlq", "retry"), "say which dead letters"),
-    (("dlq", "retry", "1-0", "--all"), "not both"),
-    (("dlq", "discard", "--queue", "a"), "say which dead letters"),
-    (("dlq", "retry", "not-an-id"), "is not a DLQ entry id"),
-    (("dlq", "retry", "1-0"), "no dead letter with id 1-0"),
+@pytest.mark.parametrize(("args", "message", "exit_code"), [
+    (("dlq", "retry"), "say which dead letters", 2),  # usage errors exit 2, as argparse's do
+    (("dlq", "retry", "1-0", "--all"), "not both", 2),
+    (("dlq", "discard", "--queue", "a"), "say which dead letters", 2),
+    (("dlq", "retry", "not-an-id"), "is not a DLQ entry id", 1),
+    (("dlq", "retry", "1-0"), "no dead letter with id 1-0", 1),
+    (("dlq", "retry", "--all", "--type", "\udcff"), "argument type: .* is not valid UTF-8", 2),
 ])
-def test_dlq_actions_refuse_bad_input(live_engine: Engine, args: tuple[str, ...], message: str) -> None:
-    with pytest.raises(CommandError, match=message):
+def test_dlq_actions_refuse_bad_input(live_engine: Engine, args: tuple[str, ...], message: str,
+                                      exit_code: int) -> None:
+    make_dead_letters(live_engine, 1)
+    with pytest.raises(CommandError, match=message) as refused:
         run(*args)
-    assert live_engine.audit_list().items == []
+    assert refused.value.returncode == exit_code
+    assert live_engine.audit_list().items == [] and live_engine.dlq_count() == 1
+
+
+def test_arguments_that_are_not_utf8_are_refused_in_one_line(live_engine: Engine) -> None:
+    # Bytes that are not UTF-8 (b"\xff") reach sys.argv as a lone surrogate.
+    for args in (("task", "show", "\udcff"), ("dlq", "list", "--q", "caf\udce9"), ("task", "cancel", "\udcff")):
+        with pytest.raises(CommandError, match="is not valid UTF-8") as refused:
+            run(*args)
+        assert refused.value.returncode == 2
 
 
 # -- queue ------------------------------------------------------------------------------------
@@ -166,6 +178,17 @@ def test_redis_down_exits_1_with_one_line_naming_it() -> None:
         [line] = proc.stderr.strip().splitlines()
         assert line.startswith("CommandError: cannot reach Redis at redis://:***@127.0.0.1:1/0")
         assert "hunter2" not in line
+
+
+def test_a_database_redis_does_not_have_exits_1_naming_the_variable(redis_server: RedisServer) -> None:
+    # Found only on connect (Redis has 16 databases by default), so this is not a start-up check.
+    url = redis_server.url.rsplit("/", 1)[0].replace("redis://", "redis://:hunter2@") + "/99"
+    for args in (("queue", "list"), ("runworker_dtq", "--burst")):
+        proc = manage(*args, env=worker_env(url, "dtqtest:wrongdb"))
+        assert proc.returncode == 1, proc.stderr
+        line = proc.stderr.strip().splitlines()[-1]
+        assert line.startswith("CommandError: DTQ_REDIS_URL names a database this Redis does not have"), proc.stderr
+        assert "Traceback" not in proc.stderr and "hunter2" not in proc.stderr
 
 
 @pytest.mark.parametrize("args", [("dlq", "show", "1-0"), ("dlq", "retry", "--all"), ("dlq", "discard", "1-0"),

@@ -47,6 +47,18 @@ def test_bin_dtq_runs_the_operator_commands_from_anywhere(
     assert live_engine.queue_detail("q")["paused"] is False and live_engine.dlq_count() == 0
 
 
+def test_bin_dtq_works_through_a_symlink_as_docs_cli_md_installs_it(
+        live_engine: Engine, redis_server: RedisServer, key_prefix: str, tmp_path: Path) -> None:
+    link = tmp_path / "bin" / "dtq"
+    link.parent.mkdir()
+    link.symlink_to(ROOT / "bin" / "dtq")
+    live_engine.enqueue("dtq.echo", queue="linked")
+    proc = subprocess.run([str(link), "queue", "list", "--json"], cwd=tmp_path, capture_output=True, text=True,
+                          env=worker_env(redis_server.url, key_prefix), check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [q["name"] for q in json.loads(proc.stdout)] == ["linked"]
+
+
 def test_python_m_dtq_worker_cli_works_outside_the_project(
         live_engine: Engine, redis_server: RedisServer, key_prefix: str, tmp_path: Path) -> None:
     make_dead_letters(live_engine, 1)

@@ -40,6 +40,8 @@ def test_it_reads_values_from_the_environment() -> None:
         ({"DTQ_HEARTBEAT_INTERVAL_S": "30"}, "DTQ_HEARTBEAT_INTERVAL_S"),
         ({"DTQ_REDIS_URL": "http://example"}, "DTQ_REDIS_URL"),
         ({"DTQ_REDIS_URL": "redis://host:notaport/0"}, "DTQ_REDIS_URL"),
+        ({"DTQ_REDIS_URL": "redis://host:6379/abc"}, "DTQ_REDIS_URL's path must be a database number"),
+        ({"DTQ_REDIS_URL": "redis://host:6379/0/1"}, "DTQ_REDIS_URL"),
         ({"DTQ_RESULT_MAX_BYTES": "0"}, "DTQ_RESULT_MAX_BYTES"),
         ({"DTQ_MAX_QUEUE_DEPTH": "-1"}, "DTQ_MAX_QUEUE_DEPTH"),
     ],
@@ -65,3 +67,9 @@ def test_every_entry_point_stops_with_one_line(command: list[str]) -> None:
     assert lines == ["dtq: invalid configuration: DTQ_HEARTBEAT_INTERVAL_S (40) must be less than "
                      "DTQ_VISIBILITY_TIMEOUT_S (30)"]
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("url", ["redis://host", "redis://host/", "redis://:pw@host:6380/15", "rediss://host:6380/3",
+                                 "unix:///run/redis.sock?db=2"])
+def test_redis_urls_with_or_without_a_database_number_are_accepted(url: str) -> None:
+    assert read_env({"DTQ_REDIS_URL": url}.get).redis_url == url

@@ -68,6 +68,13 @@ def test_a_gate_of_zero_is_off(config: DtqConfig) -> None:
         engine.enqueue("dtq.echo")
 
 
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
@@ -79,6 +86,9 @@ def test_a_gate_of_zero_is_off(config: DtqConfig) -> None:
         ({"max_attempts": 1.5}, "max_attempts"), ({"max_attempts": True}, "max_attempts"),
         ({"timeout_seconds": -3}, "timeout_seconds"), ({"idempotency_key": ""}, "idempotency_key"),
         ({"idempotency_key": "k" * 201}, "idempotency_key"), ({"payload": {1, 2}}, "payload"),
+        # Lone surrogates (bytes decoded with surrogateescape, or "\ud800" in JSON) and deep nesting
+        ({"payload": {"name": "caf\udce9"}}, "payload"), ({"idempotency_key": "k\ud800"}, "idempotency_key"),
+        ({"payload": _nested(5000)}, "payload"),
     ],
 )
 def test_bad_input_is_refused_naming_the_field_and_stores_nothing(

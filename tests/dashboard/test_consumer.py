@@ -197,3 +197,17 @@ def test_the_subscription_comes_back_after_a_redis_restart_and_asks_pages_to_res
         assert asyncio.run(scenario()) == ["feed.status", "feed.resync", "9-7"]
     finally:
         server.stop()
+
+
+def test_a_socket_to_any_other_path_is_refused_not_an_error() -> None:
+    # Through the project's ASGI application: Channels' router used to raise (daphne: 500 and a
+    # traceback in the log) for a path it has no route for.
+    from dtq_site.asgi import application
+
+    async def scenario(url: str) -> tuple[bool, Any]:
+        socket = WebsocketCommunicator(application, url)
+        return await socket.connect()
+
+    for url in ("/ws/nope", "/", "/ws/events/extra"):
+        connected, _ = asyncio.run(scenario(url))
+        assert connected is False, url

@@ -130,7 +130,7 @@ def test_task_search_by_id_redirects_to_the_task(client: Client, live_engine: En
 
 
 @pytest.mark.parametrize("path", ["/queues/nope/", "/queues/Bad Name!/", "/tasks/missing-task/", "/tasks/a:b/",
-                                  "/queues/dlq/"])
+                                  "/queues/dlq/", "/tasks/?id=a/b", "/tasks/?id=%2F"])
 def test_unknown_things_are_404_pages(client: Client, live_engine: Engine, path: str) -> None:
     response = client.get(path)
     assert response.status_code == 404 and b"Not found" in response.content

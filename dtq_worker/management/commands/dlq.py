@@ -60,9 +60,10 @@ class Command(OperatorCommand):
     def _act(self, verb: str, done: str, *, ids: list[str], all: bool, queue: str | None, type: str | None,
              dry_run: bool, **_: Any) -> None:
         if ids and (all or queue or type):
-            raise CommandError("give entry ids or --all (with optional --queue/--type), not both")
+            raise CommandError("give entry ids or --all (with optional --queue/--type), not both", returncode=2)
         if not ids and not all:
-            raise CommandError(f"say which dead letters to {verb}: entry ids, or --all [--queue Q] [--type T]")
+            raise CommandError(f"say which dead letters to {verb}: entry ids, or --all [--queue Q] [--type T]",
+                               returncode=2)
         selection = DlqSelection(ids=tuple(ids), queue=queue, type=type, all=all and not ids)
         engine = get_engine()
         if dry_run:

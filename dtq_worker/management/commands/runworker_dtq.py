@@ -12,16 +12,18 @@ import sys
 import threading
 from typing import Any
 
+import redis
 from django.core import checks
 from django.core.checks.registry import CheckRegistry
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core.conf import get_config
-from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import WorkerNameTaken
 from dtq_core.registry import import_task_modules
 from dtq_core.task import valid_queue_name
 from dtq_core.worker import Worker
+from dtq_worker.ops import redacted
 
 logger = logging.getLogger("dtq.worker")
 
@@ -100,7 +102,11 @@ class Command(BaseCommand):
         except WorkerNameTaken as exc:
             raise CommandError(str(exc)) from None
         except UNAVAILABLE_ERRORS as exc:
-            raise CommandError(f"cannot reach Redis at {config.redis_url}: {exc}") from None
+            raise CommandError(f"cannot reach Redis at {redacted(config.redis_url)}: {exc}") from None
+        except redis.exceptions.ResponseError as exc:
+            if wrong_database(exc):
+                raise CommandError(f"{WRONG_DATABASE}: {redacted(config.redis_url)}") from None
+            raise
         sys.stdout.flush()
         sys.stderr.flush()
         if worker.runner.detached_threads:

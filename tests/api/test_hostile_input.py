@@ -1,0 +1,91 @@
+"""Valid JSON that Python cannot take further, odd formats and methods, and a Redis URL naming a
+database Redis does not have: each is a clear error in the envelope, never a 500, and loses or
+changes nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from dtq_core.engine import Engine
+
+from ..redis_server import RedisServer
+from .support import assert_error, audit_entries, make_dead_letters
+
+LONE = '"\\ud800"'  # JSON text: an escaped unpaired surrogate, which parses but is not Unicode
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def post(api: APIClient, path: str, raw: str, **headers: str) -> Any:
+    """POST JSON text, with @LONE and @DEEP standing for those two values."""
+    raw = raw.replace("@LONE", LONE).replace("@DEEP", DEEP)
+    return api.post(path, raw, content_type="application/json", headers=headers)
+
+
+@pytest.mark.parametrize("raw", [
+    '{"type": "dtq.echo", "payload": @LONE}',
+    '{"type": "dtq.echo", "payload": {@LONE: 1}}',
+    '{"type": "dtq.echo", "idempotency_key": @LONE}',
+    '{"type": "dtq.echo", "payload": ["ok", {"deeper": ["x\\udfffy"]}]}',
+    '{"type": "dtq.echo", "payload": @DEEP}',
+])
+def test_submit_refuses_strings_that_are_not_unicode_and_deep_nesting(api: APIClient, live_engine: Engine,
+                                                                      raw: str) -> None:
+    error = assert_error(post(api, "/api/v1/tasks", raw), 400, "MALFORMED_JSON")
+    assert "surrogate" in error["message"] or "nested too deeply" in error["message"]
+    assert live_engine.queue_stats(["default"])[0]["waiting"] == 0
+
+
+def test_a_surrogate_pair_is_an_ordinary_character(api: APIClient) -> None:
+    response = post(api, "/api/v1/tasks", '{"type": "dtq.echo", "payload": "\\ud83d\\ude00 and \\\\ud800"}')
+    assert response.status_code == 201
+    assert response.json()["payload"] == "\U0001F600 and \\ud800"  # an escaped backslash is not an escape
+
+
+def test_one_bad_item_fails_the_batch_body_before_anything_is_queued(api: APIClient, live_engine: Engine) -> None:
+    raw = '{"tasks": [{"type": "dtq.echo"}, {"type": "dtq.echo", "payload": @LONE}]}'
+    assert_error(post(api, "/api/v1/tasks/batch", raw), 400, "MALFORMED_JSON")
+    assert live_engine.queue_stats(["default"])[0]["waiting"] == 0
+
+
+@pytest.mark.parametrize("raw", ['{"type": @LONE}', '{"q": @LONE}', '{"task_ids": [@LONE]}',
+                                 '{"queue": "default", "type": @DEEP}'])
+def test_bulk_dlq_actions_refuse_them_and_change_and_audit_nothing(api: APIClient, live_engine: Engine,
+                                                                  raw: str) -> None:
+    make_dead_letters(live_engine, 2)
+    for path in ("/api/v1/dlq/retry", "/api/v1/dlq/discard"):
+        assert_error(post(api, path, raw), 400, "MALFORMED_JSON")
+    assert live_engine.dlq_count() == 2 and audit_entries(live_engine) == []
+
+
+def test_an_unknown_format_is_404_with_a_message(api: APIClient) -> None:
+    error = assert_error(api.get("/api/v1/tasks?format=xml"), 404, "NOT_FOUND")
+    assert "'xml'" in error["message"] and "json" in error["message"]
+    assert api.get("/api/v1/tasks?format=json").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/health", "/ready"])
+def test_probes_answer_other_methods_with_405_json_not_a_csrf_page(path: str) -> None:
+    client = APIClient(enforce_csrf_checks=True)  # as a browser or load balancer meets them
+    for method in (client.post, client.put, client.delete):
+        response = method(path)
+        assert_error(response, 405, "METHOD_NOT_ALLOWED")
+        assert response["Allow"] == "GET, HEAD"
+
+
+def test_metrics_answers_a_post_with_405(live_engine: Engine) -> None:
+    response = APIClient(enforce_csrf_checks=True).post("/metrics")
+    assert response.status_code == 405 and response["Allow"] == "GET, HEAD"
+
+
+def test_a_database_redis_does_not_have_is_503_naming_the_variable(settings: Any, redis_server: RedisServer) -> None:
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/99"}
+    api = APIClient()
+    for path in ("/ready", "/api/v1/queues", "/api/v1/tasks/abc", "/api/v1/dlq"):
+        error = assert_error(api.get(path), 503, "REDIS_UNAVAILABLE")
+        assert "DTQ_REDIS_URL" in error["message"] and "DB index is out of range" in error["message"]
+    response = api.post("/api/v1/tasks", json.dumps({"type": "dtq.echo"}), content_type="application/json")
+    assert_error(response, 503, "REDIS_UNAVAILABLE")
