@@ -14,14 +14,16 @@ class SubmitSerializer(serializers.Serializer):
     """Shape checks only; the engine's validator owns the rules so every surface agrees."""
 
     type = serializers.JSONField()
-    payload = serializers.JSONField(required=False, default=dict)
+    # null is "not given" for the optional fields (as None is in dtq_tasks.enqueue): payload {},
+    # no delay, no ttl, the configured attempts and timeout, no idempotency key.
+    payload = serializers.JSONField(required=False, default=dict, allow_null=True)
     queue = serializers.JSONField(required=False, default="default")
     priority = serializers.JSONField(required=False, default="normal")
-    delay_seconds = serializers.JSONField(required=False, default=0)
-    ttl_seconds = serializers.JSONField(required=False, default=None)
-    max_attempts = serializers.JSONField(required=False, default=None)
-    timeout_seconds = serializers.JSONField(required=False, default=None)
-    idempotency_key = serializers.JSONField(required=False, default=None)
+    delay_seconds = serializers.JSONField(required=False, default=0, allow_null=True)
+    ttl_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
+    max_attempts = serializers.JSONField(required=False, default=None, allow_null=True)
+    timeout_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
+    idempotency_key = serializers.JSONField(required=False, default=None, allow_null=True)
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):

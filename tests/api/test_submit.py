@@ -53,6 +53,17 @@ def test_the_same_idempotency_key_answers_200_with_the_first_task(api: APIClient
     assert again.json()["id"] == first.json()["id"] and again.json()["payload"] == {"v": 1}
 
 
+def test_null_optional_fields_mean_not_given(api: APIClient, live_engine: Engine) -> None:
+    response = post(api, {"type": "dtq.echo", "payload": None, "delay_seconds": None, "ttl_seconds": None,
+                          "max_attempts": None, "timeout_seconds": None, "idempotency_key": None})
+    assert response.status_code == 201, response.content
+    task = response.json()
+    assert task["payload"] == {} and task["status"] == "QUEUED" and task["expires_at"] is None
+    assert task["max_attempts"] == live_engine.config.max_attempts and task["idempotency_key"] is None
+    for field in ("type", "queue", "priority"):
+        assert_error(post(api, {"type": "dtq.echo", field: None}), 400, "VALIDATION_ERROR")
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [
