@@ -99,6 +99,9 @@ class DlqSelection:
         bad = next((i for i in self.ids if not valid_stream_id(i)), None)
         if bad is not None:
             raise ValidationError(f"{bad[:80]!r} is not a DLQ entry id (like 1700000000000-0)", field="ids")
+        if self.queue and not valid_queue_name(self.queue):
+            raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63} (and not be dlq or audit)",
+                                  field="queue")
         if any(not 0 < len(t) <= 128 for t in self.task_ids):
             raise ValidationError("task_ids must be 1-128 characters each", field="task_ids")
         if self.ids and self.task_ids:

@@ -74,6 +74,16 @@ def _score_cursor(cursor: str | None) -> str | None:
     return cursor or None
 
 
+def _queue_filter(queue: str | None) -> str | None:
+    """A queue filter names a possible queue: a typo is a 400, not an empty page."""
+    if queue and not valid_queue_name(queue):
+        raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63} (and not be dlq or audit)", field="queue")
+    return queue or None
+
+
+AUDIT_SOURCES = ("api", "console", "cli")
+
+
 def _limit(limit: int | None, default: int = 50) -> int:
     if limit is None:
         return default
@@ -179,6 +189,7 @@ class InspectMixin:
         members of a past millisecond do not change between pages.
         """
         limit = _limit(limit)
+        queue = _queue_filter(queue)
         upper, seen_at_score, last_score = "+inf", 0, None
         if cursor:
             score, _, seen = cursor.partition("-")
@@ -217,6 +228,7 @@ class InspectMixin:
                  cursor: str | None = None, limit: int | None = None) -> Page:
         """Dead letters newest first, filtered by queue, type and text in error or payload."""
         limit = _limit(limit)
+        queue = _queue_filter(queue)
         upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         # One match past the page says whether an older page exists, so a full page that ends on
         # the last match offers no cursor to an empty one. Without it (budget spent first), the
@@ -358,6 +370,8 @@ class InspectMixin:
     def audit_list(self: Engine, *, action: str | None = None, actor: str | None = None,
                    source: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
         limit = _limit(limit)
+        if source and source not in AUDIT_SOURCES:
+            raise ValidationError(f"source must be one of {', '.join(AUDIT_SOURCES)}", field="source")
         upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         items: list[dict[str, Any]] = []
         scanned, exhausted, last_seen = 0, False, None
@@ -418,6 +432,7 @@ class InspectMixin:
         within the newest `budget` entries; `exact` is False when older entries were not examined
         (the action itself still matches every entry).
         """
+        queue = _queue_filter(queue)
         if not (type or q):
             if queue:
                 return {"count": max(0, int(self.client.hget(self.keys.dlq_counts(), queue) or 0)), "exact": True}

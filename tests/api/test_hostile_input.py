@@ -89,3 +89,21 @@ def test_a_database_redis_does_not_have_is_503_naming_the_variable(settings: Any
         assert "DTQ_REDIS_URL" in error["message"] and "DB index is out of range" in error["message"]
     response = api.post("/api/v1/tasks", json.dumps({"type": "dtq.echo"}), content_type="application/json")
     assert_error(response, 503, "REDIS_UNAVAILABLE")
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    ("/api/v1/dlq?queue=Not%20A%20Queue", "queue"), ("/api/v1/tasks?queue=dlq", "queue"),
+    ("/api/v1/audit?source=email", "source"),
+])
+def test_a_filter_that_can_match_nothing_is_a_400_not_an_empty_page(api: APIClient, path: str, field: str) -> None:
+    # A typo in a filter used to give an empty page, which reads as "nothing there".
+    assert assert_error(api.get(path), 400, "VALIDATION_ERROR")["field"] == field
+
+
+def test_a_bulk_action_on_a_queue_name_that_cannot_exist_is_refused_and_not_audited(
+        api: APIClient, live_engine: Engine) -> None:
+    make_dead_letters(live_engine, 1)
+    for path in ("/api/v1/dlq/retry", "/api/v1/dlq/discard"):
+        error = assert_error(post(api, path, '{"queue": "Default"}'), 400, "VALIDATION_ERROR")
+        assert error["field"] == "queue"
+    assert live_engine.dlq_count() == 1 and audit_entries(live_engine) == []

@@ -83,6 +83,7 @@ def test_dlq_discard_all_and_its_dry_run(live_engine: Engine) -> None:
     (("dlq", "retry", "not-an-id"), "is not a DLQ entry id", 1),
     (("dlq", "retry", "1-0"), "no dead letter with id 1-0", 1),
     (("dlq", "retry", "--all", "--type", "\udcff"), "argument type: .* is not valid UTF-8", 2),
+    (("dlq", "retry", "--all", "--queue", "Default"), "argument --queue: 'Default' is not a queue name", 1),
 ])
 def test_dlq_actions_refuse_bad_input(live_engine: Engine, args: tuple[str, ...], message: str,
                                       exit_code: int) -> None:

@@ -8,7 +8,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from dtq_core.admin import Actor, DlqSelection
 from dtq_core.engine import get_engine
-from dtq_worker.ops import OperatorCommand, page_limit, short
+from dtq_worker.ops import OperatorCommand, page_limit, queue_name, short
 
 HEADERS = ("ENTRY ID", "TASK ID", "QUEUE", "TYPE", "ATTEMPT", "FAILED AT", "ERROR")
 
@@ -34,7 +34,7 @@ class Command(OperatorCommand):
 
     @staticmethod
     def _filters(parser: CommandParser) -> None:
-        parser.add_argument("--queue", default=None, help="only this queue")
+        parser.add_argument("--queue", type=queue_name, default=None, help="only this queue")
         parser.add_argument("--type", default=None, help="only this task type")
 
     def do_list(self, *, queue: str | None, type: str | None, q: str | None, limit: int, json: bool,
