@@ -11,11 +11,12 @@ django_asgi_app = get_sync_chain_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from dtq_dashboard.origin import SameOriginWebSocket  # noqa: E402
 from dtq_dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+        "websocket": SameOriginWebSocket(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -211,3 +211,28 @@ def test_a_socket_to_any_other_path_is_refused_not_an_error() -> None:
     for url in ("/ws/nope", "/", "/ws/events/extra"):
         connected, _ = asyncio.run(scenario(url))
         assert connected is False, url
+
+
+def test_a_browser_socket_from_another_site_is_refused(live_engine: Engine, settings: Any) -> None:
+    # Cross-site WebSocket hijacking: another site's page would read the feed with the console's
+    # cookie. The Origin must be the host itself or a trusted origin; no Origin is not a browser.
+    from dtq_site.asgi import application
+
+    settings.CSRF_TRUSTED_ORIGINS = ["https://console.example"]
+
+    async def scenario(headers: list[tuple[bytes, bytes]]) -> bool:
+        socket = WebsocketCommunicator(application, "/ws/events", headers=headers)
+        connected, _ = await socket.connect()
+        if connected:
+            await socket.disconnect()
+        return connected
+
+    host = (b"host", b"127.0.0.1:8000")
+    cases = [([host, (b"origin", b"https://evil.example")], False),
+             ([host, (b"origin", b"http://127.0.0.1:8001")], False),
+             ([host, (b"origin", b"null")], False),
+             ([host, (b"origin", b"http://127.0.0.1:8000")], True),
+             ([host, (b"origin", b"https://console.example")], True),
+             ([host], True)]
+    for headers, allowed in cases:
+        assert asyncio.run(scenario(headers)) is allowed, headers
