@@ -48,7 +48,7 @@ def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: b
     return value
 
 
-def _is_unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
     """False for a string holding an unpaired surrogate, which cannot be encoded for Redis."""
     try:
         text.encode()
@@ -92,7 +92,7 @@ def validate(
     )
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY
-        or not _is_unicode(idempotency_key)
+        or not is_unicode(idempotency_key)
     ):
         raise ValidationError(f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
                               field="idempotency_key")

@@ -20,6 +20,7 @@ from dtq_core.conf import get_config
 from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import DtqError
 from dtq_core.inspect import MAX_PAGE
+from dtq_core.submit import is_unicode
 from dtq_core.task import valid_queue_name
 
 
@@ -57,14 +58,6 @@ def one_line_errors() -> Iterator[None]:
         raise
 
 
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 class OperatorCommand(BaseCommand):
     """Base of `manage.py dlq|queue|task`: subcommands dispatched to `do_<name>` methods."""
 
@@ -86,7 +79,7 @@ class OperatorCommand(BaseCommand):
         for name, value in options.items():
             # Bytes that are not UTF-8 reach argv as lone surrogates, which cannot go to Redis.
             for text in value if isinstance(value, list) else [value]:
-                if isinstance(text, str) and not _is_utf8(text):
+                if isinstance(text, str) and not is_unicode(text):
                     raise CommandError(f"argument {name}: {text!r} is not valid UTF-8 text", returncode=2)
         with one_line_errors():
             getattr(self, f"do_{action.replace('-', '_')}")(**options)
