@@ -24,7 +24,7 @@ SCAN_CALL_BYTES = 1 << 20  # text one scan script call looks at or returns: it h
 STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 MAX_ID_PART = 2**64 - 1
 _SCORE_RE = re.compile(r"[0-9]{1,20}")
-_OFFSET_RE = re.compile(r"[0-9]{1,9}")
+_TASK_ID_RE = re.compile(r"[0-9A-Za-z_.-]{1,128}")  # ids dtq makes are 32 hex digits
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -303,20 +303,20 @@ class InspectMixin:
 
     # -- schedule, workers, audit ---------------------------------------------------------------
     def schedule_list(self: Engine, *, cursor: str | None = None, limit: int | None = None) -> Page:
-        """Delayed tasks and due retries by due time; the cursor is "<due ms>-<tasks of it seen>".
+        """Delayed tasks and due retries by due time; the cursor is "<due ms>-<last task id>".
 
-        Tasks submitted together with one delay share a due millisecond, so the cursor resumes by
-        offset within that score instead of skipping the rest of it (as list_tasks does).
+        Tasks submitted together with one delay share a due millisecond, so the cursor names the
+        last task shown and the next page starts right after it (pageSchedule); a bare
+        "<due ms>" (links made before) starts after that millisecond.
         """
         limit = _limit(limit)
-        lower, seen = "-inf", 0
+        due, after = "", ""
         if cursor:
-            score, _, seen_text = cursor.partition("-")
-            if not _SCORE_RE.fullmatch(score) or not _OFFSET_RE.fullmatch(seen_text or "0"):
+            due, _, after = cursor.partition("-")
+            if not _SCORE_RE.fullmatch(due) or (after and not _TASK_ID_RE.fullmatch(after)):
                 raise ValidationError("invalid cursor", field="cursor")
-            lower, seen = score, int(seen_text or 0)
-        rows = self.client.zrangebyscore(self.keys.schedule(), lower, "+inf", start=seen, num=limit + 1,
-                                         withscores=True)
+        flat = self.scripts("pageSchedule", keys=[self.keys.schedule()], args=[due, after, limit + 1])
+        rows = [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
         more = len(rows) > limit
         rows = rows[:limit]
         pipe = self.client.pipeline(transaction=False)
@@ -330,13 +330,8 @@ class InspectMixin:
                           "attempt": int(attempt or 0), "max_attempts": int(max_attempts or 0),
                           "due_at": iso(int(score)), "due_in_s": round((score - now) / 1000, 3),
                           "kind": "retry" if status == "RETRYING" else "delayed"})
-        if not (more and rows):
-            return Page(items=items, next_cursor=None)
-        last = rows[-1][1]
-        # Rows of the last score on this page, plus those skipped before it when the page began there.
-        at_last = sum(1 for _, score in rows if score == last) + (seen if lower != "-inf" and float(lower) == last
-                                                                   else 0)
-        return Page(items=items, next_cursor=f"{int(last)}-{at_last}")
+        next_cursor = f"{int(rows[-1][1])}-{rows[-1][0]}" if more and rows else None
+        return Page(items=items, next_cursor=next_cursor)
 
     def scheduled_count(self: Engine) -> int:
         return int(self.client.zcard(self.keys.schedule()))
