@@ -99,7 +99,7 @@ def _check_url(url: str) -> None:
         parsed.port  # noqa: B018 - raises ValueError for a non-numeric port
     except ValueError:
         raise ConfigError(f"DTQ_REDIS_URL has an invalid port (got {url!r})") from None
-    if parsed.scheme != "unix" and not re.fullmatch(r"/?[0-9]{0,9}", parsed.path):
+    if parsed.scheme != "unix" and "db=" not in parsed.query and not re.fullmatch(r"/?[0-9]{0,9}/?", parsed.path):
         # redis-py would quietly use database 0 for "redis://host/abc".
         raise ConfigError(f"DTQ_REDIS_URL's path must be a database number, as in redis://host:6379/0 (got {url!r})")
 

@@ -27,12 +27,14 @@ View = Callable[..., HttpResponse]
 NOT_FOUND = (TaskNotFound, QueueNotFound, DeadLetterNotFound)
 
 
-def unavailable(request: HttpRequest) -> HttpResponse:
-    return render(request, "dtq_dashboard/error.html", {
-        "title": "Redis is unavailable",
-        "detail": "The console cannot reach Redis right now. Nothing was read or changed; "
-                  "this page works again as soon as Redis answers (check /ready).",
-    }, status=503)
+def unavailable(request: HttpRequest, exc: BaseException | None = None) -> HttpResponse:
+    if exc is not None and wrong_database(exc):
+        detail = f"{WRONG_DATABASE}. Nothing was read or changed; fix the setting and restart."
+    else:
+        detail = ("The console cannot reach Redis right now. Nothing was read or changed; "
+                  "this page works again as soon as Redis answers (check /ready).")
+    return render(request, "dtq_dashboard/error.html", {"title": "Redis is unavailable", "detail": detail},
+                  status=503)
 
 
 def console_page(view: View) -> View:
@@ -52,7 +54,7 @@ def console_page(view: View) -> View:
             if not wrong_database(exc):
                 raise
             logger.error("console read failed: %s", WRONG_DATABASE)
-            return unavailable(request)
+            return unavailable(request, exc)
         except NOT_FOUND as exc:
             return render(request, "dtq_dashboard/error.html", {"title": "Not found", "detail": exc.message},
                           status=404)
@@ -103,6 +105,11 @@ def console_action(codename: str, *, default_next: Callable[..., str]) -> Callab
             except UNAVAILABLE_ERRORS:
                 logger.warning("console action failed: redis unavailable path=%s", request.path)
                 return unavailable(request)
+            except redis.exceptions.ResponseError as exc:
+                if not wrong_database(exc):
+                    raise
+                logger.error("console action failed: %s", WRONG_DATABASE)
+                return unavailable(request, exc)
             except DtqError as exc:
                 messages.error(request, exc.message)
                 return redirect(back)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import redis
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -13,7 +14,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from dtq_core.admin import Actor, DlqSelection
-from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.engine import get_engine
 from dtq_core.errors import TaskNotFound
 from dtq_core.task import TERMINAL
@@ -73,6 +74,10 @@ def state(request: HttpRequest) -> JsonResponse:
     except UNAVAILABLE_ERRORS:
         return JsonResponse({"error": {"code": "REDIS_UNAVAILABLE", "message": "Redis is unavailable"}},
                             status=503)
+    except redis.exceptions.ResponseError as exc:
+        if not wrong_database(exc):
+            raise
+        return JsonResponse({"error": {"code": "REDIS_UNAVAILABLE", "message": WRONG_DATABASE}}, status=503)
     return JsonResponse(data)
 
 

@@ -83,7 +83,6 @@ def test_dlq_discard_all_and_its_dry_run(live_engine: Engine) -> None:
     (("dlq", "retry", "not-an-id"), "is not a DLQ entry id", 1),
     (("dlq", "retry", "1-0"), "no dead letter with id 1-0", 1),
     (("dlq", "retry", "--all", "--type", "\udcff"), "argument type: .* is not valid UTF-8", 2),
-    (("dlq", "retry", "--all", "--queue", "Default"), "argument --queue: 'Default' is not a queue name", 1),
 ])
 def test_dlq_actions_refuse_bad_input(live_engine: Engine, args: tuple[str, ...], message: str,
                                       exit_code: int) -> None:
@@ -179,6 +178,14 @@ def test_redis_down_exits_1_with_one_line_naming_it() -> None:
         [line] = proc.stderr.strip().splitlines()
         assert line.startswith("CommandError: cannot reach Redis at redis://:***@127.0.0.1:1/0")
         assert "hunter2" not in line
+
+
+def test_a_queue_filter_that_cannot_exist_exits_2_as_bad_arguments(redis_server: RedisServer, key_prefix: str) -> None:
+    for args in (("dlq", "retry", "--all", "--queue", "Default"), ("dlq", "list", "--queue", "dlq")):
+        proc = manage(*args, env=worker_env(redis_server.url, key_prefix))
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        [line] = proc.stderr.strip().splitlines()
+        assert "argument --queue:" in line and "is not a queue name" in line
 
 
 def test_a_database_redis_does_not_have_exits_1_naming_the_variable(redis_server: RedisServer) -> None:

@@ -70,6 +70,7 @@ def test_every_entry_point_stops_with_one_line(command: list[str]) -> None:
 
 
 @pytest.mark.parametrize("url", ["redis://host", "redis://host/", "redis://:pw@host:6380/15", "rediss://host:6380/3",
-                                 "unix:///run/redis.sock?db=2"])
+                                 "unix:///run/redis.sock?db=2", "redis://host/0/", "redis://host?db=3",
+                                 "redis://[::1]:6379/1"])
 def test_redis_urls_with_or_without_a_database_number_are_accepted(url: str) -> None:
     assert read_env({"DTQ_REDIS_URL": url}.get).redis_url == url

@@ -215,10 +215,11 @@ def test_a_socket_to_any_other_path_is_refused_not_an_error() -> None:
 
 def test_a_browser_socket_from_another_site_is_refused(live_engine: Engine, settings: Any) -> None:
     # Cross-site WebSocket hijacking: another site's page would read the feed with the console's
-    # cookie. The Origin must be the host itself or a trusted origin; no Origin is not a browser.
+    # cookie. The Origin must be the host itself (an allowed host) or a trusted origin; a
+    # handshake with no Origin is not a browser's.
     from dtq_site.asgi import application
 
-    settings.CSRF_TRUSTED_ORIGINS = ["https://console.example"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://console.example", "https://*.ops.example"]
 
     async def scenario(headers: list[tuple[bytes, bytes]]) -> bool:
         socket = WebsocketCommunicator(application, "/ws/events", headers=headers)
@@ -231,8 +232,15 @@ def test_a_browser_socket_from_another_site_is_refused(live_engine: Engine, sett
     cases = [([host, (b"origin", b"https://evil.example")], False),
              ([host, (b"origin", b"http://127.0.0.1:8001")], False),
              ([host, (b"origin", b"null")], False),
+             ([host, (b"origin", b"http://[::1")], False),  # malformed: refused, not a traceback
+             ([host, (b"origin", b"http://127.0.0.1:8000"), (b"origin", b"https://evil.example")], False),
+             # DNS rebinding: the attacker's name resolves to this server, Host and Origin agree
+             ([(b"host", b"evil.example:8000"), (b"origin", b"http://evil.example:8000")], False),
              ([host, (b"origin", b"http://127.0.0.1:8000")], True),
+             ([(b"host", b"localhost:8000"), (b"origin", b"http://localhost:8000")], True),
              ([host, (b"origin", b"https://console.example")], True),
+             ([host, (b"origin", b"https://a.ops.example")], True),
+             ([host, (b"origin", b"http://a.ops.example")], False),
              ([host], True)]
     for headers, allowed in cases:
         assert asyncio.run(scenario(headers)) is allowed, headers

@@ -165,6 +165,18 @@ def test_redis_down_gives_503_pages_fast(client: Client) -> None:
     assert client.get("/console/state.json").status_code == 503
 
 
+def test_a_database_redis_does_not_have_gives_503_pages_saying_so(settings: Any, redis_server: RedisServer,
+                                                                  login: Callable[[str], Client]) -> None:
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/99"}
+    admin = login("admin")
+    for response in (admin.get("/"), admin.get("/dlq/"), admin.post("/queues/default/pause"),
+                     admin.post("/tasks/abc/cancel"), admin.post("/dlq/retry", {"ids": ["1-1"]})):
+        assert response.status_code == 503, response.content[:300]
+        assert b"DB index is out of range" in response.content
+    state = admin.get("/console/state.json")
+    assert state.status_code == 503 and "DTQ_REDIS_URL" in state.json()["error"]["message"]
+
+
 def test_frozen_redis_gives_503_within_2_seconds(tmp_path: Path, settings: Any, client: Client) -> None:
     with RedisServer(tmp_path / "frozen", appendonly=False) as server:
         settings.DTQ = {**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": "frozen"}
