@@ -98,6 +98,8 @@ class TaskSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField(allow_null=True)
     request_id = serializers.CharField(allow_null=True)
     dlq_entry_id = serializers.CharField(required=False)
+    dlq_discarded_at = serializers.CharField(required=False, help_text="when its dead letter was discarded")
+    retried_from_dlq_at = serializers.CharField(required=False, help_text="when it was last retried from the DLQ")
     result = serializers.JSONField(required=False)
 
 

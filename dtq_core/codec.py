@@ -39,6 +39,9 @@ def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, An
         out[name] = iso(fields.get(name) or None)
     if fields.get("dlq_entry_id"):
         out["dlq_entry_id"] = fields["dlq_entry_id"]
+    for name in ("dlq_discarded_at", "retried_from_dlq_at"):  # what an operator did with its dead letter
+        if fields.get(name):
+            out[name] = iso(fields[name])
     if result is not None:
         out["result"] = _json_or_raw(result)
     return out

@@ -54,6 +54,8 @@ def _first(*names: str) -> type[Exception]:
 InvalidTask = _first("InvalidTask", "InvalidTaskError")
 InvalidTaskBackend = _first("InvalidTaskBackend", "InvalidTaskBackendError")
 TaskResultDoesNotExist = _first("TaskResultDoesNotExist", "ResultDoesNotExist")
+# get_result of another task's id (Task.get_result checks the result belongs to that task)
+TaskResultMismatch = _first("TaskResultMismatch", "TaskResultDoesNotExist")
 
 task_enqueued = _signals.task_enqueued
 task_started = _signals.task_started
@@ -74,7 +76,7 @@ def normalize_json(value: Any) -> Any:
 
 __all__ = [
     "SOURCE", "BaseTaskBackend", "InvalidTask", "InvalidTaskBackend", "Task", "TaskContext", "TaskError",
-    "TaskResult", "TaskResultDoesNotExist", "TaskResultStatus", "default_task_backend", "normalize_json", "task",
-    "task_backends",
+    "TaskResult", "TaskResultDoesNotExist", "TaskResultMismatch", "TaskResultStatus", "default_task_backend",
+    "normalize_json", "task", "task_backends",
     "task_enqueued", "task_finished", "task_started",
 ]

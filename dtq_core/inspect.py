@@ -13,7 +13,7 @@ from . import codec
 from .clock import iso
 from .errors import DeadLetterNotFound, QueueNotFound, ValidationError
 from .keys import PRIORITIES, Keys
-from .task import valid_queue_name
+from .task import TASK_TYPE_RE, valid_queue_name
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -79,6 +79,12 @@ def _queue_filter(queue: str | None) -> str | None:
     if queue and not valid_queue_name(queue):
         raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63} (and not be dlq or audit)", field="queue")
     return queue or None
+
+
+def _type_filter(type: str | None) -> str | None:
+    if type and not TASK_TYPE_RE.fullmatch(type):
+        raise ValidationError("type must be 1-200 characters of letters, digits and _ . : -", field="type")
+    return type or None
 
 
 AUDIT_SOURCES = ("api", "console", "cli")
@@ -189,7 +195,7 @@ class InspectMixin:
         members of a past millisecond do not change between pages.
         """
         limit = _limit(limit)
-        queue = _queue_filter(queue)
+        queue, type = _queue_filter(queue), _type_filter(type)
         upper, seen_at_score, last_score = "+inf", 0, None
         if cursor:
             score, _, seen = cursor.partition("-")
@@ -228,7 +234,7 @@ class InspectMixin:
                  cursor: str | None = None, limit: int | None = None) -> Page:
         """Dead letters newest first, filtered by queue, type and text in error or payload."""
         limit = _limit(limit)
-        queue = _queue_filter(queue)
+        queue, type = _queue_filter(queue), _type_filter(type)
         upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         # One match past the page says whether an older page exists, so a full page that ends on
         # the last match offers no cursor to an empty one. Without it (budget spent first), the
@@ -427,7 +433,7 @@ class InspectMixin:
         within the newest `budget` entries; `exact` is False when older entries were not examined
         (the action itself still matches every entry).
         """
-        queue = _queue_filter(queue)
+        queue, type = _queue_filter(queue), _type_filter(type)
         if not (type or q):
             if queue:
                 return {"count": max(0, int(self.client.hget(self.keys.dlq_counts(), queue) or 0)), "exact": True}

@@ -24,6 +24,9 @@ try:
     DTQ_LOG_FORMAT = env.str("DTQ_LOG_FORMAT", default="").strip().lower() or "text"  # empty = unset
     if DTQ_LOG_FORMAT not in ("text", "json"):
         raise ConfigError(f"DTQ_LOG_FORMAT must be text or json (got {DTQ_LOG_FORMAT!r})")
+    DTQ_LOG_LEVEL = env.str("DTQ_LOG_LEVEL", default="").strip().upper() or "INFO"
+    if DTQ_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ConfigError(f"DTQ_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL (got {DTQ_LOG_LEVEL!r})")
 except ConfigError as exc:
     sys.stderr.write(f"dtq: invalid configuration: {exc}\n")
     raise SystemExit(2) from None
@@ -142,6 +145,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"text": {"()": "dtq_core.logs.TextFormatter"}, "json": {"()": "dtq_core.logs.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": DTQ_LOG_FORMAT}},
-    "root": {"handlers": ["console"], "level": env.str("DTQ_LOG_LEVEL", default="INFO")},
+    "root": {"handlers": ["console"], "level": DTQ_LOG_LEVEL},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }

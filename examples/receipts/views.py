@@ -6,16 +6,21 @@ import itertools
 
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from dtq_core.django_tasks import enqueue_on_commit
-from dtq_core.django_tasks_compat import TaskResultDoesNotExist  # django.tasks.exceptions on Django 6
+from dtq_core.django_tasks_compat import (  # django.tasks.exceptions on Django 6
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+)
 
 from .tasks import notify_warehouse, render_invoice_pdf, send_receipt
 
 _order_ids = itertools.count(1000)  # stands in for Order.objects.create(...).pk
 
 
+@csrf_exempt  # an endpoint for API clients (and the curl of the docs); a form view keeps CSRF
 @require_POST
 def checkout(request: HttpRequest) -> JsonResponse:
     email = request.POST.get("email", "")
@@ -34,7 +39,7 @@ def checkout(request: HttpRequest) -> JsonResponse:
 def receipt_status(request: HttpRequest, task_id: str) -> JsonResponse:
     try:
         result = send_receipt.get_result(task_id)
-    except TaskResultDoesNotExist:
+    except (TaskResultDoesNotExist, TaskResultMismatch):  # unknown, or another task's id
         return JsonResponse({"error": "no such receipt task"}, status=404)
     body = {"id": result.id, "status": result.status, "attempts": result.attempts,
             "worker_ids": result.worker_ids, "errors": [e.exception_class_path for e in result.errors]}

@@ -76,6 +76,7 @@ def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(api: APIClient
     assert response.status_code == 200 and response.json() == {"count": 1}
     task = live_engine.get_task(task_id)
     assert task["status"] == "QUEUED" and task["attempt"] == 0 and "dlq_entry_id" not in task
+    assert task["retried_from_dlq_at"].endswith("Z")
     assert task["expires_at"] is None  # an operator's retry is not undone by a passed ttl
     assert api.get("/api/v1/dlq").json()["results"] == []
     assert api.get("/api/v1/queues/default").json()["dlq"] == 0
@@ -96,6 +97,8 @@ def test_discard_drops_the_entry_and_records_it_on_the_task(
     assert live_engine.dlq_count() == 0 and live_engine.queue_detail("default")["dlq"] == 0
     assert live_engine.get_task(task_id)["status"] == "DEAD_LETTERED"
     assert redis_client.hget(live_engine.keys.task(task_id), "dlq_discarded_at")
+    shown = api.get(f"/api/v1/tasks/{task_id}").json()  # what the API says it records, it shows
+    assert shown["dlq_discarded_at"].endswith("Z") and "dlq_entry_id" not in shown
     assert live_engine.audit_list(limit=1).items[0]["action"] == "dlq.discard"
 
 

@@ -93,7 +93,8 @@ def test_a_database_redis_does_not_have_is_503_naming_the_variable(settings: Any
 
 @pytest.mark.parametrize(("path", "field"), [
     ("/api/v1/dlq?queue=Not%20A%20Queue", "queue"), ("/api/v1/tasks?queue=dlq", "queue"),
-    ("/api/v1/audit?source=email", "source"),
+    ("/api/v1/audit?source=email", "source"), ("/api/v1/tasks?type=bad%20type!", "type"),
+    ("/api/v1/dlq?type=bad%20type!", "type"),
 ])
 def test_a_filter_that_can_match_nothing_is_a_400_not_an_empty_page(api: APIClient, path: str, field: str) -> None:
     # A typo in a filter used to give an empty page, which reads as "nothing there".
@@ -106,4 +107,6 @@ def test_a_bulk_action_on_a_queue_name_that_cannot_exist_is_refused_and_not_audi
     for path in ("/api/v1/dlq/retry", "/api/v1/dlq/discard"):
         error = assert_error(post(api, path, '{"queue": "Default"}'), 400, "VALIDATION_ERROR")
         assert error["field"] == "queue"
+        error = assert_error(post(api, path, '{"all": true, "type": "bad type!"}'), 400, "VALIDATION_ERROR")
+        assert error["field"] == "type"
     assert live_engine.dlq_count() == 1 and audit_entries(live_engine) == []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from django.test import RequestFactory
+from django.test import Client, RequestFactory
 
 from dtq_core.django_tasks import DtqBackend
 from dtq_core.engine import Engine
@@ -43,6 +44,19 @@ def test_bad_input_and_unknown_ids(backend: DtqBackend, live_engine: Engine) -> 
     assert views.checkout(rf.post("/checkout/", {"email": "nope"})).status_code == 400
     assert views.checkout(rf.get("/checkout/")).status_code == 405
     assert views.receipt_status(rf.get("/"), "0" * 32).status_code == 404
+
+
+def test_the_documented_curl_works_through_the_middleware(backend: DtqBackend, live_engine: Engine,
+                                                          settings: Any) -> None:
+    # docs/django-tasks.md posts with curl: no CSRF token, through every middleware.
+    settings.ROOT_URLCONF = "examples.receipts.urls"
+    client = Client(enforce_csrf_checks=True)
+    response = client.post("/checkout/", {"email": "ada@example.com"})
+    assert response.status_code == 202, response.content[:200]
+    ids = response.json()["tasks"]
+    assert client.get(f"/receipts/{ids['receipt']}/").json()["status"] == "READY"
+    # Another of the order's tasks is not a receipt: 404, not a TaskResultMismatch 500.
+    assert client.get(f"/receipts/{ids['invoice']}/").status_code == 404
 
 
 def test_the_example_urls_route_to_the_views() -> None:

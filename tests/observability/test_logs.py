@@ -133,6 +133,19 @@ def test_an_invalid_log_format_stops_with_one_line(value: str) -> None:
     assert done.stderr.count("\n") == 1 and "DTQ_LOG_FORMAT must be text or json" in done.stderr
 
 
+@pytest.mark.parametrize("value", ["LOUD", "5"])
+def test_an_invalid_log_level_stops_with_one_line(value: str) -> None:
+    done = manage("check", DTQ_LOG_LEVEL=value)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "DTQ_LOG_LEVEL must be DEBUG, INFO" in done.stderr
+
+
+def test_the_log_level_is_read_in_any_case() -> None:
+    code = "import logging; logging.getLogger('dtq.worker').info('worker_id=w1 quiet')"
+    done = manage("shell", "-c", code, DTQ_LOG_LEVEL="warning")
+    assert done.returncode == 0 and "quiet" not in done.stderr, done.stderr
+
+
 def test_an_empty_log_format_means_text() -> None:
     code = "import logging; logging.getLogger('dtq.worker').warning('worker_id=w1 hello')"
     done = manage("shell", "-c", code, DTQ_LOG_FORMAT=" ")
