@@ -69,6 +69,10 @@ class Worker:
         self._all_streams: list[str] = []
         self._refreshed_at = -1e9
         self._stopping = False
+        # Heartbeats this worker managed (monotonic): a long gap means every worker's in-flight
+        # entries aged meanwhile (Redis frozen or unreachable, or this loop blocked), see _may_reclaim.
+        self._last_beat: float | None = None
+        self._healthy_since = float("-inf")
         self._stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
@@ -120,6 +124,7 @@ class Worker:
         if self.fixed_queues:
             await self.store.ensure_queues(self.fixed_queues)
         await self.store.heartbeat(self._info(), [])
+        self._beat_done()
         self.started_at = self.clock.now_ms()
 
     def _info(self) -> dict[str, object]:
@@ -185,6 +190,8 @@ class Worker:
 
     async def _supervise(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
         """Run a loop; on error log, back off exponentially (capped) and restart it."""
+        # Heartbeats retry at their own pace at most: after an outage, peers wait for them.
+        max_backoff = self.config.heartbeat_interval_s if name == "heartbeat" else MAX_BACKOFF_S
         failures = 0
         while True:
             started = time.monotonic()
@@ -197,7 +204,7 @@ class Worker:
                 if time.monotonic() - started > 30:
                     failures = 0
                 failures += 1
-                delay = min(MAX_BACKOFF_S, 0.1 * 2 ** min(failures, 10))
+                delay = min(max_backoff, 0.1 * 2 ** min(failures, 10))
                 logger.warning("worker_id=%s loop=%s failed (%s: %s); restarting in %.1fs", self.worker_id, name,
                                type(exc).__name__, exc, delay)
                 await asyncio.sleep(delay)
@@ -355,6 +362,35 @@ class Worker:
             entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
             entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
             await self.store.heartbeat(self._info(), entries)
+            self._beat_done()
+
+    def _beat_gap_s(self) -> float:
+        """Longer than this between heartbeats is a gap; always shorter than the visibility timeout."""
+        h, v = self.config.heartbeat_interval_s, self.config.visibility_timeout_s
+        return h + min(max(1.0, h), (v - h) / 2)
+
+    def _beat_done(self) -> None:
+        now = time.monotonic()
+        if self._last_beat is not None and now - self._last_beat > self._beat_gap_s():
+            self._healthy_since = now
+            logger.warning("worker_id=%s heartbeats resumed after %.1fs without one (Redis frozen or unreachable, "
+                           "or this event loop blocked); reclaiming nothing for %.0fs so that live workers refresh "
+                           "their entries first", self.worker_id, now - self._last_beat,
+                           self.config.visibility_timeout_s)
+        self._last_beat = now
+
+    def _may_reclaim(self) -> bool:
+        """Whether an entry idle past the visibility timeout now means its owner is gone.
+
+        While heartbeats cannot be written (Redis frozen or unreachable), every worker's entries
+        age together; right after, the reaper that reconnects first would take the entries of
+        workers that are alive and still running them, and run those tasks a second time. So a
+        reaper reclaims only while its own heartbeats are on time, and only a visibility timeout
+        after they resumed from a gap: live owners have refreshed their entries by then.
+        """
+        now = time.monotonic()
+        return (self._last_beat is not None and now - self._last_beat <= self._beat_gap_s()
+                and now - self._healthy_since >= self.config.visibility_timeout_s)
 
     async def _reaper_loop(self) -> None:
         interval = max(0.2, min(self.config.visibility_timeout_s / 4, 5.0))
@@ -363,11 +399,14 @@ class Worker:
             await self._pause(interval)
             if self._stopping:
                 return
-            for stream in list(self._all_streams):
+            for stream in list(self._all_streams) if self._may_reclaim() else []:
                 free = self._free_slots()
                 if free <= 0 or self._stopping:  # a draining worker takes no reclaimed work either
                     break
-                for row in await self.store.reclaim(stream, free, ours=self._running.keys() | self._unacked.keys()):
+                rows = await self.store.reclaim(stream, free, ours=self._running.keys() | self._unacked.keys(),
+                                                trusted=lambda took_s: took_s <= self._beat_gap_s()
+                                                and self._may_reclaim())
+                for row in rows:
                     logger.info("task_id=%s attempt=%d worker_id=%s reclaimed after visibility timeout",
                                 row.task_id, row.attempt, self.worker_id)
                     self._start(row)

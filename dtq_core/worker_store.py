@@ -12,7 +12,8 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Container, Sequence
+import time
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import redis
@@ -152,7 +153,8 @@ class WorkerStore:
                             outcome, reason)
         return rows
 
-    async def reclaim(self, stream: str, count: int, ours: Container[str] = ()) -> list[Row]:
+    async def reclaim(self, stream: str, count: int, ours: Container[str] = (),
+                      trusted: Callable[[float], bool] = lambda took_s: True) -> list[Row]:
         """XAUTOCLAIM entries idle past the visibility timeout and claim them with the increment.
 
         Entries deleted from the stream while pending come back in XAUTOCLAIM's third element
@@ -160,8 +162,12 @@ class WorkerStore:
         `ours`: entry ids this worker is still running or completing. One of them idle that long
         means its heartbeat ran late (a blocked event loop), not that it died: XAUTOCLAIM has just
         refreshed it, and it is not run again.
+        `trusted(seconds the XAUTOCLAIM took)`: False when Redis stalled while the call was in flight
+        (or heartbeats are late): the idle times it judged by grew for every owner alike, so the
+        entries go back to the owners their task records name, for those to refresh.
         """
         min_idle = int(self.config.visibility_timeout_s * 1000)
+        started = time.monotonic()
         try:
             reply = await self.client.xautoclaim(stream, Keys.GROUP, self.worker_id, min_idle, "0-0", count=count)
         except redis.exceptions.ResponseError as exc:
@@ -169,6 +175,10 @@ class WorkerStore:
                 return []
             raise
         entries = reply[1]
+        if entries and not trusted(time.monotonic() - started):
+            await self._give_back(stream, [(entry_id, fields) for entry_id, fields in entries
+                                           if fields is not None and entry_id not in ours])
+            return []
         self.deleted_seen += len(reply[2]) if len(reply) > 2 else 0
         quads: list[object] = []
         for entry_id, fields in entries:
@@ -184,6 +194,25 @@ class WorkerStore:
             return []
         reply = await self.scripts("claimEntries", keys=self._claim_keys(), args=[*self._claim_args(), *quads])
         return self._runnable(reply)
+
+    async def _give_back(self, stream: str, entries: Sequence[tuple[str, dict[str, str]]]) -> None:
+        """Hand entries taken by XAUTOCLAIM back to the workers their RUNNING tasks name."""
+        if not entries:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for _, fields in entries:
+            pipe.hmget(self.keys.task(fields.get("task_id", "")), "status", "worker_id", "entry_id")
+        owners = await pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        returned = 0
+        for (entry_id, _), (status, owner, task_entry) in zip(entries, owners, strict=True):
+            if status == "RUNNING" and owner and owner != self.worker_id and task_entry == entry_id:
+                pipe.xclaim(stream, Keys.GROUP, owner, 0, [entry_id], justid=True)
+                returned += 1
+        if returned:
+            await pipe.execute()
+        logger.warning("worker_id=%s Redis stalled while reclaiming from %s: %d entr(ies) handed back to their "
+                       "owners, %d left for a later round", self.worker_id, stream, returned, len(entries) - returned)
 
     # -- complete -----------------------------------------------------------------------------
     def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:

@@ -19,7 +19,7 @@ from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
-from .support import env, pending, statuses
+from .support import env, execs, pending, registered, started, statuses, task
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +78,39 @@ def test_a_frozen_redis_fails_the_api_fast_and_everyone_recovers(
         assert pending(data, keys, ["out"]) == 0 and worker.proc.poll() is None
     finally:
         worker.kill()
+
+
+def test_a_freeze_longer_than_the_visibility_timeout_reruns_nothing_that_live_workers_run(
+        private: tuple[RedisServer, Keys], tmp_path: Path) -> None:
+    # While Redis is frozen no heartbeat lands, so every in-flight entry ages past the visibility
+    # timeout; the first reaper back used to take live workers' entries and run those tasks again
+    # (a WorkerLost on each). Nothing crashed: every task must run once, as attempt 1.
+    server, keys = private
+    engine = get_engine()
+    data = redis.Redis.from_url(server.url, decode_responses=True)
+    workers = [_worker(server, keys, tmp_path, name) for name in ("a", "b")]
+    try:
+        wait_for(lambda: registered(data, keys, "a") and registered(data, keys, "b"), timeout=30,
+                 message=workers[0].output() + workers[1].output())
+        ids = [engine.enqueue(kind, {"seconds": 12}, queue="out").id
+               for kind in ("failure.awork", "failure.work") * 3]
+        wait_for(lambda: started(data, keys, *ids), timeout=20, message=workers[0].output())
+        server.pause()
+        # The freeze itself is the scenario: past the 2 s visibility timeout, and past the workers'
+        # read timeouts (about 7 s), so their calls fail and their loops restart.
+        time.sleep(8)
+        server.resume()
+        wait_for(lambda: set(statuses(data, keys, ids)) == {"SUCCEEDED"}, timeout=40,
+                 message=workers[0].output() + workers[1].output())
+        assert {t: execs(data, keys, t) for t in ids} == {t: 1 for t in ids}
+        for task_id in ids:
+            record = task(data, keys, task_id)
+            assert record["attempt"] == "1" and record["errors"] == "[]", record
+        assert pending(data, keys, ["out"]) == 0
+        assert "reclaiming nothing for 2s" in workers[0].output() + workers[1].output()  # and it said why
+    finally:
+        for worker in workers:
+            worker.kill()
 
 
 def test_redis_killed_and_restarted_with_aof_loses_nothing_fsynced(

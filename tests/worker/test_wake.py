@@ -5,6 +5,7 @@ the wait reads Redis's clock, and a stream deleted by hand gets its consumer gro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from datetime import UTC, datetime
 
@@ -216,3 +217,36 @@ def test_a_flushed_script_cache_or_a_broken_wake_key_does_not_stop_the_fetch(
     first, second, idle = asyncio.run(scenario())
     assert first == ['{"n":1}'] and second == ['{"n":2}'] and idle >= 0.25
 
+
+
+def test_a_reclaim_judged_over_a_stall_hands_entries_back_to_their_owners(config: DtqConfig,
+                                                                          redis_client: redis.Redis) -> None:
+    # An XAUTOCLAIM sent just before Redis froze runs after it thaws, when every entry looks idle;
+    # the reaper then hands what it took back to the owners its task records name (a live owner's
+    # next heartbeat keeps it), instead of running those tasks a second time.
+    config = dataclasses.replace(config, visibility_timeout_s=0.3, heartbeat_interval_s=0.1)
+    engine = Engine(config)
+    task_id = engine.enqueue("dtq.echo", queue="held").id
+    owner, peer = _store(config, worker_id="owner"), _store(config, worker_id="peer")
+    stream = engine.keys.stream("held", "normal")
+
+    async def scenario() -> tuple[list, list, list]:
+        try:
+            [row] = await owner.fetch([stream], 1)
+            await asyncio.sleep(0.4)  # idle past the 0.3 s visibility timeout
+            handed_back = await peer.reclaim(stream, 10, trusted=lambda took_s: False)
+            after_give_back = redis_client.xpending_range(stream, "dtq", "-", "+", 10)
+            assert redis_client.hget(engine.keys.task(task_id), "attempt") == "1"  # no attempt charged
+            await asyncio.sleep(0.4)
+            taken = await peer.reclaim(stream, 10, trusted=lambda took_s: True)
+            return [row.task_id], handed_back, [(after_give_back, taken)]
+        finally:
+            await owner.aclose()
+            await peer.aclose()
+
+    fetched, handed_back, [(pending_after, taken)] = asyncio.run(scenario())
+    assert fetched == [task_id] and handed_back == []
+    [entry] = pending_after
+    assert entry["consumer"] == "owner" and entry["time_since_delivered"] < 300  # back, and fresh
+    # When the owner really is gone, the next (trusted) round takes it as usual.
+    assert [r.task_id for r in taken] == [task_id] and taken[0].attempt == 2
