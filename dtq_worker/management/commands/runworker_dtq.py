@@ -110,7 +110,8 @@ class Command(BaseCommand):
         sys.stdout.flush()
         sys.stderr.flush()
         if worker.runner.detached_threads:
-            os._exit(code)  # detached sync handlers must not keep the process alive
+            # Left by timeouts or cancels in a burst run: they must not keep the process alive.
+            os._exit(code)
         if code:
             raise SystemExit(code)
 
@@ -129,4 +130,15 @@ class Command(BaseCommand):
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
-        return await worker.run()
+        code = await worker.run()
+        if signals_seen and worker.runner.detached_threads:
+            # failure-modes.md: at a shutdown, sync handlers run detached to completion, their
+            # result discarded (a thread cannot be stopped; exiting would cut them off mid-way).
+            # This worker is deregistered and its entries are left for peers meanwhile.
+            logger.warning("worker_id=%s %d sync handler(s) still running in their thread(s): waiting for them to "
+                           "finish (results discarded); signal again to exit now", worker.worker_id,
+                           worker.runner.detached_threads)
+            while worker.runner.detached_threads:
+                await asyncio.sleep(0.1)
+            logger.info("worker_id=%s detached sync handlers finished; exiting", worker.worker_id)
+        return code
