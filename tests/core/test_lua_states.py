@@ -4,11 +4,15 @@ illegal ones are absorbed or refused without changing the task hash."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+import time
 from typing import Any
 
 import pytest
 import redis
 
+from dtq_core.admin import Actor
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
@@ -129,3 +133,37 @@ def test_completion_writes_result_acks_and_deletes_the_entry(engine: Engine, con
     assert redis_client.xlen(stream) == 0 and redis_client.xpending(stream, Keys.GROUP)["pending"] == 0
     ttl = redis_client.pttl(engine.keys.result(out.id))
     assert 0 < ttl <= config.result_retention_s * 1000
+
+
+def test_a_task_reclaimed_into_a_paused_queue_goes_back_queued_and_says_so(
+        engine: Engine, config: DtqConfig, redis_client: redis.Redis) -> None:
+    # Its worker died while the queue was paused: the reclaim counts the lost attempt and puts
+    # the task back at the tail, and that RUNNING -> QUEUED change is published like any other.
+    config = dataclasses.replace(config, visibility_timeout_s=0.1, heartbeat_interval_s=0.05)
+    out = engine.enqueue("dtq.echo")
+    stream = engine.keys.stream("default", "normal")
+    asyncio.run(_deliver_and_claim(config, stream))  # w-test runs attempt 1, then goes silent
+    engine.set_paused("default", True, Actor.cli())
+    deadline = time.monotonic() + 5
+    while redis_client.xpending_range(stream, Keys.GROUP, "-", "+", 1)[0]["time_since_delivered"] <= 150:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)  # until idle past the 0.1 s visibility timeout
+    pubsub = redis_client.pubsub()
+    pubsub.subscribe(engine.keys.events())
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # listening before the reclaim
+
+    async def reclaim() -> list[Row]:
+        store, _ = _store(config, worker_id="peer")
+        try:
+            return await store.reclaim(stream, 10)
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(reclaim()) == []
+    task = redis_client.hgetall(engine.keys.task(out.id))
+    assert task["status"] == "QUEUED" and task["attempt"] == "1" and "dtq.WorkerLost" in task["errors"]
+    message = pubsub.get_message(timeout=2)
+    pubsub.close()
+    assert message is not None
+    event = json.loads(message["data"])
+    assert (event["type"], event["task_id"], event["status"], event["attempt"]) == ("task.queued", out.id, "QUEUED", 1)

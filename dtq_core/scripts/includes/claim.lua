@@ -91,11 +91,16 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     return {'expired'}
   end
   if is_paused(ctx, h[7]) then
-    -- Delivered in a race with a pause: put it back at the tail instead of starting it.
+    -- Delivered in a race with a pause (or reclaimed from a lost worker while paused): put it
+    -- back at the tail instead of starting it.
     local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', ea)
     rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', ea - 1, 'entry_id', new_id)
     rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
+    if status ~= 'QUEUED' then  -- RUNNING -> QUEUED is a state change: say so
+      rcall('HSET', tkey, 'updated_at', ctx.now_ms)
+      emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, h[7], 'QUEUED', ea - 1, ctx.now_ms, ctx.now_iso)
+    end
     return {'deferred'}
   end
   rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea, 'started_at', ctx.now_ms,
