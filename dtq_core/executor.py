@@ -155,6 +155,9 @@ class AttemptRunner:
         self.worker_id = worker_id
         self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
         self.detached_threads = 0
+        # Sync handlers detached at the drain deadline (future -> their handler-timeout deadline,
+        # monotonic): a shutdown lets them run to completion, up to that deadline.
+        self.abandoned_threads: dict[asyncio.Future[Any], float] = {}
 
     async def run(self, ex: Execution) -> Completion | None:
         """Run one attempt; None when it was abandoned at the drain deadline."""
@@ -214,9 +217,12 @@ class AttemptRunner:
     def _detach(self, future: asyncio.Future[Any], ex: Execution) -> None:
         ex.detached = True
         self.detached_threads += 1
+        if ex.abandoned:
+            self.abandoned_threads[future] = ex.deadline
 
         def done(_: asyncio.Future[Any]) -> None:
             self.detached_threads -= 1
+            self.abandoned_threads.pop(future, None)
             if not future.cancelled():
                 future.exception()  # retrieve, so asyncio does not log "never retrieved"
 

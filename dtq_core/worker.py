@@ -191,7 +191,7 @@ class Worker:
     async def _supervise(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
         """Run a loop; on error log, back off exponentially (capped) and restart it."""
         # Heartbeats retry at their own pace at most: after an outage, peers wait for them.
-        max_backoff = self.config.heartbeat_interval_s if name == "heartbeat" else MAX_BACKOFF_S
+        max_backoff = self._beat_every_s() if name == "heartbeat" else MAX_BACKOFF_S
         failures = 0
         while True:
             started = time.monotonic()
@@ -357,17 +357,28 @@ class Worker:
 
     # -- heartbeat, reaper, cancel watcher ----------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.heartbeat_interval_s)
+        while True:  # beat first: restarted after a failure (see _supervise), it beats at once
             entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
             entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
             await self.store.heartbeat(self._info(), entries)
             self._beat_done()
+            await asyncio.sleep(self._beat_every_s())
+
+    def _beat_every_s(self) -> float:
+        """DTQ_HEARTBEAT_INTERVAL_S, but at least three beats per visibility timeout: a freeze that
+        ages a live owner's entries past the timeout then always shows as a gap in every worker's
+        heartbeats (see _beat_gap_s)."""
+        return min(self.config.heartbeat_interval_s, self.config.visibility_timeout_s / 3)
 
     def _beat_gap_s(self) -> float:
-        """Longer than this between heartbeats is a gap; always shorter than the visibility timeout."""
-        h, v = self.config.heartbeat_interval_s, self.config.visibility_timeout_s
-        return h + min(max(1.0, h), (v - h) / 2)
+        """Longer than this between two heartbeats is a gap.
+
+        With beats every h, an owner's entries are at most F + h old when a freeze of F ends, and
+        reclaimable once that passes v: the gap threshold must stay at or under v - h (here at
+        most v / 2, as h <= v / 3), and above h by enough to absorb a late beat.
+        """
+        h, v = self._beat_every_s(), self.config.visibility_timeout_s
+        return h + min(max(1.0, h), (v - 2 * h) / 2)
 
     def _beat_done(self) -> None:
         now = time.monotonic()

@@ -71,3 +71,24 @@ def test_a_second_signal_exits_at_once(engine: Engine, redis_client: redis.Redis
     assert time.monotonic() - second < 2
     assert "second signal: exiting now" in a.output()
     assert pending(redis_client, keys, ["twice"]) == 1 and status(redis_client, keys, tid) == "RUNNING"
+
+
+def test_a_shutdown_waits_for_sync_handlers_only_up_to_their_own_timeout(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should survive: the operator's stop, whatever a wedged sync handler does. One that its
+    # timeout already gave up on (attempt 2 succeeded since) is not waited for at all; one the
+    # drain left is waited for until its handler timeout, then the process exits without it.
+    keys = engine.keys
+    a = start_worker("--name", "a", "--queues", "wedged", **env(DTQ_DRAIN_TIMEOUT_S=1))
+    timed_out = engine.enqueue("failure.work", {"by_attempt": {"1": 60, "2": 0}}, queue="wedged",
+                               timeout_seconds=1).id
+    wait_for(lambda: status(redis_client, keys, timed_out) == "SUCCEEDED", timeout=20, message=a.output())
+    stuck = engine.enqueue("failure.work", {"seconds": 60}, queue="wedged", timeout_seconds=4).id
+    wait_for(lambda: started(redis_client, keys, stuck), message=a.output())
+    a.proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    assert a.wait(20) == 0, a.output()
+    assert time.monotonic() - signalled < 4 + 3  # its 4 s timeout, not the 60 s it would sleep
+    assert "1 sync handler(s) still running" in a.output()  # the stuck one; not the timed-out one
+    assert "1 detached sync handler(s) past their timeout: exiting without them" in a.output()
+    assert status(redis_client, keys, stuck) == "RUNNING" and pending(redis_client, keys, ["wedged"]) == 1

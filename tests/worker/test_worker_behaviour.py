@@ -4,6 +4,7 @@ expiry, results, priorities, pauses, duplicate absorption and handler context.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import threading
 import time
@@ -414,3 +415,18 @@ def test_a_worker_whose_loop_stalled_does_not_reclaim_what_it_is_running(config:
         assert task["status"] == "SUCCEEDED" and task["attempt"] == 1 and task["errors"] == [], task
     assert RECORDED == ["steady started"]
     assert not redis_client.hget(engine.keys.stats_counters(), "redeliveries")
+
+
+@pytest.mark.parametrize(("heartbeat_s", "visibility_s"), [
+    (5, 30), (0.5, 2), (2.5, 3), (5, 12), (4.9, 5), (0.05, 0.1), (29, 30), (1, 100)])
+def test_every_freeze_that_can_age_live_entries_past_the_timeout_shows_as_a_heartbeat_gap(
+        config: DtqConfig, heartbeat_s: float, visibility_s: float) -> None:
+    # Beats every h; a freeze of F leaves a live owner's entries up to F + h old, reclaimable once
+    # past v. Any such freeze (F > v - h) must exceed the gap threshold g, which every worker sees
+    # in its own beats (g <= v - h), while a beat a little late is not a gap (g > h). Any h < v
+    # passes the config validator, so heartbeats close to the timeout must work too.
+    worker = Worker(dataclasses.replace(config, heartbeat_interval_s=heartbeat_s, visibility_timeout_s=visibility_s))
+    h, g = worker._beat_every_s(), worker._beat_gap_s()
+    assert 0 < h <= heartbeat_s and h <= visibility_s / 3
+    assert h < g <= visibility_s - h
+    assert g - h >= min(1.0, visibility_s / 6) - 1e-9  # room for a late beat
