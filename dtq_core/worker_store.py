@@ -175,11 +175,11 @@ class WorkerStore:
                 return []
             raise
         entries = reply[1]
+        self.deleted_seen += len(reply[2]) if len(reply) > 2 else 0
         if entries and not trusted(time.monotonic() - started):
             await self._give_back(stream, [(entry_id, fields) for entry_id, fields in entries
                                            if fields is not None and entry_id not in ours])
             return []
-        self.deleted_seen += len(reply[2]) if len(reply) > 2 else 0
         quads: list[object] = []
         for entry_id, fields in entries:
             if fields is None:

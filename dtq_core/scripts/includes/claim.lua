@@ -98,7 +98,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
     if status ~= 'QUEUED' then  -- RUNNING -> QUEUED is a state change: say so
-      rcall('HSET', tkey, 'updated_at', ctx.now_ms)
+      rcall('HSET', tkey, 'updated_at', ctx.now_ms, 'enqueued_at', ctx.now_ms)
       emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, h[7], 'QUEUED', ea - 1, ctx.now_ms, ctx.now_iso)
     end
     return {'deferred'}
