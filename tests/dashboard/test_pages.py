@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +115,23 @@ def test_dlq_filters_and_error_groups(client: Client, dead_letters: Callable[...
     assert preview.context["count"] == 3 and "Retry 3 dead letters" in preview.content.decode()
     assert client.get("/dlq/matching/confirm", {"action": "discard", "queue": "billing"}).context["count"] == 1
     assert client.get("/dlq/matching/confirm", {"action": "discard"}).context["count"] == 4
+
+
+def test_a_group_seen_under_a_queue_filter_acts_on_that_queue_only(
+        login: Callable[[str], Client], dead_letters: Callable[..., list[str]]) -> None:
+    # The same error in two queues: from the billing-filtered page, Show, Retry group and Discard
+    # group must stay in billing (they used to drop the queue and preview every queue's).
+    dead_letters(3, message="gateway timeout")
+    dead_letters(2, message="gateway timeout", queue="billing")
+    admin = login("admin")
+    page = admin.get("/dlq/", {"queue": "billing"}).content.decode()
+    links = {label: html.unescape(href) for href, label in
+             re.findall(r'<a[^>]*href="([^"]+)"[^>]*>(Show|Retry group…|Discard group…)</a>', page)}
+    assert set(links) == {"Show", "Retry group…", "Discard group…"}
+    assert len(admin.get("/dlq/" + links["Show"]).context["page"].items) == 2
+    for label in ("Retry group…", "Discard group…"):
+        preview = admin.get(links[label])
+        assert preview.status_code == 200 and preview.context["count"] == 2, label
 
 
 def test_the_preview_count_is_bounded_and_says_when_it_is_a_lower_bound(
