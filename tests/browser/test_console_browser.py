@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dtq_core.admin import Actor
 from dtq_core.engine import Engine
 from tests.conftest import WorkerProcess, wait_for
 
@@ -38,6 +39,30 @@ def test_login_then_a_task_appears_in_the_live_feed_without_reload(
     page.wait_for_selector(f'#feed tr[data-event-task="{task_id}"] .badge[data-status=SUCCEEDED]', timeout=20000)
     assert page.locator(f'#feed tr[data-event-task="{task_id}"]').count() >= 2
     assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
+def test_a_task_page_and_a_queue_page_follow_changes_made_elsewhere(
+        page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
+    # An operator watching a running task sees it finish (and its Cancel button go) without
+    # reloading; one watching a paused queue sees a resume made from the API or CLI.
+    log_in(page, console, "admin")
+    task_id = console_engine.enqueue("dtq.sleep", {"seconds": 4}).id
+    wait_for(lambda: console_engine.get_task(task_id)["status"] == "RUNNING", timeout=20,
+             message="the worker did not start the task")
+    page.goto(f"{console.url}/tasks/{task_id}/")
+    page.wait_for_function("document.body.dataset.feed === 'live'")  # listening (no feed table here)
+    assert page.locator("button", has_text="Cancel").count() == 1
+    page.wait_for_selector('h1 .badge[data-status=SUCCEEDED]', timeout=20000)
+    assert page.locator("button", has_text="Cancel").count() == 0
+
+    console_engine.enqueue("dtq.echo", queue="followed", delay_seconds=3600)
+    console_engine.set_paused("followed", True, Actor.cli())
+    page.goto(f"{console.url}/queues/followed/")
+    page.wait_for_function("document.body.dataset.feed === 'live'")
+    assert page.locator("button", has_text="Resume").count() == 1
+    console_engine.set_paused("followed", False, Actor.cli())
+    page.wait_for_selector("button:has-text('Pause')", timeout=20000)
+    assert page.locator("button", has_text="Resume").count() == 0
 
 
 def test_the_feed_dedups_by_event_id(page: Any, console: ConsoleServer, console_engine: Engine) -> None:

@@ -5,6 +5,8 @@
   var script = document.getElementById("live-script");
   var stateUrl = script.dataset.stateUrl, taskUrl = script.dataset.taskUrl, queueUrl = script.dataset.queueUrl;
   var onlyQueue = script.dataset.onlyQueue || null;
+  var onlyTask = script.dataset.onlyTask || null;  // a task page: reloaded when its task moves
+  var reloadTimer = null;
   var feed = document.querySelector("#feed tbody");
   var label = document.getElementById("feed-state");
   var MAX_ROWS = 200, MAX_SEEN = 5000;
@@ -66,6 +68,13 @@
     });
   }
 
+  // What changes with a task's status (actions, result, errors, timeline) and a queue's pause
+  // (its buttons) is rendered by the server: reload rather than rebuild it here.
+  function scheduleReload() {
+    if (reloadTimer) return;
+    reloadTimer = setTimeout(function () { location.reload(); }, 300);
+  }
+
   function setText(el, value) {
     if (!el) return;
     var text = Number(value || 0).toLocaleString("en-US");
@@ -98,6 +107,8 @@
           var target = slot.querySelector("a") || slot;
           setText(target, values[key]);
         });
+        var shown = row.dataset.paused;
+        if (shown !== undefined && shown !== (q.paused ? "1" : "0")) scheduleReload();
         var paused = row.querySelector("[data-f=paused]");
         if (paused) {
           var b = document.createElement("span");
@@ -136,6 +147,7 @@
     if (document.body.dataset.feed !== "live") setState("live", "live");
     if (!onlyQueue || ev.queue === onlyQueue) addFeedRow(ev);
     updateRows(ev);
+    if (onlyTask && ev.task_id === onlyTask) scheduleReload();
     scheduleRefresh();
   }
 
@@ -144,6 +156,7 @@
     socket = new WebSocket(url);
     socket.onopen = function () {
       if (attempt > 0) stats.reconnects += 1;
+      if (attempt > 0 && onlyTask) scheduleReload();  // its events while we were away are gone
       attempt = 0;
       setState("live", "live");
       refreshState();  // events published while we were away are gone: re-derive state
