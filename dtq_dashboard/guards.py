@@ -13,7 +13,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from dtq_core.admin import Actor
 from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
@@ -84,9 +84,16 @@ def console_action(codename: str, *, default_next: Callable[..., str]) -> Callab
         raise ValueError(f"unknown console permission {codename!r}")
 
     def decorate(view: View) -> View:
-        @require_POST
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method != "POST":  # an action's URL opened as a page: say so, change nothing
+                response = render(request, "dtq_dashboard/error.html", {
+                    "title": "Not a page",
+                    "detail": "This address performs an action when its button is pressed (a POST). "
+                              "Nothing was changed; go back and use the button.",
+                }, status=405)
+                response["Allow"] = "POST"
+                return response
             back = safe_next(request, default_next(*args, **kwargs))
             if not request.user.is_authenticated:
                 return redirect_to_login(back)
