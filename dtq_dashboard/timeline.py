@@ -31,5 +31,8 @@ def task_timeline(task: dict[str, Any]) -> list[dict[str, Any]]:
         add(task.get("started_at"), f"Attempt {task.get('attempt') or 1} started", "running")
     if status in TERMINAL and task.get("finished_at"):
         add(task.get("finished_at"), status.replace("_", " ").capitalize(), status.lower())
-    rows.sort(key=lambda r: r["at"])  # ISO-8601 UTC strings sort as times
+    # ISO-8601 UTC strings sort as times; within one millisecond, in the order things happen
+    # (an attempt that fails at once shares its start's timestamp).
+    order = {"info": 0, "pending": 1, "running": 2, "error": 3}
+    rows.sort(key=lambda r: (r["at"], order.get(r["kind"], 4)))
     return rows

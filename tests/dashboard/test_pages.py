@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 
 from dtq_core.engine import Engine
+from dtq_dashboard.timeline import task_timeline
 from tests.redis_server import RedisServer
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -219,3 +220,12 @@ def test_login_and_logout_pages(client: Client, users: Any) -> None:
     assert client.get("/logout/").status_code == 405  # logout is a POST
     assert client.post("/logout/").status_code == 302
     assert "_auth_user_id" not in client.session
+
+
+def test_the_timeline_orders_a_start_and_a_failure_of_the_same_millisecond() -> None:
+    at = "2026-11-30T04:00:00.123Z"
+    rows = task_timeline({"created_at": "2026-11-30T04:00:00.000Z", "status": "RETRYING", "attempt": 2,
+                          "started_at": at, "errors": [{"attempt": 2, "error": "dtq.RetryableError", "at": at},
+                                                        {"attempt": 1, "error": "dtq.RetryableError",
+                                                         "at": "2026-11-30T04:00:00.050Z"}]})
+    assert [r["label"] for r in rows] == ["Created", "Attempt 1 failed", "Attempt 2 started", "Attempt 2 failed"]
