@@ -229,3 +229,11 @@ def test_the_timeline_orders_a_start_and_a_failure_of_the_same_millisecond() -> 
                                                         {"attempt": 1, "error": "dtq.RetryableError",
                                                          "at": "2026-11-30T04:00:00.050Z"}]})
     assert [r["label"] for r in rows] == ["Created", "Attempt 1 failed", "Attempt 2 started", "Attempt 2 failed"]
+
+
+def test_the_error_groups_say_when_more_exist_than_are_shown(client: Client,
+                                                             dead_letters: Callable[..., list[str]]) -> None:
+    for i in range(16):
+        dead_letters(1, message=f"distinct failure {i}")
+    page = client.get("/dlq/").content.decode()
+    assert "The 15 largest of 16 groups" in page
