@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from .clock import iso
 from .errors import QueueNotFound, ValidationError
-from .inspect import valid_stream_id
+from .inspect import queue_filter, type_filter, valid_stream_id
 from .keys import PRIORITIES, Keys
-from .task import TASK_TYPE_RE, valid_queue_name
+from .task import valid_queue_name
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -99,11 +99,8 @@ class DlqSelection:
         bad = next((i for i in self.ids if not valid_stream_id(i)), None)
         if bad is not None:
             raise ValidationError(f"{bad[:80]!r} is not a DLQ entry id (like 1700000000000-0)", field="ids")
-        if self.queue and not valid_queue_name(self.queue):
-            raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63} (and not be dlq or audit)",
-                                  field="queue")
-        if self.type and not TASK_TYPE_RE.fullmatch(self.type):
-            raise ValidationError("type must be 1-200 characters of letters, digits and _ . : -", field="type")
+        queue_filter(self.queue)
+        type_filter(self.type)
         if any(not 0 < len(t) <= 128 for t in self.task_ids):
             raise ValidationError("task_ids must be 1-128 characters each", field="task_ids")
         if self.ids and self.task_ids:

@@ -23,7 +23,7 @@ SCAN_BUDGET = 5000  # entries examined per filtered page before returning a curs
 SCAN_CALL_BYTES = 1 << 20  # text one scan script call looks at or returns: it holds Redis meanwhile
 STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 MAX_ID_PART = 2**64 - 1
-_SCORE_RE = re.compile(r"[0-9]{1,20}")
+_SCORE_RE = re.compile(r"[0-9]{1,20}")  # str.isdigit() accepts "²", which Redis rejects
 _TASK_ID_RE = re.compile(r"[0-9A-Za-z_.-]{1,128}")  # ids dtq makes are 32 hex digits
 
 
@@ -67,21 +67,15 @@ def _id_parts(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def _score_cursor(cursor: str | None) -> str | None:
-    # str.isdigit() accepts "²", which ZRANGEBYSCORE rejects: match ASCII digits only.
-    if cursor and not _SCORE_RE.fullmatch(cursor):
-        raise ValidationError("invalid cursor", field="cursor")
-    return cursor or None
-
-
-def _queue_filter(queue: str | None) -> str | None:
+def queue_filter(queue: str | None) -> str | None:
     """A queue filter names a possible queue: a typo is a 400, not an empty page."""
     if queue and not valid_queue_name(queue):
         raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63} (and not be dlq or audit)", field="queue")
     return queue or None
 
 
-def _type_filter(type: str | None) -> str | None:
+def type_filter(type: str | None) -> str | None:
+    """A task-type filter names a possible type (what submit accepts)."""
     if type and not TASK_TYPE_RE.fullmatch(type):
         raise ValidationError("type must be 1-200 characters of letters, digits and _ . : -", field="type")
     return type or None
@@ -195,7 +189,7 @@ class InspectMixin:
         members of a past millisecond do not change between pages.
         """
         limit = _limit(limit)
-        queue, type = _queue_filter(queue), _type_filter(type)
+        queue, type = queue_filter(queue), type_filter(type)
         upper, seen_at_score, last_score = "+inf", 0, None
         if cursor:
             score, _, seen = cursor.partition("-")
@@ -234,7 +228,7 @@ class InspectMixin:
                  cursor: str | None = None, limit: int | None = None) -> Page:
         """Dead letters newest first, filtered by queue, type and text in error or payload."""
         limit = _limit(limit)
-        queue, type = _queue_filter(queue), _type_filter(type)
+        queue, type = queue_filter(queue), type_filter(type)
         upper = "+" if not _stream_cursor(cursor) else "(" + str(cursor)
         # One match past the page says whether an older page exists, so a full page that ends on
         # the last match offers no cursor to an empty one. Without it (budget spent first), the
@@ -433,7 +427,7 @@ class InspectMixin:
         within the newest `budget` entries; `exact` is False when older entries were not examined
         (the action itself still matches every entry).
         """
-        queue, type = _queue_filter(queue), _type_filter(type)
+        queue, type = queue_filter(queue), type_filter(type)
         if not (type or q):
             if queue:
                 return {"count": max(0, int(self.client.hget(self.keys.dlq_counts(), queue) or 0)), "exact": True}

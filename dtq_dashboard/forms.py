@@ -6,6 +6,7 @@ import re
 
 from django import forms
 
+from dtq_core.inspect import AUDIT_SOURCES
 from dtq_core.task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE, Status
 
 ENTRY_ID_RE = re.compile(r"\d{1,20}-\d{1,20}")
@@ -81,8 +82,7 @@ class TaskFilterForm(_Form):
 class AuditFilterForm(_Form):
     action = forms.CharField(required=False, max_length=64)
     actor = forms.CharField(required=False, max_length=TEXT_MAX)
-    source = forms.ChoiceField(required=False, choices=[("", "any"), ("api", "api"), ("console", "console"),
-                                                        ("cli", "cli")])
+    source = forms.ChoiceField(required=False, choices=[("", "any")] + [(s, s) for s in AUDIT_SOURCES])
     cursor = forms.CharField(required=False, max_length=64)
 
 
