@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from .backpressure import SCOPE_KEY, SendGate
 from .fanout import ClientBuffer, get_hub
 from .permissions import can_view_console
 
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4008
+SEND_CHUNK = 32  # events written per look at the socket: at most this many land past its high-water mark
 
 
 class NoRouteConsumer(AsyncWebsocketConsumer):
@@ -25,12 +28,17 @@ class NoRouteConsumer(AsyncWebsocketConsumer):
 class EventsConsumer(AsyncWebsocketConsumer):
     buffer: ClientBuffer | None = None
     pump: asyncio.Task[None] | None = None
+    gate: SendGate | None = None
 
     async def connect(self) -> None:
         if not can_view_console(self.scope.get("user")):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         await self.accept()
+        # Under daphne: open while the client's socket takes data (see backpressure.py).
+        self.gate = self.scope.get(SCOPE_KEY)
+        if self.gate is not None:
+            self.gate.start()
         self.hub = get_hub()
         self.buffer = self.hub.register()
         self.pump = asyncio.get_running_loop().create_task(self._pump())
@@ -38,6 +46,8 @@ class EventsConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.pump is not None:
             self.pump.cancel()
+        if self.gate is not None:
+            self.gate.stop()
         if self.buffer is not None:
             await self.hub.unregister(self.buffer)
             self.buffer = None
@@ -51,13 +61,27 @@ class EventsConsumer(AsyncWebsocketConsumer):
         assert self.buffer is not None
         buffer, reported = self.buffer, 0
         while True:
-            batch = await buffer.take()
+            if self.gate is not None and not self.gate.is_open:
+                # The client's socket is full: events wait in its bounded buffer (where a slow
+                # client's drops happen) until it reads again or piles up too many to keep.
+                await _either(self.gate.wait_open(), buffer.overflowed.wait())
+            batch = await buffer.take(SEND_CHUNK)
+            if buffer.overflowed.is_set():
+                await self.close(code=CLOSE_TOO_SLOW)
+                return
             if buffer.dropped != reported:
                 # Tell the page it missed events, so it re-reads counts over REST.
                 await self.send(text_data=json.dumps({"type": "feed.dropped", "count": buffer.dropped - reported}))
                 reported = buffer.dropped
             for text in batch:
                 await self.send(text_data=text)
-            if buffer.overflowed:
-                await self.close(code=CLOSE_TOO_SLOW)
-                return
+
+
+async def _either(*waits: Awaitable[object]) -> None:
+    """Return when any of the waits finishes; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

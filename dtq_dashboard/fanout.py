@@ -43,7 +43,7 @@ class ClientBuffer:
         self.overflow = overflow
         self.items: deque[tuple[bool, str]] = deque()
         self.dropped = 0  # events this client never got
-        self.overflowed = False
+        self.overflowed = asyncio.Event()  # past the terminal cap: the client is to be closed
         self._ready = asyncio.Event()
 
     def __len__(self) -> int:
@@ -51,6 +51,12 @@ class ClientBuffer:
 
     def offer(self, text: str, *, terminal: bool) -> int:
         """Buffer one event; return how many events were dropped to do so (0 or 1)."""
+        if self.overflowed.is_set():
+            # The client is being closed (it re-derives state over REST): buffer nothing more.
+            if terminal:
+                return 0
+            self.dropped += 1
+            return 1
         if len(self.items) < self.size:
             self._push(terminal, text)
             return 0
@@ -65,21 +71,27 @@ class ClientBuffer:
                 return 1
         self._push(terminal, text)  # only terminal events are buffered: keep this one too
         if len(self.items) > self.overflow:
-            self.overflowed = True
+            self.overflowed.set()
+            self._ready.set()  # wake the sender: it closes the connection
         return 0
 
     def _push(self, terminal: bool, text: str) -> None:
         self.items.append((terminal, text))
         self._ready.set()
 
-    async def take(self) -> list[str]:
-        """Wait for events, then hand over everything buffered (oldest first)."""
-        while not self.items:
+    async def take(self, limit: int | None = None) -> list[str]:
+        """Wait for events, then hand over the oldest `limit` (default: all) of them; nothing once
+        the buffer has overflowed (its client is to be closed)."""
+        while not self.items and not self.overflowed.is_set():
             self._ready.clear()
             await self._ready.wait()
-        batch = [text for _, text in self.items]
-        self.items.clear()
-        return batch
+        if self.overflowed.is_set():
+            return []
+        if limit is None or limit >= len(self.items):
+            batch = [text for _, text in self.items]
+            self.items.clear()
+            return batch
+        return [self.items.popleft()[1] for _ in range(limit)]
 
 
 class EventHub:

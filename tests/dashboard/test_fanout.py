@@ -49,10 +49,12 @@ def test_a_buffer_full_of_terminal_events_still_takes_more_until_the_overflow_ca
     buffer = ClientBuffer(size=2, overflow=4)
     for i in range(4):
         assert buffer.offer(event(i, "SUCCEEDED"), terminal=True) == 0
-    assert len(buffer) == 4 and not buffer.overflowed
+    assert len(buffer) == 4 and not buffer.overflowed.is_set()
     buffer.offer(event(9, "SUCCEEDED"), terminal=True)
-    assert buffer.overflowed  # the consumer now closes; the page reconnects and re-reads state
+    assert buffer.overflowed.is_set()  # the consumer now closes; the page reconnects and re-reads state
     assert buffer.offer(event(10), terminal=False) == 1
+    buffer.offer(event(11, "SUCCEEDED"), terminal=True)
+    assert len(buffer) == 5  # nothing more is held for a client that is being closed
 
 
 def test_take_waits_for_events() -> None:
