@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,11 +148,14 @@ def expire_overdue(executions: Iterable[Execution], now: float) -> int:
 class AttemptRunner:
     """Runs attempts: async handlers on the loop, sync ones in the thread pool."""
 
-    def __init__(self, config: DtqConfig, clock: Clock, pool: Executor, worker_id: str) -> None:
+    def __init__(self, config: DtqConfig, clock: Clock, pool: Executor, worker_id: str,
+                 thread_released: Callable[[], None] = lambda: None) -> None:
         self.config = config
         self.clock = clock
         self.pool = pool
         self.worker_id = worker_id
+        # Called when a detached thread ends: its slot is free again (the consumer may be waiting).
+        self.thread_released = thread_released
         self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
         self.detached_threads = 0
         # Sync handlers detached at the drain deadline (future -> their handler-timeout deadline,
@@ -223,6 +226,7 @@ class AttemptRunner:
         def done(_: asyncio.Future[Any]) -> None:
             self.detached_threads -= 1
             self.abandoned_threads.pop(future, None)
+            self.thread_released()
             if not future.cancelled():
                 future.exception()  # retrieve, so asyncio does not log "never retrieved"
 

@@ -95,7 +95,8 @@ class Worker:
         self.store = WorkerStore(self.config, self.client, self.clock, self.worker_id,
                                  timeout_s=self.config.redis_timeout_s + 5)
         self.pool = ThreadPoolExecutor(max_workers=self.concurrency * 2, thread_name_prefix="dtq-handler")
-        self.runner = AttemptRunner(self.config, self.clock, self.pool, self.worker_id)
+        self.runner = AttemptRunner(self.config, self.clock, self.pool, self.worker_id,
+                                    thread_released=self._slot_freed.set)
         try:
             await self._register()
             self.state = "running"

@@ -163,6 +163,35 @@ def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
     assert error["traceback"].rstrip().endswith("HandlerTimeout: handler exceeded its timeout of 0.2s")
 
 
+def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_they_finish(
+        config: DtqConfig) -> None:
+    # Detached threads hold their slots until they end; when the last one ends, the consumer
+    # must wake up, not wait for a slot event nobody sends (a wedged worker that still beats).
+    engine, cfg = make_engine(config)
+    stuck = [engine.enqueue("dtq.sleep_sync", {"seconds": 0.8}, timeout_seconds=0.1, max_attempts=1).id
+             for _ in range(2)]
+
+    async def scenario() -> str:
+        worker = Worker(cfg, concurrency=2, name=f"wedge-{time.monotonic_ns()}")
+        run = asyncio.create_task(worker.run())
+        try:
+            deadline = time.monotonic() + 10
+            while not all(engine.get_task(t)["status"] == "DEAD_LETTERED" for t in stuck):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            assert worker.runner.detached_threads == 2  # both slots held by threads still sleeping
+            echo = engine.enqueue("dtq.echo", {"after": "threads"}).id
+            deadline = time.monotonic() + 10  # the threads end 0.7 s from now
+            while engine.get_task(echo)["status"] != "SUCCEEDED" and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            return str(engine.get_task(echo)["status"])
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(run, 15)
+
+    assert asyncio.run(scenario()) == "SUCCEEDED"
+
+
 def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
     # A pool thread that has moved on to another attempt must not lend that one's stack.
     from dtq_core.executor import Execution, Row, _in_thread, _thread_stack
