@@ -100,6 +100,8 @@ class TaskSerializer(serializers.Serializer):
     dlq_entry_id = serializers.CharField(required=False)
     dlq_discarded_at = serializers.CharField(required=False, help_text="when its dead letter was discarded")
     retried_from_dlq_at = serializers.CharField(required=False, help_text="when it was last retried from the DLQ")
+    dlq_trimmed_at = serializers.CharField(required=False,
+                                           help_text="when the DLQ cap evicted its dead letter (DTQ_DLQ_MAXLEN)")
     result = serializers.JSONField(required=False)
 
 

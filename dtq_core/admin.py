@@ -162,7 +162,8 @@ class AdminMixin:
             while snapshot:
                 cancelled, after = self.scripts(
                     "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq()],
-                    args=[Keys.GROUP, now, iso(now), k.task_prefix(), snapshot, BATCH * 4, after],
+                    args=[Keys.GROUP, now, iso(now), k.task_prefix(), snapshot, BATCH * 4, after,
+                          self.config.task_retention_s * 1000],
                 )
                 total += int(cancelled)
                 if not after:
@@ -244,7 +245,7 @@ class AdminMixin:
         now = self.clock.now_ms()
         k = self.keys
         replies = self._in_batches("discardDeadLetters", [k.dlq(), k.events(), k.event_seq()],
-                                   [now, iso(now), k.task_prefix()], ids)
+                                   [now, iso(now), k.task_prefix(), self.config.task_retention_s * 1000], ids)
         discarded = sum(int(reply) for reply in replies)
         self.audit(actor, "dlq.discard", selection.describe(), discarded)
         return discarded

@@ -39,7 +39,8 @@ def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, An
         out[name] = iso(fields.get(name) or None)
     if fields.get("dlq_entry_id"):
         out["dlq_entry_id"] = fields["dlq_entry_id"]
-    for name in ("dlq_discarded_at", "retried_from_dlq_at"):  # what an operator did with its dead letter
+    # What became of its dead letter: an operator's discard or retry, or the DLQ cap's trim.
+    for name in ("dlq_discarded_at", "retried_from_dlq_at", "dlq_trimmed_at"):
         if fields.get(name):
             out[name] = iso(fields[name])
     if result is not None:

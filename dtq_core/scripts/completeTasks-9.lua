@@ -29,7 +29,7 @@ local function add(t, field, n) t[field] = (t[field] or 0) + n end
 local function complete_one(r)
   local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], r[4], r[5]
   local tkey = task_prefix .. task_id
-  local h = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors')
+  local h = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested')
   if h[1] ~= 'RUNNING' or h[2] ~= attempt or h[3] ~= entry_id then
     rcall('HINCRBY', KEYS[7], 'fenced', 1)
     return 'fenced'
@@ -37,6 +37,7 @@ local function complete_one(r)
   local queue, ttype = h[4], h[5]
   rcall('ZREM', KEYS[9], task_id)
   local status, etype
+  local ttl = tonumber(retention_ms)
   if outcome == 'ok' then
     local result = r[6]
     if result ~= '' then rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms) end
@@ -51,10 +52,16 @@ local function complete_one(r)
     rcall('HSET', tkey, 'errors', push_error(h[6], attempt, err_class, message, r[10], now_iso),
           'last_error', err_class .. ': ' .. message, 'updated_at', now_ms)
     local due = tonumber(r[11])
-    if outcome == 'retry' and due > 0 then
+    if h[7] == '1' then
+      -- A cancel accepted while this attempt ran (and not yet acted on by the worker's watcher):
+      -- the failure is recorded above, but nothing runs again.
+      rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms)
+      status, etype = 'CANCELLED', 'task.cancelled'
+    elseif outcome == 'retry' and due > 0 then
       rcall('HSET', tkey, 'status', 'RETRYING', 'due_at', due)
       schedule_add(KEYS[3], due, task_id, queue)
       status, etype = 'RETRYING', 'task.retrying'
+      ttl = ttl + math.max(0, due - tonumber(now_ms))  -- the record must outlive its wait
     else
       status = dead_letter(tkey, task_id, queue, ttype, attempt, err_class, message, now_ms,
                            KEYS[4], dlq_enabled, dlq_maxlen, KEYS[7])
@@ -62,7 +69,7 @@ local function complete_one(r)
       etype = status == 'FAILED' and 'task.failed' or 'task.dead_lettered'
     end
   end
-  rcall('PEXPIRE', tkey, retention_ms)
+  rcall('PEXPIRE', tkey, ttl)
   rcall('XACK', stream, group, entry_id)
   rcall('XDEL', stream, entry_id)
   add(task_counts, outcome_field(queue, ttype, status), 1)

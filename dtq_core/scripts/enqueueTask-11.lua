@@ -60,7 +60,8 @@ else
   rcall('HSET', KEYS[1], unpack(fields))
   ring(KEYS[11])
 end
-rcall('PEXPIRE', KEYS[1], ARGV[5])
+-- A delayed task's record must outlive its wait (a delay may be longer than the retention).
+rcall('PEXPIRE', KEYS[1], tonumber(ARGV[5]) + (due > 0 and math.max(0, due - tonumber(now_ms)) or 0))
 if ARGV[11] == '1' then rcall('SET', KEYS[2], task_id, 'PX', ARGV[6]) end
 rcall('ZADD', KEYS[10], now_ms, task_id)
 local recent_cap = tonumber(ARGV[12])

@@ -5,6 +5,7 @@
     KEYS[1] stream  KEYS[2] events channel  KEYS[3] event seq
     ARGV[1] group  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] task key prefix
     ARGV[5] snapshot id (inclusive upper bound)  ARGV[6] limit  ARGV[7] start after this id
+    ARGV[8] retention (ms)
   Output:
     {cancelled, last id seen or '' when done}
 ]]
@@ -32,6 +33,7 @@ for _, entry in ipairs(entries) do
   if h[1] == 'QUEUED' and h[4] == entry[1] then
     rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', ARGV[2],
           'updated_at', ARGV[2], 'last_error', 'purged')
+    rcall('PEXPIRE', tkey, ARGV[8])
     emit(KEYS[2], KEYS[3], 'task.cancelled', task_id, h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
     cancelled = cancelled + 1
   end

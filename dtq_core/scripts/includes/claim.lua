@@ -84,6 +84,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
   end
   if h[8] and h[8] ~= '' and tonumber(h[8]) <= tonumber(ctx.now_ms) then
     rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
+    rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
     count_outcome(ctx, h[7], h[4], 'EXPIRED')

@@ -83,14 +83,21 @@ local function field(fields, name)
   return nil
 end
 
--- Trim the DLQ to its cap, oldest first, keeping the per-queue counts exact.
-local function trim_dlq(dlq_key, maxlen, counters_key)
+-- Trim the DLQ to its cap, oldest first, keeping the per-queue counts exact. A trimmed entry's
+-- task stays DEAD_LETTERED but no longer points at the entry (nothing is left to retry or discard).
+local function trim_dlq(dlq_key, maxlen, counters_key, task_prefix, now_ms)
   local excess = rcall('XLEN', dlq_key) - tonumber(maxlen)
   if excess <= 0 then return end
   for _, entry in ipairs(rcall('XRANGE', dlq_key, '-', '+', 'COUNT', excess)) do
-    local queue = field(entry[2], 'queue')
+    local queue, task_id = field(entry[2], 'queue'), field(entry[2], 'task_id')
     if queue then rcall('HINCRBY', dlq_key .. ':counts', queue, -1) end
     rcall('XDEL', dlq_key, entry[1])
+    if task_id then
+      local tkey = task_prefix .. task_id
+      if rcall('HGET', tkey, 'dlq_entry_id') == entry[1] then
+        rcall('HSET', tkey, 'dlq_entry_id', '', 'dlq_trimmed_at', now_ms)
+      end
+    end
   end
   rcall('HINCRBY', counters_key, 'dlq_trimmed', excess)
 end
@@ -103,7 +110,7 @@ local function dead_letter(tkey, task_id, queue, ttype, attempt, err_class, mess
                       'queue', queue, 'type', ttype, 'attempt', attempt,
                       'error_class', err_class, 'error', message, 'failed_at', now_ms)
     rcall('HINCRBY', dlq_key .. ':counts', queue, 1)
-    trim_dlq(dlq_key, dlq_maxlen, counters_key)
+    trim_dlq(dlq_key, dlq_maxlen, counters_key, string.sub(tkey, 1, #tkey - #task_id), now_ms)
     rcall('HSET', tkey, 'status', 'DEAD_LETTERED', 'dlq_entry_id', eid)
     return 'DEAD_LETTERED'
   end

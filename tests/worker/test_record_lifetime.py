@@ -1,0 +1,147 @@
+"""What a task record keeps, and for how long, around the DLQ, purges, cancels and long waits:
+a record refreshed on every update, never expiring before its task is due, and never pointing at
+a dead letter that is gone."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import dtq_tasks
+from dtq_core import registry
+from dtq_core.admin import Actor, DlqSelection
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+
+from .test_worker_behaviour import make_engine, run_burst
+
+OPERATOR = Actor.cli()
+CALLS: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def cancelling_handler(config: DtqConfig) -> Iterator[None]:
+    CALLS.clear()
+
+    def cancel_then_fail(payload: Any) -> None:
+        # The cancel lands while this attempt runs, then the attempt fails retryably at once,
+        # well before the worker's cancel watcher (every 0.25 s) could act on it.
+        ctx = dtq_tasks.current_task()
+        assert ctx is not None
+        CALLS.append(ctx.attempt)
+        Engine(DtqConfig.from_mapping(payload["config"])).cancel(ctx.task_id)
+        if payload["retryable"]:
+            raise dtq_tasks.RetryableError("flaky")
+        raise ValueError("broken")
+
+    registry.register("test.cancel_then_fail", cancel_then_fail)
+    yield
+
+
+def ttl_s(client: redis.Redis, engine: Engine, task_id: str) -> float:
+    return int(client.pttl(engine.keys.task(task_id))) / 1000
+
+
+@pytest.mark.parametrize("retryable", [True, False])
+def test_a_cancel_accepted_while_the_attempt_ran_wins_over_its_retry_or_dead_letter(
+        config: DtqConfig, retryable: bool) -> None:
+    engine, cfg = make_engine(config, retry_base_s=0.01)
+    task_id = engine.enqueue("test.cancel_then_fail", {"config": cfg.as_settings(), "retryable": retryable},
+                             max_attempts=3).id
+    run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "CANCELLED" and task["cancel_requested"]
+    assert CALLS == [1]  # it never ran again
+    assert [e["error"] for e in task["errors"]] == ["dtq_tasks.RetryableError" if retryable else "ValueError"]
+    assert engine.dlq_count() == 0
+
+
+def test_a_task_delayed_past_the_retention_keeps_its_record_until_it_runs(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config, task_retention_s=2)
+    task_id = engine.enqueue("dtq.echo", {"late": True}, delay_seconds=4).id
+    assert ttl_s(redis_client, engine, task_id) > 5.5  # the 4 s wait plus the 2 s retention
+    assert engine.get_task(task_id)["status"] == "PENDING"
+
+
+def test_a_retry_due_after_the_retention_keeps_its_record_until_it_runs(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config, task_retention_s=2, retry_base_s=60, retry_max_s=60)
+    task_id = engine.enqueue("dtq.flaky", {"fail_times": 1}).id
+    run_burst(cfg)  # the retry falls due long after the burst's horizon
+    task = engine.get_task(task_id)
+    assert task["status"] == "RETRYING"
+    due_in_s = redis_client.zscore(engine.keys.schedule(), task_id) / 1000 - time.time()
+    assert ttl_s(redis_client, engine, task_id) >= due_in_s + 2 - 0.5
+
+
+def dead_letters(engine: Engine, cfg: DtqConfig, n: int, queue: str = "default") -> list[str]:
+    ids = [engine.enqueue("dtq.fail", {"retryable": False}, queue=queue, max_attempts=3).id for _ in range(n)]
+    run_burst(cfg)
+    return ids
+
+
+def test_a_discard_refreshes_the_record_and_its_event_carries_the_attempt(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config)
+    (task_id,) = dead_letters(engine, cfg, 1)
+    redis_client.pexpire(engine.keys.task(task_id), 60_000)  # as if it had waited in the DLQ for days
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(engine.keys.events())
+    pubsub.get_message(timeout=1)
+    entry_id = engine.get_task(task_id)["dlq_entry_id"]
+    assert engine.discard_dead_letters(DlqSelection(ids=(entry_id,)), OPERATOR) == 1
+    assert ttl_s(redis_client, engine, task_id) > cfg.task_retention_s - 60
+    message = pubsub.get_message(timeout=5)
+    pubsub.close()
+    event = json.loads(message["data"])
+    assert event["type"] == "dlq.discarded" and event["task_id"] == task_id and event["attempt"] == 1
+
+
+def test_a_purge_refreshes_the_records_it_cancels(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, _ = make_engine(config)
+    task_id = engine.enqueue("dtq.echo", {}, queue="purged").id
+    redis_client.pexpire(engine.keys.task(task_id), 60_000)
+    assert engine.purge("purged", OPERATOR) == 1
+    assert engine.get_task(task_id)["status"] == "CANCELLED"
+    assert ttl_s(redis_client, engine, task_id) > config.task_retention_s - 60
+
+
+def test_a_task_expired_at_its_claim_gets_a_fresh_retention(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("dtq.echo", {}, ttl_seconds=1).id
+    redis_client.pexpire(engine.keys.task(task_id), 60_000)
+    deadline = time.monotonic() + 5
+    while engine.get_task(task_id)["expires_at"] and time.time() * 1000 < _ms(engine.get_task(task_id)["expires_at"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run_burst(cfg)
+    assert engine.get_task(task_id)["status"] == "EXPIRED"
+    assert ttl_s(redis_client, engine, task_id) > cfg.task_retention_s - 60
+
+
+def test_a_dead_letter_evicted_by_the_cap_is_no_longer_offered_on_its_task(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config, dlq_maxlen=2)
+    ids = dead_letters(engine, cfg, 4)
+    tasks = [engine.get_task(t) for t in ids]
+    kept = {e["task_id"] for e in engine.dlq_list(limit=10).items}
+    assert len(kept) == 2
+    for task in tasks:
+        assert task["status"] == "DEAD_LETTERED"
+        if task["id"] in kept:
+            assert task["dlq_entry_id"] and "dlq_trimmed_at" not in task
+        else:
+            assert "dlq_entry_id" not in task and task["dlq_trimmed_at"].endswith("Z")
+
+
+def _ms(iso_time: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp() * 1000
+
