@@ -165,18 +165,21 @@ class AuditEntrySerializer(serializers.Serializer):
 
 class WorkerSerializer(serializers.Serializer):
     id = serializers.CharField()
+    # The details are null for a lost worker whose details hash expired.
     hostname = serializers.CharField(allow_null=True)
-    pid = serializers.IntegerField()
-    queues = serializers.ListField(child=serializers.CharField())
-    concurrency = serializers.IntegerField()
-    in_flight = serializers.IntegerField()
-    processed = serializers.IntegerField()
+    pid = serializers.IntegerField(allow_null=True)
+    queues = serializers.ListField(child=serializers.CharField(), allow_null=True,
+                                   help_text="the queues it serves; empty: every known queue")
+    concurrency = serializers.IntegerField(allow_null=True)
+    in_flight = serializers.IntegerField(allow_null=True)
+    processed = serializers.IntegerField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     heartbeat_at = serializers.DateTimeField(allow_null=True)
     heartbeat_age_s = serializers.FloatField()
     alive = serializers.BooleanField()
     leader = serializers.BooleanField()
-    state = serializers.CharField()
+    state = serializers.CharField(help_text="starting, running, draining or stopped as the worker reports it; "
+                                            "lost when its heartbeat is older than the visibility timeout")
 
 
 class WorkerListSerializer(serializers.Serializer):

@@ -59,6 +59,25 @@ def test_workers_show_heartbeat_age_in_flight_and_queues(
     assert body["scheduler_leader"] == "w-api" and worker["leader"] is True
 
 
+def test_a_silent_worker_is_shown_lost_and_without_made_up_details(
+        api: APIClient, live_engine: Engine, redis_client: Any) -> None:
+    # Two workers that stopped beating: one whose details hash is still there, one whose hash
+    # expired (a SIGKILLed worker, some minutes later). Neither may look like it is running.
+    now = live_engine.clock.now_ms()
+    old = int(now - (live_engine.config.visibility_timeout_s + 5) * 1000)
+    redis_client.zadd(live_engine.keys.workers(), {"w-silent": old, "w-gone": old - 1})
+    redis_client.hset(live_engine.keys.worker("w-silent"), mapping={
+        "hostname": "h", "pid": 7, "queues": "mail", "concurrency": 4, "in_flight": 2, "processed": 25,
+        "state": "running", "started_at": old - 60_000})
+    by_id = {w["id"]: w for w in api.get("/api/v1/workers").json()["results"]}
+    silent, gone = by_id["w-silent"], by_id["w-gone"]
+    assert silent["alive"] is False and silent["state"] == "lost"
+    assert silent["queues"] == ["mail"] and silent["processed"] == 25  # as it last reported
+    assert gone["alive"] is False and gone["state"] == "lost"
+    for field in ("hostname", "pid", "queues", "concurrency", "in_flight", "processed", "started_at"):
+        assert gone[field] is None, field
+
+
 def test_schedule_lists_delayed_tasks_by_due_time(api: APIClient, live_engine: Engine) -> None:
     late = live_engine.enqueue("dtq.echo", delay_seconds=120)
     soon = live_engine.enqueue("dtq.echo", queue="q2", delay_seconds=30)

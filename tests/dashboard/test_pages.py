@@ -42,6 +42,17 @@ def test_every_page_renders_for_anonymous_readers_by_default(client: Client, see
         assert response.status_code == 200, (path, response.content[:500])
 
 
+def test_lost_workers_are_shown_lost_with_unknown_details_not_made_up_ones(
+        client: Client, live_engine: Engine, redis_client: Any) -> None:
+    old = int(live_engine.clock.now_ms() - (live_engine.config.visibility_timeout_s + 5) * 1000)
+    redis_client.zadd(live_engine.keys.workers(), {"w-gone": old})  # its details hash expired
+    for path in ("/", "/workers/"):
+        html = client.get(path).content.decode()
+        row = html[html.index("w-gone"):]
+        row = row[:row.index("</tr>")]
+        assert "lost" in row and "all" not in row and "running" not in row, (path, row)
+
+
 def test_login_required_makes_every_page_ask_for_login(client: Client, seeded: dict[str, Any], settings: Any,
                                                        login: Callable[[str], Client]) -> None:
     settings.DTQ_CONSOLE_LOGIN_REQUIRED = True
