@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,8 @@ class Actor:
             who = getpass.getuser()
         except (KeyError, OSError):
             who = "unknown"
-        return cls(name=f"cli:{who}", source="cli")
+        # One request id per command run, so its audit entry can be quoted like an API call's.
+        return cls(name=f"cli:{who}", source="cli", request_id=uuid.uuid4().hex)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

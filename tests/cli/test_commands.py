@@ -66,6 +66,9 @@ def test_dlq_retry_by_id_and_all_with_filters_is_audited_as_the_os_user(live_eng
     audit = live_engine.audit_list().items
     assert [(e["action"], e["count"]) for e in audit] == [("dlq.retry", 2), ("dlq.retry", 1)]
     assert {e["actor"] for e in audit} == {cli_actor()} and {e["source"] for e in audit} == {"cli"}
+    # Each invocation has its own request id, as API and console actions do.
+    ids = [e["request_id"] for e in audit]
+    assert all(i and len(i) == 32 for i in ids) and len(set(ids)) == 2
 
 
 def test_dlq_discard_all_and_its_dry_run(live_engine: Engine) -> None:
