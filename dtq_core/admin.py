@@ -163,7 +163,7 @@ class AdminMixin:
             after = ""
             while snapshot:
                 cancelled, after = self.scripts(
-                    "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq()],
+                    "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq(), k.stats_tasks()],
                     args=[Keys.GROUP, now, iso(now), k.task_prefix(), snapshot, BATCH * 4, after,
                           self.config.task_retention_s * 1000],
                 )

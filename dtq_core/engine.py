@@ -138,7 +138,8 @@ class Engine(InspectMixin, AdminMixin):
         now = self.clock.now_ms()
         code, *rest = self.scripts(
             "cancelTask",
-            keys=[self.keys.task(task_id), self.keys.schedule(), self.keys.events(), self.keys.event_seq()],
+            keys=[self.keys.task(task_id), self.keys.schedule(), self.keys.events(), self.keys.event_seq(),
+                  self.keys.stats_tasks()],
             args=[task_id, now, iso(now), self.config.task_retention_s * 1000, self.keys.stream_prefix()],
         )
         code = int(code)

@@ -145,3 +145,17 @@ def _ms(iso_time: str) -> float:
 
     return datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp() * 1000
 
+
+
+def test_cancelled_and_purged_waiting_tasks_are_counted_as_cancelled_outcomes(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, _ = make_engine(config)
+    engine.cancel(engine.enqueue("dtq.echo", {}).id)
+    engine.cancel(engine.enqueue("dtq.echo", {}, delay_seconds=60).id)
+    for _ in range(3):
+        engine.enqueue("dtq.sleep", {"seconds": 1}, queue="purged")
+    engine.enqueue("dtq.echo", {}, queue="purged", priority="high")
+    assert engine.purge("purged", OPERATOR) == 4
+    counts = redis_client.hgetall(engine.keys.stats_tasks())
+    assert counts == {"default|dtq.echo|cancelled": "2", "purged|dtq.sleep|cancelled": "3",
+                      "purged|dtq.echo|cancelled": "1"}

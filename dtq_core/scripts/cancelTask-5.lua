@@ -5,6 +5,7 @@
   pending anywhere: delivery and claim happen in one script).
   Input:
     KEYS[1] task hash  KEYS[2] schedule  KEYS[3] events channel  KEYS[4] event seq
+    KEYS[5] per-outcome task counts (stats)
     ARGV[1] task id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
     ARGV[5] stream key prefix
   Output:
@@ -12,7 +13,7 @@
     already in flight; {0, status} already terminal; {-1} no such task
 ]]
 -- #include common
-local h = rcall('HMGET', KEYS[1], 'status', 'queue', 'attempt', 'cancel_requested', 'priority', 'entry_id')
+local h = rcall('HMGET', KEYS[1], 'status', 'queue', 'attempt', 'cancel_requested', 'priority', 'entry_id', 'type')
 local status = h[1]
 if not status then return {-1} end
 if TERMINAL[status] then return {0, status} end
@@ -28,5 +29,7 @@ schedule_rem(KEYS[2], ARGV[1], h[2])
 if status == 'QUEUED' and h[6] and h[6] ~= '' then
   rcall('XDEL', ARGV[5] .. h[2] .. ':' .. h[5], h[6])
 end
+-- Counted like every other way a task ends (dtq_tasks_total), as an expiry before start is.
+rcall('HINCRBY', KEYS[5], outcome_field(h[2], h[7], 'CANCELLED'), 1)
 emit(KEYS[3], KEYS[4], 'task.cancelled', ARGV[1], h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
 return {1, 'CANCELLED'}

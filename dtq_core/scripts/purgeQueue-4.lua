@@ -2,7 +2,7 @@
   Cancel up to LIMIT waiting (never delivered) entries of one stream, up to a snapshot id, so
   work that arrives during a purge is left alone. In-flight entries are not touched.
   Input:
-    KEYS[1] stream  KEYS[2] events channel  KEYS[3] event seq
+    KEYS[1] stream  KEYS[2] events channel  KEYS[3] event seq  KEYS[4] per-outcome task counts (stats)
     ARGV[1] group  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] task key prefix
     ARGV[5] snapshot id (inclusive upper bound)  ARGV[6] limit  ARGV[7] start after this id
     ARGV[8] retention (ms)
@@ -25,19 +25,23 @@ local start = ARGV[7]
 if start == '' or id_lt(start, group_start) then start = group_start end
 local entries = rcall('XRANGE', KEYS[1], '(' .. start, ARGV[5], 'COUNT', ARGV[6])
 local cancelled, last = 0, ''
+local counts = {}  -- per type, for dtq_tasks_total (one HINCRBY per type, not per task)
+local queue = string.match(KEYS[1], ':([^:]+):[^:]+$')
 for _, entry in ipairs(entries) do
   last = entry[1]
   local task_id = field(entry[2], 'task_id')
   local tkey = ARGV[4] .. (task_id or '')
-  local h = rcall('HMGET', tkey, 'status', 'queue', 'attempt', 'entry_id')
+  local h = rcall('HMGET', tkey, 'status', 'queue', 'attempt', 'entry_id', 'type')
   if h[1] == 'QUEUED' and h[4] == entry[1] then
     rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', ARGV[2],
           'updated_at', ARGV[2], 'last_error', 'purged')
     rcall('PEXPIRE', tkey, ARGV[8])
+    counts[h[5] or ''] = (counts[h[5] or ''] or 0) + 1
     emit(KEYS[2], KEYS[3], 'task.cancelled', task_id, h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
     cancelled = cancelled + 1
   end
   rcall('XDEL', KEYS[1], entry[1])
 end
+for ttype, n in pairs(counts) do rcall('HINCRBY', KEYS[4], outcome_field(queue, ttype, 'CANCELLED'), n) end
 if #entries < tonumber(ARGV[6]) then last = '' end
 return {cancelled, last}
