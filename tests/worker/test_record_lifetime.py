@@ -159,3 +159,15 @@ def test_cancelled_and_purged_waiting_tasks_are_counted_as_cancelled_outcomes(
     counts = redis_client.hgetall(engine.keys.stats_tasks())
     assert counts == {"default|dtq.echo|cancelled": "2", "purged|dtq.sleep|cancelled": "3",
                       "purged|dtq.echo|cancelled": "1"}
+
+
+def test_an_idempotency_key_whose_task_record_expired_makes_a_new_task(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, _ = make_engine(config)
+    first = engine.enqueue("dtq.echo", {}, idempotency_key="order-7")
+    assert engine.enqueue("dtq.echo", {}, idempotency_key="order-7").id == first.id  # the usual case
+    redis_client.delete(engine.keys.task(first.id))  # its retention ran out before the key's TTL
+    again = engine.enqueue("dtq.echo", {}, idempotency_key="order-7")
+    assert again.id != first.id and again.created
+    assert engine.get_task(again.id)["status"] == "QUEUED"
+    assert engine.enqueue("dtq.echo", {}, idempotency_key="order-7").id == again.id
