@@ -6,6 +6,7 @@ class DtqCoreConfig(AppConfig):
     verbose_name = "dtq engine"
 
     def ready(self) -> None:
-        from .conf import connect_signals
+        from .conf import connect_signals, stop_if_invalid
 
         connect_signals()
+        stop_if_invalid()

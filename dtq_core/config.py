@@ -1,7 +1,8 @@
 """The validated dtq configuration: one frozen value built from the environment or settings.
 
-`read_env` is what dtq_site.settings calls at import, so every entry point (manage.py, daphne,
-pytest) stops at start with one clear line naming the bad variable instead of a traceback.
+`read_env` is what dtq_site.settings calls at import (through conf.read_environment, as does a
+project without settings.DTQ when its apps load), so every entry point (manage.py, daphne, pytest)
+stops at start with one clear line naming the bad variable instead of a traceback.
 """
 
 from __future__ import annotations

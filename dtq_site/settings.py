@@ -10,13 +10,14 @@ from pathlib import Path
 
 import environ
 
-from dtq_core.config import ConfigError, read_env
+from dtq_core.conf import read_environment
+from dtq_core.config import ConfigError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
 try:
-    DTQ = read_env(lambda name: env.str(name, default=None)).as_settings()
+    DTQ = read_environment().as_settings()
     DEBUG = env.bool("DJANGO_DEBUG", default=False)
     # Console reads are open by default; true makes every console page (and /ws/events) need login.
     DTQ_CONSOLE_LOGIN_REQUIRED = env.bool("DTQ_CONSOLE_LOGIN_REQUIRED", default=False)
