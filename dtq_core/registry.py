@@ -5,11 +5,17 @@ from __future__ import annotations
 import contextvars
 import importlib
 import inspect
+import os
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 Handler = Callable[[Any], Any]
+
+
+class TaskModuleError(Exception):
+    """A DTQ_TASK_MODULES module failed to import; the message is one line naming it."""
 
 
 class RetryableError(Exception):
@@ -68,4 +74,26 @@ def import_task_modules(modules: tuple[str, ...]) -> None:
     import dtq_tasks  # noqa: F401  (built-ins)
 
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except SyntaxError as exc:
+            raise TaskModuleError(f"DTQ_TASK_MODULES: cannot import {module}: {type(exc).__name__}: {exc.msg} "
+                                  f"({exc.filename}:{exc.lineno})") from exc
+        except ImportError as exc:
+            # Name the listed module too: "No module named 'requests'" alone reads as a typo in the list.
+            raise TaskModuleError(f"DTQ_TASK_MODULES: cannot import {module}: {exc}") from exc
+        except Exception as exc:
+            raise TaskModuleError(f"DTQ_TASK_MODULES: cannot import {module}: {type(exc).__name__}: {exc}"
+                                  f"{_where(exc)}") from exc
+
+
+def _where(exc: BaseException) -> str:
+    """Where the import failed: the innermost frame outside dtq itself (a duplicate registration
+    is raised in register(), but the author needs the line of their decorator)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<") and not f.filename.startswith(_NOT_THE_AUTHORS)]
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+_DTQ_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NOT_THE_AUTHORS = (os.path.join(_DTQ_ROOT, "dtq_core", ""), os.path.join(_DTQ_ROOT, "dtq_tasks", ""))

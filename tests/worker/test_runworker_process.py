@@ -68,6 +68,31 @@ def test_an_unimportable_task_module_is_one_line(redis_server: object) -> None:
     assert "DTQ_TASK_MODULES: cannot import no_such_module_here" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("import dtq_tasks\n\ndef broken(:\n    pass\n", "SyntaxError: invalid syntax ({path}:3)"),
+        ("import os\nraise RuntimeError('DATABASE_URL is not set')\n",
+         "RuntimeError: DATABASE_URL is not set ({path}:2)"),
+        ("import dtq_tasks\n\n@dtq_tasks.task('dtq.echo')\ndef echo(payload):\n    return payload\n",
+         "ValueError: task type 'dtq.echo' is already registered to dtq_tasks.builtins.echo ({path}:3)"),
+        ("import no_such_dependency_here\n", "No module named 'no_such_dependency_here'"),
+    ],
+    ids=["syntax-error", "error-at-import", "duplicate-task-type", "missing-dependency"],
+)
+def test_a_task_module_that_fails_to_import_is_one_line_naming_it(redis_server: Any, tmp_path: Any, source: str,
+                                                                    error: str) -> None:
+    # It should name the listed module and what went wrong in it, never print a traceback.
+    (tmp_path / "dtqtest_handlers.py").write_text(source)
+    env = worker_env(redis_server.url, "dtqtest:mod", DTQ_TASK_MODULES="dtqtest_handlers", PYTHONPATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", "--burst"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode != 0
+    error = error.format(path=tmp_path / "dtqtest_handlers.py")
+    assert proc.stderr.splitlines()[-1] == f"CommandError: DTQ_TASK_MODULES: cannot import dtqtest_handlers: {error}"
+    assert "Traceback" not in proc.stderr
+
+
 def test_redis_unreachable_at_start_is_one_line() -> None:
     env = worker_env("redis://127.0.0.1:1/0", "dtqtest:down")
     proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", "--burst"], cwd=ROOT, capture_output=True,

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from dtq_core.conf import get_config
 from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import WorkerNameTaken
-from dtq_core.registry import import_task_modules
+from dtq_core.registry import TaskModuleError, import_task_modules
 from dtq_core.task import valid_queue_name
 from dtq_core.worker import Worker
 from dtq_worker.ops import redacted
@@ -90,8 +90,8 @@ class Command(BaseCommand):
         config = get_config()
         try:
             import_task_modules(config.task_modules)
-        except ImportError as exc:
-            raise CommandError(f"DTQ_TASK_MODULES: cannot import {exc.name or exc}") from None
+        except TaskModuleError as exc:
+            raise CommandError(str(exc)) from None
         worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks)
         # Django, DRF and the task modules leave a large heap of objects that live as long as the
         # process: keep them out of the garbage collector's full passes, which would otherwise
