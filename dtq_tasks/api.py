@@ -23,6 +23,8 @@ def task(name: str) -> Callable[[F], F]:
         raise ValueError(f"invalid task type name {name!r}")
 
     def decorate(fn: F) -> F:
+        if not callable(fn):  # a worker would only find out when the first task of this type runs
+            raise TypeError(f"@dtq_tasks.task({name!r}) must decorate a function, not {type(fn).__name__} {fn!r}")
         registry.register(name, fn)
         return fn
 
