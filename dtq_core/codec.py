@@ -15,6 +15,37 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def encode_result(value: Any) -> str:
+    """Return a handler's result as strict JSON text, or the JSON string of its str() (repr() if
+    that raises) when it has none; never raise.
+
+    It runs after the side effects happened, so a result that cannot be stored must not fail
+    the task. NaN and Infinity are refused too: json.loads reads them but the API's strict
+    renderer cannot write them back out.
+    """
+    try:
+        return valid_utf8(json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                                     default=str))
+    except Exception:  # noqa: BLE001 - non-str keys, cycles, nesting, a __str__ that raises: anything
+        pass
+    for describe in (str, repr):
+        try:
+            return valid_utf8(json.dumps(describe(value), ensure_ascii=False))
+        except Exception:  # noqa: BLE001 - user code: the next description is tried
+            pass
+    return json.dumps(object.__repr__(value))
+
+
+def valid_utf8(text: str) -> str:
+    """Replace what UTF-8 cannot hold (lone surrogates, e.g. from undecodable bytes) with '?':
+    the text is written to Redis, where it must encode."""
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return text.encode(errors="replace").decode()
+
+
 def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, Any]:
     """Shape a task hash for the API and console: parsed JSON, ISO times, typed numbers."""
     out: dict[str, Any] = {

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import registry
 from .clock import Clock
+from .codec import encode_result, valid_utf8
 from .config import DtqConfig
 from .connection import UNAVAILABLE_ERRORS
 from .task import Outcome, RetryPolicy, next_attempt_at
@@ -233,10 +234,7 @@ class AttemptRunner:
         future.add_done_callback(done)
 
     def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
-        if result is None:
-            encoded = "null"
-        else:
-            encoded = _valid_utf8(json.dumps(result, separators=(",", ":"), ensure_ascii=False, default=str))
+        encoded = encode_result(result)
         truncated = len(encoded.encode()) > self.config.result_max_bytes
         if truncated:
             # Keep valid JSON: the stored result becomes a string holding the first bytes.
@@ -253,8 +251,8 @@ class AttemptRunner:
             text = f"Traceback (most recent call last):\n{frames}{''.join(traceback.format_exception_only(exc))}"
         else:
             text = "".join(traceback.format_exception(exc))
-        tb = _valid_utf8(text[-TRACEBACK_TAIL:])
-        message = _valid_utf8(str(exc)) or error_class
+        tb = valid_utf8(text[-TRACEBACK_TAIL:])
+        message = valid_utf8(str(exc)) or error_class
         if retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
                                   now_ms=self.clock.now_ms(), policy=self.policy)
@@ -271,16 +269,6 @@ def _in_thread(ex: Execution, fn: Any, payload: Any) -> Any:
         return fn(payload)
     finally:
         ex.thread_id, ex.thread_frame = 0, None
-
-
-def _valid_utf8(text: str) -> str:
-    """Replace what UTF-8 cannot hold (lone surrogates, e.g. from undecodable bytes) with '?':
-    the record must encode, or its completion could never be written."""
-    try:
-        text.encode()
-        return text
-    except UnicodeEncodeError:
-        return text.encode(errors="replace").decode()
 
 
 def error_name(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sys
 import threading
 import time
@@ -243,6 +244,42 @@ def test_large_results_are_truncated_and_flagged(config: DtqConfig) -> None:
     task = engine.get_task(task_id)
     assert task["status"] == "SUCCEEDED" and task["result_truncated"] is True
     assert isinstance(task["result"], str) and 50 < len(task["result"]) <= 100
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    def __repr__(self) -> str:
+        return "<Unprintable>"
+
+
+def circular() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+@pytest.mark.parametrize(("value", "stored"), [
+    ({(1, 2): 3}, "{(1, 2): 3}"),              # keys JSON cannot hold
+    (circular(), "[[...]]"),
+    (Unprintable(), "<Unprintable>"),            # str() raises: repr()
+    (float("nan"), "nan"),                       # NaN/Infinity are not JSON: stored they broke the API
+    ({"x": float("-inf")}, "{'x': -inf}"),
+])
+def test_a_result_json_cannot_hold_is_stored_through_str(config: DtqConfig, value: Any, stored: str) -> None:
+    # It should succeed on the first attempt: the handler's side effects already happened.
+    async def odd(payload: Any) -> Any:
+        RECORDED.append(payload)
+        return value
+
+    registry.register("test.odd", odd)
+    engine, cfg = make_engine(config, visibility_timeout_s=2, heartbeat_interval_s=0.5)
+    task_id = engine.enqueue("test.odd", {}).id
+    run_burst(cfg, timeout=10)
+    task = engine.get_task(task_id)
+    assert (task["status"], task["attempt"], task["result"], len(RECORDED)) == ("SUCCEEDED", 1, stored, 1)
+    assert engine.client.get(engine.keys.result(task_id)) == json.dumps(stored)  # valid JSON, no NaN
 
 
 def test_text_utf8_cannot_hold_is_replaced_not_stuck(config: DtqConfig) -> None:
