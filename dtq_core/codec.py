@@ -36,6 +36,24 @@ def encode_result(value: Any) -> str:
     return json.dumps(object.__repr__(value))
 
 
+def truncate_result(encoded: str, max_bytes: int) -> tuple[str, bool]:
+    """Return (JSON text of at most max_bytes, whether it was cut): a cut result becomes a JSON
+    string holding the longest head of `encoded` that still fits once escaped."""
+    if len(encoded.encode()) <= max_bytes:
+        return encoded, False
+    head = encoded.encode()[:max_bytes].decode(errors="ignore")
+    # Escaping grows the head (a quote or backslash takes 2 bytes, a control character 6) by an
+    # amount that depends on where it is cut, so search for the longest prefix that fits.
+    low, high = 0, len(head)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(json.dumps(head[:mid], ensure_ascii=False).encode()) <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return json.dumps(head[:low], ensure_ascii=False), True
+
+
 def valid_utf8(text: str) -> str:
     """Replace what UTF-8 cannot hold (lone surrogates, e.g. from undecodable bytes) with '?':
     the text is written to Redis, where it must encode."""

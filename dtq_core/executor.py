@@ -21,7 +21,7 @@ from typing import Any
 
 from . import registry
 from .clock import Clock
-from .codec import encode_result, valid_utf8
+from .codec import encode_result, truncate_result, valid_utf8
 from .config import DtqConfig
 from .connection import UNAVAILABLE_ERRORS
 from .task import Outcome, RetryPolicy, next_attempt_at
@@ -234,12 +234,7 @@ class AttemptRunner:
         future.add_done_callback(done)
 
     def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
-        encoded = encode_result(result)
-        truncated = len(encoded.encode()) > self.config.result_max_bytes
-        if truncated:
-            # Keep valid JSON: the stored result becomes a string holding the first bytes.
-            head = encoded.encode()[: self.config.result_max_bytes].decode(errors="ignore")
-            encoded = json.dumps(head[: max(0, len(head) - 16)])
+        encoded, truncated = truncate_result(encode_result(result), self.config.result_max_bytes)
         return Completion(row, Outcome.SUCCEEDED, result_json=encoded, truncated=truncated, duration_s=duration)
 
     def _failed(self, row: Row, exc: BaseException, duration: float, *, frames: str = "") -> Completion:

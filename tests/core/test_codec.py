@@ -1,4 +1,4 @@
-"""Result encoding: total (never raises) and strict JSON."""
+"""Result encoding: total (never raises), strict JSON, and truncation that fits its byte limit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dtq_core.codec import encode_result
+from dtq_core.codec import encode_result, truncate_result
 
 
 class Broken:
@@ -52,3 +52,20 @@ def test_it_encodes_values_json_cannot_walk() -> None:
     assert isinstance(strict(encode_result(nested(100_000))), str)  # too deep for json and for str()
     # default=str raises, then str() and repr() do: object.__repr__ is left
     assert strict(encode_result({"when": Broken()})).startswith("<dict object at")
+
+
+@pytest.mark.parametrize("text", ['"' * 300, "\\" * 300, "é" * 300, "😀" * 300, "\x01" * 300, 'a"\\é\n' * 100])
+@pytest.mark.parametrize("max_bytes", [2, 3, 7, 64, 199, 200, 201])
+def test_a_cut_result_stays_json_within_the_limit(text: str, max_bytes: int) -> None:
+    encoded = encode_result(text)
+    cut, truncated = truncate_result(encoded, max_bytes)
+    assert truncated and len(cut.encode()) <= max_bytes
+    head = strict(cut)
+    assert isinstance(head, str) and encoded.startswith(head)
+    # the longest head that fits: one more character would not
+    assert len(json.dumps(encoded[:len(head) + 1], ensure_ascii=False).encode()) > max_bytes
+
+
+def test_a_result_within_the_limit_is_kept_as_is() -> None:
+    encoded = encode_result({"a": "é" * 10})
+    assert truncate_result(encoded, len(encoded.encode())) == (encoded, False)

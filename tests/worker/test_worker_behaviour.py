@@ -282,6 +282,20 @@ def test_a_result_json_cannot_hold_is_stored_through_str(config: DtqConfig, valu
     assert engine.client.get(engine.keys.result(task_id)) == json.dumps(stored)  # valid JSON, no NaN
 
 
+@pytest.mark.parametrize("text", ['"' * 500, "\\" * 500, "\u00e9" * 500, "\n\x01" * 500])
+def test_a_truncated_result_fits_the_limit(config: DtqConfig, text: str) -> None:
+    # Escaping grows the head (a quote takes two bytes, a control character six): it must still fit.
+    registry.register("test.text", lambda payload: text)
+    engine, cfg = make_engine(config, result_max_bytes=200)
+    task_id = engine.enqueue("test.text", {}).id
+    run_burst(cfg)
+    raw = engine.client.get(engine.keys.result(task_id))
+    task = engine.get_task(task_id)
+    assert task["status"] == "SUCCEEDED" and task["result_truncated"] is True
+    assert 150 < len(raw.encode()) <= 200 and json.loads(raw) == task["result"]
+    assert json.dumps(text, ensure_ascii=False).startswith(task["result"])
+
+
 def test_text_utf8_cannot_hold_is_replaced_not_stuck(config: DtqConfig) -> None:
     # It should still record the outcome (with '?' for the lone surrogate), never retry the write forever.
     engine, cfg = make_engine(config)
