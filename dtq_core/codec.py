@@ -101,9 +101,15 @@ def _json_or_raw(raw: str | None) -> Any:
     if raw is None or raw == "":
         return None
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_refuse_constant)
     except ValueError:
         return raw
+
+
+def _refuse_constant(name: str) -> Any:
+    # Results stored before encode_result may hold NaN or Infinity: show their text, since the
+    # API's strict JSON renderer would answer 500 on the float.
+    raise ValueError(f"{name} is not JSON")
 
 
 def _num(raw: str | None) -> float | int | None:

@@ -184,3 +184,13 @@ def test_cancel_of_an_unknown_task_is_404(api: APIClient, task_id: str) -> None:
 
 def test_cancel_answers_503_when_redis_is_down(settings: Any) -> None:
     assert_error(APIClient().post("/api/v1/tasks/abc/cancel"), 503, "REDIS_UNAVAILABLE")
+
+
+@pytest.mark.parametrize("stored", ["NaN", '{"x":Infinity}', "[-Infinity]"])
+def test_get_shows_a_result_older_versions_stored_as_invalid_json(api: APIClient, live_engine: Engine,
+                                                                  stored: str) -> None:
+    # It should answer 200 with the stored text, not 500: strict JSON has no NaN or Infinity.
+    task_id = live_engine.enqueue("dtq.echo", {}).id
+    live_engine.client.set(live_engine.keys.result(task_id), stored)
+    response = api.get(f"/api/v1/tasks/{task_id}")
+    assert response.status_code == 200 and response.json()["result"] == stored

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dtq_core.codec import encode_result, truncate_result
+from dtq_core.codec import encode_result, task_view, truncate_result
 
 
 class Broken:
@@ -69,3 +69,9 @@ def test_a_cut_result_stays_json_within_the_limit(text: str, max_bytes: int) -> 
 def test_a_result_within_the_limit_is_kept_as_is() -> None:
     encoded = encode_result({"a": "é" * 10})
     assert truncate_result(encoded, len(encoded.encode())) == (encoded, False)
+
+
+def test_a_stored_result_with_nan_reads_as_its_text() -> None:
+    # Older versions stored NaN/Infinity, which the API's strict JSON renderer cannot write.
+    assert task_view({}, '{"x":NaN}')["result"] == '{"x":NaN}'
+    assert task_view({}, "[1.5]")["result"] == [1.5]
