@@ -4,6 +4,9 @@ A marker in Redis (dtq:once:<key>) moves from "running" (a lease) to "done" with
 result, kept for DTQ_IDEM_TTL_S. A caller that finds the lease held waits for the result; a
 lease left by a crashed worker expires and the next caller runs fn again, which is why fn
 itself should be safe to repeat after a crash between its effect and the marker write.
+
+Every caller, the one that ran fn included, gets the result as stored (dtq_core.codec's
+encode_result, read back): a handler then sees the same value on its first run as on a rerun.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
+from dtq_core.codec import encode_result
 from dtq_core.engine import get_engine
 
-T = TypeVar("T")
 LEASE_S = 60.0  # default lease; pass lease_seconds to match how long fn may take
 POLL_S = 0.05
 
@@ -46,10 +49,14 @@ def _try_lease(redis_key: str, token: str, lease_s: float) -> bool:
     return bool(get_engine().client.set(redis_key, json.dumps({"running": token}), nx=True, px=int(lease_s * 1000)))
 
 
-def _finish(redis_key: str, result: Any) -> None:
+def _finish(redis_key: str, result: Any) -> Any:
+    """Mark the key done; return the result as later callers will read it."""
     engine = get_engine()
-    engine.client.set(redis_key, json.dumps({"done": True, "result": result}, default=str),
-                      px=engine.config.idem_ttl_s * 1000)
+    # encode_result never raises: fn's effect happened, and a marker left "running" would let
+    # the next caller run fn again once the lease expires.
+    encoded = encode_result(result)
+    engine.client.set(redis_key, f'{{"done":true,"result":{encoded}}}', px=engine.config.idem_ttl_s * 1000)
+    return json.loads(encoded)
 
 
 def _release(redis_key: str, token: str) -> None:
@@ -58,11 +65,12 @@ def _release(redis_key: str, token: str) -> None:
         client.delete(redis_key)
 
 
-def idempotent_operation(key: str, fn: Callable[[], T], *, lease_seconds: float | None = None) -> T:
-    """Run fn at most once per key (within DTQ_IDEM_TTL_S); return the stored result to later callers.
+def idempotent_operation(key: str, fn: Callable[[], Any], *, lease_seconds: float | None = None) -> Any:
+    """Run fn at most once per key (within DTQ_IDEM_TTL_S); return its result as stored (JSON).
 
-    lease_seconds bounds how long a crashed caller's lease blocks the next one (default 60 s);
-    keep it above fn's longest run, or a slow fn can be run twice.
+    A result JSON cannot hold is stored through str() (see encode_result). lease_seconds bounds
+    how long a crashed caller's lease blocks the next one (default 60 s); keep it above fn's
+    longest run, or a slow fn can be run twice.
     """
     lease_s = _lease(lease_seconds)
     redis_key = _key(key)
@@ -72,22 +80,21 @@ def idempotent_operation(key: str, fn: Callable[[], T], *, lease_seconds: float 
     while True:
         done, result = _lookup(client.get(redis_key))
         if done:
-            return result  # type: ignore[no-any-return]
+            return result
         if _try_lease(redis_key, token, lease_s):
             try:
                 result = fn()
             except BaseException:
                 _release(redis_key, token)
                 raise
-            _finish(redis_key, result)
-            return result  # type: ignore[no-any-return]
+            return _finish(redis_key, result)
         if time.monotonic() > deadline:
             raise TimeoutError(f"idempotent_operation {key!r} is held by another caller")
         time.sleep(POLL_S)
 
 
-async def aidempotent_operation(key: str, fn: Callable[[], Awaitable[T]], *,
-                                lease_seconds: float | None = None) -> T:
+async def aidempotent_operation(key: str, fn: Callable[[], Awaitable[Any]], *,
+                                lease_seconds: float | None = None) -> Any:
     """The async form of idempotent_operation, for async handlers."""
     lease_s = _lease(lease_seconds)
     redis_key = _key(key)
@@ -97,15 +104,14 @@ async def aidempotent_operation(key: str, fn: Callable[[], Awaitable[T]], *,
     while True:
         done, result = _lookup(await asyncio.to_thread(client.get, redis_key))
         if done:
-            return result  # type: ignore[no-any-return]
+            return result
         if await asyncio.to_thread(_try_lease, redis_key, token, lease_s):
             try:
                 result = await fn()
             except BaseException:
                 await asyncio.to_thread(_release, redis_key, token)
                 raise
-            await asyncio.to_thread(_finish, redis_key, result)
-            return result  # type: ignore[no-any-return]
+            return await asyncio.to_thread(_finish, redis_key, result)
         if time.monotonic() > deadline:
             raise TimeoutError(f"idempotent_operation {key!r} is held by another caller")
         await asyncio.sleep(POLL_S)

@@ -405,6 +405,34 @@ def test_async_idempotent_operation(live_engine: Engine) -> None:
     assert asyncio.run(twice()) == [5, 5] and len(calls) == 1
 
 
+def test_idempotent_operation_stores_a_result_json_cannot_hold(live_engine: Engine) -> None:
+    # It should mark the key done (the effect happened), so a later caller gets the result, not a rerun.
+    calls: list[int] = []
+
+    def effect() -> dict[tuple[int, int], int]:
+        calls.append(1)
+        return {(1, 2): 3}
+
+    first = dtq_tasks.idempotent_operation("odd-1", effect)
+    second = dtq_tasks.idempotent_operation("odd-1", effect)
+    assert first == second == "{(1, 2): 3}" and len(calls) == 1
+
+    async def nan() -> float:
+        calls.append(1)
+        return float("nan")
+
+    async def twice() -> list[Any]:
+        return [await dtq_tasks.aidempotent_operation("odd-2", nan) for _ in range(2)]
+
+    assert asyncio.run(twice()) == ["nan", "nan"] and len(calls) == 2
+
+
+def test_idempotent_operation_hands_the_first_caller_the_stored_form(live_engine: Engine) -> None:
+    # It should return what a later caller will read, so code after it behaves the same on a rerun.
+    first = dtq_tasks.idempotent_operation("form-1", lambda: {1: (2, 3)})
+    assert first == dtq_tasks.idempotent_operation("form-1", lambda: None) == {"1": [2, 3]}
+
+
 def test_enqueue_helper_returns_the_task_id(live_engine: Engine) -> None:
     task_id = dtq_tasks.enqueue("dtq.echo", {"a": 1}, queue="helpers", priority="low", max_attempts=2)
     task = live_engine.get_task(task_id)
