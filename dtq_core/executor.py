@@ -247,7 +247,7 @@ class AttemptRunner:
         else:
             text = "".join(traceback.format_exception(exc))
         tb = valid_utf8(text[-TRACEBACK_TAIL:])
-        message = valid_utf8(str(exc)) or error_class
+        message = valid_utf8(_message(exc)) or error_class
         if retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
                                   now_ms=self.clock.now_ms(), policy=self.policy)
@@ -255,6 +255,14 @@ class AttemptRunner:
                               traceback=tb, retry_due_ms=due or 0, duration_s=duration)
         return Completion(row, Outcome.FAILED, error_class=error_class, error_message=message,
                           traceback=tb, duration_s=duration)
+
+
+def _message(exc: BaseException) -> str:
+    # A handler's exception is user code: a __str__ that raises must not leave the task RUNNING.
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - anything its __str__ raises
+        return f"<{type(exc).__name__}: str() failed>"
 
 
 def _in_thread(ex: Execution, fn: Any, payload: Any) -> Any:

@@ -193,6 +193,23 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
     assert asyncio.run(scenario()) == "SUCCEEDED"
 
 
+def test_an_exception_that_cannot_be_printed_still_fails_its_task(config: DtqConfig) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    async def raise_unprintable(payload: Any) -> None:
+        raise Unprintable()
+
+    registry.register("test.unprintable", raise_unprintable)
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("test.unprintable", {}, max_attempts=2).id
+    run_burst(cfg, timeout=10)
+    task = engine.get_task(task_id)
+    assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 1
+    assert "Unprintable: str() failed" in task["last_error"]
+
+
 def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
     # A pool thread that has moved on to another attempt must not lend that one's stack.
     from dtq_core.executor import Execution, Row, _in_thread, _thread_stack
