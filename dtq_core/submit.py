@@ -84,6 +84,10 @@ def validate(
         raise ValidationError("priority must be one of high, normal, low", field="priority")
     delay = _number("delay_seconds", 0 if delay_seconds is None else delay_seconds, minimum=0, maximum=MAX_DELAY_S)
     ttl = None if ttl_seconds is None else _number("ttl_seconds", ttl_seconds, minimum=0.001, maximum=MAX_TTL_S)
+    if ttl is not None and delay and ttl <= delay:
+        # Both count from the submit: such a task could only ever end EXPIRED.
+        raise ValidationError(f"ttl_seconds ({ttl:g}) must be longer than delay_seconds ({delay:g}): "
+                              "the task would expire before it is due", field="ttl_seconds")
     attempts = config.max_attempts if max_attempts is None else int(
         _number("max_attempts", max_attempts, minimum=1, maximum=MAX_ATTEMPTS_LIMIT, integer=True)
     )

@@ -51,6 +51,15 @@ def test_the_same_idempotency_key_returns_the_first_task(engine: Engine, redis_c
     assert engine.config.idem_ttl_s - 5 < ttl <= engine.config.idem_ttl_s
 
 
+def test_a_delayed_task_keeps_its_idempotency_key_through_its_delay(engine: Engine, redis_client: redis.Redis) -> None:
+    # A key that expired while its task still waited would let a resubmit create a second task.
+    delay = engine.config.idem_ttl_s * 2
+    first = engine.enqueue("dtq.echo", {"n": 1}, idempotency_key="report-9", delay_seconds=delay)
+    ttl = redis_client.ttl(engine.keys.idem("report-9"))
+    assert delay + engine.config.idem_ttl_s - 5 < ttl <= delay + engine.config.idem_ttl_s
+    assert engine.enqueue("dtq.echo", {"n": 2}, idempotency_key="report-9").id == first.id
+
+
 def test_the_depth_gate_refuses_with_queue_full(config: DtqConfig) -> None:
     engine = Engine(DtqConfig.from_mapping({**config.as_settings(), "MAX_QUEUE_DEPTH": 3}))
     for priority in ("high", "normal", "low"):
@@ -89,6 +98,9 @@ def _nested(depth: int) -> list[object]:
         # Lone surrogates (bytes decoded with surrogateescape, or "\ud800" in JSON) and deep nesting
         ({"payload": {"name": "caf\udce9"}}, "payload"), ({"idempotency_key": "k\ud800"}, "idempotency_key"),
         ({"payload": _nested(5000)}, "payload"),
+        # Counted from the submit, a ttl no longer than the delay expires the task before it is due.
+        ({"delay_seconds": 60, "ttl_seconds": 60}, "ttl_seconds"),
+        ({"delay_seconds": 60, "ttl_seconds": 30}, "ttl_seconds"),
     ],
 )
 def test_bad_input_is_refused_naming_the_field_and_stores_nothing(
