@@ -53,6 +53,9 @@ class TaskListView(APIView):
         data.is_valid(raise_exception=True)
         engine = get_engine()
         enqueued = engine.enqueue(request_id=request._request.request_id, **data.validated_data)
+        if enqueued.task is None and not enqueued.created and enqueued.status == "UNKNOWN":
+            # The idempotency key outlived its task's record: the id is all that is known.
+            return Response({"id": enqueued.id, "status": enqueued.status}, status=status.HTTP_200_OK)
         task = enqueued.task if enqueued.task is not None else engine.get_task(enqueued.id)
         return Response(task, status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK)
 

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class DtqCoreConfig(AppConfig):
@@ -6,7 +7,9 @@ class DtqCoreConfig(AppConfig):
     verbose_name = "dtq engine"
 
     def ready(self) -> None:
+        from .checks import idempotency_keys_outlive_records
         from .conf import connect_signals, stop_if_invalid
 
         connect_signals()
         stop_if_invalid()
+        checks.register(idempotency_keys_outlive_records, "dtq")

@@ -84,7 +84,7 @@ def validate(
         raise ValidationError("priority must be one of high, normal, low", field="priority")
     delay = _number("delay_seconds", 0 if delay_seconds is None else delay_seconds, minimum=0, maximum=MAX_DELAY_S)
     ttl = None if ttl_seconds is None else _number("ttl_seconds", ttl_seconds, minimum=0.001, maximum=MAX_TTL_S)
-    if ttl is not None and delay and ttl <= delay:
+    if ttl is not None and delay and int(ttl * 1000) <= int(delay * 1000):  # in ms, as they are stored
         # Both count from the submit: such a task could only ever end EXPIRED.
         raise ValidationError(f"ttl_seconds ({ttl:g}) must be longer than delay_seconds ({delay:g}): "
                               "the task would expire before it is due", field="ttl_seconds")

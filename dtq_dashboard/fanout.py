@@ -36,18 +36,24 @@ def is_terminal(event: Any) -> bool:
 
 
 class ClientBuffer:
-    """The per-client queue between the hub (producer) and one consumer's sender (consumer)."""
+    """The per-client queue between the hub (producer) and one consumer's sender (consumer).
+
+    Non-terminal and terminal events wait in two queues, numbered in arrival order, so dropping
+    the oldest non-terminal event is O(1) however many terminal ones a stuck client piles up.
+    """
 
     def __init__(self, size: int = BUFFER_SIZE, overflow: int = TERMINAL_OVERFLOW) -> None:
         self.size = size
         self.overflow = overflow
-        self.items: deque[tuple[bool, str]] = deque()
+        self._plain: deque[tuple[int, str]] = deque()
+        self._terminal: deque[tuple[int, str]] = deque()
+        self._seq = 0
         self.dropped = 0  # events this client never got
         self.overflowed = asyncio.Event()  # past the terminal cap: the client is to be closed
         self._ready = asyncio.Event()
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self._plain) + len(self._terminal)
 
     def offer(self, text: str, *, terminal: bool) -> int:
         """Buffer one event; return how many events were dropped to do so (0 or 1)."""
@@ -57,41 +63,44 @@ class ClientBuffer:
                 return 0
             self.dropped += 1
             return 1
-        if len(self.items) < self.size:
+        if len(self) < self.size:
             self._push(terminal, text)
             return 0
         if not terminal:
             self.dropped += 1
             return 1
-        for i, (buffered_terminal, _) in enumerate(self.items):
-            if not buffered_terminal:
-                del self.items[i]  # the oldest non-terminal event makes room
-                self.dropped += 1
-                self._push(terminal, text)
-                return 1
+        if self._plain:
+            self._plain.popleft()  # the oldest non-terminal event makes room
+            self.dropped += 1
+            self._push(terminal, text)
+            return 1
         self._push(terminal, text)  # only terminal events are buffered: keep this one too
-        if len(self.items) > self.overflow:
+        if len(self) > self.overflow:
             self.overflowed.set()
             self._ready.set()  # wake the sender: it closes the connection
         return 0
 
     def _push(self, terminal: bool, text: str) -> None:
-        self.items.append((terminal, text))
+        self._seq += 1
+        (self._terminal if terminal else self._plain).append((self._seq, text))
         self._ready.set()
 
     async def take(self, limit: int | None = None) -> list[str]:
-        """Wait for events, then hand over the oldest `limit` (default: all) of them; nothing once
-        the buffer has overflowed (its client is to be closed)."""
-        while not self.items and not self.overflowed.is_set():
+        """Wait for events, then hand over the oldest `limit` (default: all) of them, in arrival
+        order; nothing once the buffer has overflowed (its client is to be closed)."""
+        while not len(self) and not self.overflowed.is_set():
             self._ready.clear()
             await self._ready.wait()
         if self.overflowed.is_set():
             return []
-        if limit is None or limit >= len(self.items):
-            batch = [text for _, text in self.items]
-            self.items.clear()
-            return batch
-        return [self.items.popleft()[1] for _ in range(limit)]
+        plain, terminal = self._plain, self._terminal
+        batch = []
+        for _ in range(len(self) if limit is None else min(limit, len(self))):
+            if plain and (not terminal or plain[0][0] < terminal[0][0]):
+                batch.append(plain.popleft()[1])
+            else:
+                batch.append(terminal.popleft()[1])
+        return batch
 
 
 class EventHub:

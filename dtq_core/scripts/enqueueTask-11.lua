@@ -20,9 +20,9 @@ local task_id, now_ms, now_iso, queue = ARGV[1], ARGV[3], ARGV[4], ARGV[9]
 local want_record = ARGV[15] == '1'
 if ARGV[11] == '1' then
   local existing = rcall('GET', KEYS[2])
-  -- A key whose task record already expired (DTQ_TASK_RETENTION_S shorter than DTQ_IDEM_TTL_S)
-  -- names nothing: the submit creates a new task and takes the key over.
-  if existing and rcall('EXISTS', ARGV[13] .. existing) == 1 then
+  -- Even when the first task's record has already expired (DTQ_TASK_RETENTION_S shorter than
+  -- DTQ_IDEM_TTL_S), the key still stands for it: a second task could repeat its side effects.
+  if existing then
     local ekey = ARGV[13] .. existing
     local record, result = {}, ''
     if want_record then

@@ -163,3 +163,13 @@ def test_a_submit_is_one_redis_round_trip(api: APIClient, monkeypatch: pytest.Mo
     again = post(api, {"type": "dtq.echo", "idempotency_key": "rt-1"})
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["payload"] == {"n": 1} and len(sends) == 2
+
+
+def test_a_key_whose_first_task_record_expired_answers_200_with_its_id(
+        api: APIClient, live_engine: Engine, redis_client: Any) -> None:
+    body = {"type": "dtq.echo", "idempotency_key": "webhook-77"}
+    first = post(api, body).json()
+    redis_client.delete(live_engine.keys.task(first["id"]))  # retention shorter than the key's TTL
+    response = post(api, body)
+    assert response.status_code == 200
+    assert response.json() == {"id": first["id"], "status": "UNKNOWN"}  # no second task was made

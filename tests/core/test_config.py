@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -74,3 +75,14 @@ def test_every_entry_point_stops_with_one_line(command: list[str]) -> None:
                                  "redis://[::1]:6379/1"])
 def test_redis_urls_with_or_without_a_database_number_are_accepted(url: str) -> None:
     assert read_env({"DTQ_REDIS_URL": url}.get).redis_url == url
+
+
+def test_a_retention_shorter_than_the_idempotency_ttl_is_warned_about(settings: Any) -> None:
+    from django.core.checks import run_checks
+
+    from dtq_core.checks import KEYS_OUTLIVE_RECORDS
+
+    settings.DTQ = {**settings.DTQ, "TASK_RETENTION_S": 3600, "IDEM_TTL_S": 86400}
+    assert KEYS_OUTLIVE_RECORDS in {m.id for m in run_checks(tags=["dtq"])}
+    settings.DTQ = {**settings.DTQ, "TASK_RETENTION_S": 86400}
+    assert KEYS_OUTLIVE_RECORDS not in {m.id for m in run_checks(tags=["dtq"])}

@@ -101,6 +101,7 @@ def _nested(depth: int) -> list[object]:
         # Counted from the submit, a ttl no longer than the delay expires the task before it is due.
         ({"delay_seconds": 60, "ttl_seconds": 60}, "ttl_seconds"),
         ({"delay_seconds": 60, "ttl_seconds": 30}, "ttl_seconds"),
+        ({"delay_seconds": 1.0005, "ttl_seconds": 1.0009}, "ttl_seconds"),  # the same millisecond
     ],
 )
 def test_bad_input_is_refused_naming_the_field_and_stores_nothing(

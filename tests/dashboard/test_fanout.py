@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
-from dtq_dashboard.fanout import BUFFER_SIZE, ClientBuffer, is_terminal
+from dtq_dashboard.fanout import BUFFER_SIZE, TERMINAL_OVERFLOW, ClientBuffer, is_terminal
 
 
 def event(i: int, status: str = "RUNNING", etype: str = "task.started") -> str:
@@ -55,6 +56,30 @@ def test_a_buffer_full_of_terminal_events_still_takes_more_until_the_overflow_ca
     assert buffer.offer(event(10), terminal=False) == 1
     buffer.offer(event(11, "SUCCEEDED"), terminal=True)
     assert len(buffer) == 5  # nothing more is held for a client that is being closed
+
+
+def test_events_come_out_in_arrival_order_across_kinds_and_chunks() -> None:
+    buffer = ClientBuffer(size=10)
+    kinds = [False, True, True, False, True, False, False, True]
+    for i, terminal in enumerate(kinds):
+        buffer.offer(event(i, "SUCCEEDED" if terminal else "RUNNING"), terminal=terminal)
+    taken = []
+    while len(buffer):
+        taken += asyncio.run(buffer.take(3))
+    assert [json.loads(t)["event_id"] for t in taken] == [f"1-{i}" for i in range(len(kinds))]
+
+
+def test_a_stuck_client_full_of_terminal_events_costs_little_per_event() -> None:
+    # A client that stops reading fills its buffer by design; each further event must not cost a
+    # walk over everything buffered (the hub dispatches to every client on one event loop).
+    buffer = ClientBuffer()
+    for i in range(TERMINAL_OVERFLOW // 2):
+        buffer.offer(event(i, "SUCCEEDED"), terminal=True)
+    started = time.perf_counter()
+    for i in range(TERMINAL_OVERFLOW):
+        buffer.offer(event(i, "SUCCEEDED") if i % 2 else event(i), terminal=i % 2 == 1)
+    assert time.perf_counter() - started < 0.5  # a scan per terminal event took seconds
+    assert not buffer.overflowed.is_set() and buffer.dropped == TERMINAL_OVERFLOW // 2
 
 
 def test_take_waits_for_events() -> None:
