@@ -169,7 +169,7 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
     # Detached threads hold their slots until they end; when the last one ends, the consumer
     # must wake up, not wait for a slot event nobody sends (a wedged worker that still beats).
     engine, cfg = make_engine(config)
-    stuck = [engine.enqueue("dtq.sleep_sync", {"seconds": 0.8}, timeout_seconds=0.1, max_attempts=1).id
+    stuck = [engine.enqueue("dtq.sleep_sync", {"seconds": 2}, timeout_seconds=0.1, max_attempts=1).id
              for _ in range(2)]
 
     async def scenario() -> str:
@@ -182,7 +182,7 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
                 await asyncio.sleep(0.02)
             assert worker.runner.detached_threads == 2  # both slots held by threads still sleeping
             echo = engine.enqueue("dtq.echo", {"after": "threads"}).id
-            deadline = time.monotonic() + 10  # the threads end 0.7 s from now
+            deadline = time.monotonic() + 10  # the threads end about 1.9 s from now
             while engine.get_task(echo)["status"] != "SUCCEEDED" and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             return str(engine.get_task(echo)["status"])
