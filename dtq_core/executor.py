@@ -251,6 +251,9 @@ class AttemptRunner:
         if retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
                                   now_ms=self.clock.now_ms(), policy=self.policy)
+            retry_after = getattr(exc, "retry_after", None) if isinstance(exc, registry.RetryableError) else None
+            if due is not None and retry_after is not None:
+                due = self.clock.now_ms() + int(retry_after * 1000)
             return Completion(row, Outcome.RETRY, error_class=error_class, error_message=message,
                               traceback=tb, retry_due_ms=due or 0, duration_s=duration)
         return Completion(row, Outcome.FAILED, error_class=error_class, error_message=message,

@@ -19,7 +19,21 @@ class TaskModuleError(Exception):
 
 
 class RetryableError(Exception):
-    """Raise from a handler to retry the task with backoff (until max_attempts, then the DLQ)."""
+    """Raise from a handler to retry the task with backoff (until max_attempts, then the DLQ).
+
+    retry_after (seconds) replaces the backoff for this retry, e.g. from a rate-limited API's
+    Retry-After header (Celery's countdown, Sidekiq's sidekiq_retry_in).
+    """
+
+    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+        super().__init__(*args)
+        if retry_after is not None and not (isinstance(retry_after, int | float) and not isinstance(retry_after, bool)
+                                            and 0 <= retry_after <= MAX_RETRY_AFTER_S):
+            raise ValueError(f"retry_after must be a number of seconds between 0 and {MAX_RETRY_AFTER_S}")
+        self.retry_after = retry_after
+
+
+MAX_RETRY_AFTER_S = 366 * 86400  # as delay_seconds
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

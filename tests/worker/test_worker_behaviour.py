@@ -210,6 +210,31 @@ def test_an_exception_that_cannot_be_printed_still_fails_its_task(config: DtqCon
     assert "Unprintable: str() failed" in task["last_error"]
 
 
+def test_a_retryable_error_can_say_when_to_retry(config: DtqConfig, redis_client: redis.Redis) -> None:
+    async def rate_limited(payload: Any) -> None:
+        raise dtq_tasks.RetryableError("429 from the mail API", retry_after=payload["after"])
+
+    registry.register("test.rate_limited", rate_limited)
+    engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.01)
+    task_id = engine.enqueue("test.rate_limited", {"after": 30}, max_attempts=3).id
+    before_ms = time.time() * 1000
+    run_burst(cfg, max_tasks=1)
+    task = engine.get_task(task_id)
+    assert task["status"] == "RETRYING"
+    due_ms = redis_client.zscore(engine.keys.schedule(), task_id)
+    assert before_ms + 29_000 < due_ms < time.time() * 1000 + 30_500  # not the 10 ms backoff
+    # The last attempt still dead-letters, whatever the handler asks for.
+    last = engine.enqueue("test.rate_limited", {"after": 30}, max_attempts=1).id
+    run_burst(cfg, max_tasks=1)
+    assert engine.get_task(last)["status"] == "DEAD_LETTERED"
+
+
+@pytest.mark.parametrize("after", [-1, "5", True, float("nan"), 400 * 86400])
+def test_retry_after_must_be_a_sane_number_of_seconds(after: Any) -> None:
+    with pytest.raises(ValueError, match="retry_after"):
+        dtq_tasks.RetryableError("x", retry_after=after)
+
+
 def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
     # A pool thread that has moved on to another attempt must not lend that one's stack.
     from dtq_core.executor import Execution, Row, _in_thread, _thread_stack
