@@ -40,7 +40,7 @@ from .django_tasks_compat import (
 )
 from .engine import Engine, get_engine
 from .errors import QueueFull, TaskNotFound, ValidationError
-from .submit import Submission
+from .submit import MAX_DELAY_S, Submission
 from .task import valid_queue_name
 
 __all__ = ["DtqBackend", "TaskCancelled", "TaskExpired", "TaskFailed", "enqueue_on_commit"]
@@ -208,6 +208,8 @@ class DtqBackend(BaseTaskBackend):
                 delay_seconds=delay, max_attempts=opts.max_attempts, timeout_seconds=opts.timeout_seconds,
             )
         except ValidationError as exc:  # also PayloadTooLarge
+            if exc.field == "delay_seconds":  # a name the Django author never wrote: say run_after
+                raise InvalidTask(f"run_after must be at most {MAX_DELAY_S // 86400} days ahead") from exc
             raise InvalidTask(exc.message) from exc
 
     def _push(self, submission: Submission, result: TaskResult) -> None:

@@ -105,6 +105,8 @@ def test_max_attempts_and_timeout_options_reach_the_task(tasks_settings: Any, li
         (lambda: tm.add.using(queue_name="unknown"), "not valid for backend"),
         (lambda: tm.add.using(priority=101), "priority"),
         (lambda: tm.add.using(run_after=datetime(2030, 1, 1)), "aware"),  # noqa: DTZ001 - naive on purpose
+        # dtq's limit, named as the Django author wrote it (not the delay_seconds it becomes)
+        (lambda: tm.add.using(run_after=datetime.now(tz=UTC) + timedelta(days=400)), "run_after must be at most 366"),
     ],
 )
 def test_django_refuses_bad_task_options(backend: DtqBackend, make: Any, message: str) -> None:
