@@ -74,6 +74,8 @@ class Worker:
         self._last_beat: float | None = None
         self._healthy_since = float("-inf")
         self._stop = asyncio.Event()
+        self._beat_failed = False
+        self._redis_back = asyncio.Event()  # set (and replaced) by a heartbeat that lands after failing
         self._slot_freed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._loops: dict[str, asyncio.Task[None]] = {}
@@ -190,7 +192,8 @@ class Worker:
             logger.warning("worker_id=%s shutdown step failed: %s", self.worker_id, exc)
 
     async def _supervise(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
-        """Run a loop; on error log, back off exponentially (capped) and restart it."""
+        """Run a loop; on error log, back off exponentially (capped) and restart it, at once when a
+        heartbeat lands again after failing (Redis is back: no loop waits out a long backoff)."""
         # Heartbeats retry at their own pace at most: after an outage, peers wait for them.
         max_backoff = self._beat_every_s() if name == "heartbeat" else MAX_BACKOFF_S
         failures = 0
@@ -208,7 +211,16 @@ class Worker:
                 delay = min(max_backoff, 0.1 * 2 ** min(failures, 10))
                 logger.warning("worker_id=%s loop=%s failed (%s: %s); restarting in %.1fs", self.worker_id, name,
                                type(exc).__name__, exc, delay)
-                await asyncio.sleep(delay)
+                if name == "heartbeat":
+                    self._beat_failed = True
+                    await asyncio.sleep(delay)
+                    continue
+                recovered = self._redis_back
+                try:
+                    await asyncio.wait_for(recovered.wait(), timeout=delay)
+                    failures = 0  # Redis answers again: start the backoff afresh
+                except TimeoutError:
+                    pass
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, waking early when a stop is requested."""
@@ -363,6 +375,11 @@ class Worker:
             entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
             await self.store.heartbeat(self._info(), entries)
             self._beat_done()
+            if self._beat_failed:
+                # Wake every loop backing off after an error: this beat says Redis answers again.
+                self._beat_failed = False
+                recovered, self._redis_back = self._redis_back, asyncio.Event()
+                recovered.set()
             await asyncio.sleep(self._beat_every_s())
 
     def _beat_every_s(self) -> float:

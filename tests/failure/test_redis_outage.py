@@ -146,3 +146,27 @@ def test_redis_killed_and_restarted_with_aof_loses_nothing_fsynced(
         assert "restarting in" in worker.output()  # its loops were supervised through the outage
     finally:
         worker.kill()
+
+
+def test_loops_that_backed_off_through_an_outage_resume_as_soon_as_redis_is_back(
+        private: tuple[RedisServer, Keys], tmp_path: Path) -> None:
+    # Through a 6.5 s outage the consumer's restarts back off to 3.2 s, then 6.4 s. Once Redis is
+    # back, the first heartbeat that lands must wake every loop, not leave the worker idle for
+    # the rest of a backoff it grew while Redis was gone.
+    server, keys = private
+    engine, client = get_engine(), Client()
+    data = redis.Redis.from_url(server.url, decode_responses=True)
+    worker = _worker(server, keys, tmp_path, "a")
+    try:
+        wait_for(lambda: data.zscore(keys.workers(), "a"), message=worker.output())
+        server.kill()
+        time.sleep(6.5)  # the outage is the scenario
+        server.start()
+        wait_for(lambda: _ready(client), timeout=10)
+        back = time.monotonic()
+        task_id = engine.enqueue("failure.awork", queue="out").id
+        wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=15, message=worker.output())
+        assert time.monotonic() - back < 3, worker.output()
+        assert "restarting in 3.2s" in worker.output()  # it had backed off that far
+    finally:
+        worker.kill()
