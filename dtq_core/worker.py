@@ -327,6 +327,8 @@ class Worker:
     async def _execute(self, ex: Execution) -> None:
         completion: Completion | None = None
         try:
+            if time.monotonic() - ex.row.received_at > self._stale_start_s() and not await self._still_ours(ex.row):
+                return
             completion = await self.runner.run(ex)
         finally:
             self._running.pop(ex.row.entry_id, None)
@@ -335,6 +337,26 @@ class Worker:
                 self._completions.append(completion)
                 self._flush_wanted.set()
             self._slot_freed.set()
+
+    def _stale_start_s(self) -> float:
+        """A claim older than this when its handler is about to start is checked first."""
+        return min(1.0, self.config.visibility_timeout_s / 2)
+
+    async def _still_ours(self, row: Row) -> bool:
+        """Re-check a claim this worker sat on (its process stalled, or its loop was blocked):
+        meanwhile a peer may have reclaimed the entry and run, finished or cancelled the task."""
+        try:
+            ours = await self.store.claim_still_ours(row)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: leave the entry to redelivery
+            logger.warning("task_id=%s worker_id=%s attempt=%d claim held %.1fs could not be checked (%s); "
+                           "not running it", row.task_id, self.worker_id, row.attempt,
+                           time.monotonic() - row.received_at, exc)
+            return False
+        if not ours:
+            logger.warning("task_id=%s worker_id=%s attempt=%d was claimed %.1fs ago and has since been taken "
+                           "over (reclaimed, finished or cancelled by a peer); not running it", row.task_id,
+                           self.worker_id, row.attempt, time.monotonic() - row.received_at)
+        return ours
 
     # -- completion ---------------------------------------------------------------------------
     async def _flush_loop(self) -> None:

@@ -137,9 +137,12 @@ class WorkerStore:
     def _runnable(self, reply: list[Any]) -> list[Row]:
         """Keep the rows to run; log, once each, the entries the claim script settled itself."""
         rows: list[Row] = []
+        received_at = time.monotonic()
         for r in reply:
             if r[0] == "run":
-                rows.append(Row.from_reply(r))
+                row = Row.from_reply(r)
+                row.received_at = received_at
+                rows.append(row)
                 continue
             outcome, entry_id, stream, task_id, reason = r[:5]
             if outcome == "absorbed":
@@ -241,6 +244,13 @@ class WorkerStore:
                 raise reply
             statuses += reply
         return statuses
+
+    async def claim_still_ours(self, row: Row) -> bool:
+        """Whether the task still runs this attempt under this entry and this worker."""
+        status, attempt, entry_id, worker_id = await self.client.hmget(
+            self.keys.task(row.task_id), ["status", "attempt", "entry_id", "worker_id"])
+        return (status == "RUNNING" and attempt == str(row.attempt) and entry_id == row.entry_id
+                and worker_id == self.worker_id)
 
     async def cancel_flags(self, task_ids: Sequence[str]) -> list[bool]:
         pipe = self.client.pipeline(transaction=False)

@@ -17,6 +17,7 @@ from dtq_core.admin import Actor, DlqSelection
 from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.engine import get_engine
 from dtq_core.errors import TaskNotFound
+from dtq_core.inspect import SCAN_BUDGET
 from dtq_core.task import TERMINAL
 
 from . import forms
@@ -25,6 +26,7 @@ from .permissions import allowed_actions, can_view_console, login_required_to_re
 from .timeline import task_timeline
 
 PAGE = 50
+CONFIRM_BUDGET = 20_000  # dead letters a queue/type preview examines (the default cap is 10,000)
 
 
 def _render(request: HttpRequest, template: str, context: dict[str, Any], *, nav: str,
@@ -157,9 +159,14 @@ def dlq_confirm(request: HttpRequest) -> HttpResponse:
                                                if form.is_valid() else form.first_error()},
                        nav="dlq", status=400)
     filters = form.filters()
-    preview = get_engine().dlq_match_count(**filters)
+    engine = get_engine()
+    # Queue and type are matched in Redis without reading payloads: count further back for them,
+    # so the preview is exact for a DLQ of the default cap (text searches stay at the page budget).
+    examined = SCAN_BUDGET if filters.get("q") else CONFIRM_BUDGET
+    preview = engine.dlq_match_count(**filters, budget=examined)
     return _render(request, "dlq_confirm.html", {"action": action, "filters": filters, "count": preview["count"],
-                                                 "exact": preview["exact"],
+                                                 "exact": preview["exact"], "examined": examined,
+                                                 "dlq_total": engine.dlq_count(),
                                                  "everything": not any(filters.values())}, nav="dlq")
 
 

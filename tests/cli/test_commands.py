@@ -45,6 +45,18 @@ def test_dlq_list_prints_a_table_and_json_with_filters(live_engine: Engine) -> N
     assert len(json.loads(run("dlq", "list", "--q", "SMTP", "--json"))) == 2
 
 
+def test_dlq_list_says_when_it_stopped_looking_rather_than_claiming_more_matches(live_engine: Engine) -> None:
+    pipe = live_engine.client.pipeline(transaction=False)
+    for i in range(5200):  # more than a listing examines, none of them of the type asked for
+        pipe.xadd(live_engine.keys.dlq(), {"task_id": f"t{i}", "queue": "mail", "type": "dtq.fail", "attempt": 1,
+                                           "error_class": "E", "error": "x", "failed_at": 1})
+    pipe.execute()
+    err = StringIO()
+    call_command("dlq", "list", "--type", "mail.send", stdout=StringIO(), stderr=err)
+    assert "more than" not in err.getvalue()
+    assert "0 among the newest 5,000 dead letters examined" in err.getvalue()
+
+
 def test_dlq_show_prints_the_entry_and_its_task(live_engine: Engine) -> None:
     [task_id] = make_dead_letters(live_engine, 1)
     entry = json.loads(run("dlq", "show", live_engine.get_task(task_id)["dlq_entry_id"]))

@@ -248,3 +248,32 @@ def test_the_error_groups_say_when_more_exist_than_are_shown(client: Client,
         dead_letters(1, message=f"distinct failure {i}")
     page = client.get("/dlq/").content.decode()
     assert "The 15 largest of 16 groups" in page
+
+
+def _dead_letters_in_redis(engine: Engine, kinds: list[tuple[str, int]]) -> None:
+    """Dead letters written straight into the DLQ, oldest kind first (thousands, in one round trip)."""
+    pipe = engine.client.pipeline(transaction=False)
+    now = engine.clock.now_ms()
+    for kind, n in kinds:
+        for i in range(n):
+            pipe.xadd(engine.keys.dlq(), {"task_id": f"{kind}-{i}", "queue": "emails", "type": kind, "attempt": 1,
+                                          "error_class": "RuntimeError", "error": f"{kind} broke", "failed_at": now})
+        pipe.hincrby(engine.keys.dlq_counts(), "emails", n)
+    pipe.execute()
+
+
+def test_a_cause_buried_under_newer_dead_letters_is_neither_reported_absent_nor_counted_as_zero(
+        client: Client, live_engine: Engine, login: Callable[[str], Client]) -> None:
+    # 300 old dead letters of one kind under 5,500 newer ones of another: more than a page looks at.
+    _dead_letters_in_redis(live_engine, [("mail.send", 300), ("dtq.fail", 5500)])
+    page = client.get("/dlq/", {"type": "mail.send"})
+    text = page.content.decode()
+    assert page.context["page"].items == [] and "No dead letters match" not in text
+    assert "older ones may" in text and "keep looking" in text
+    preview = client.get("/dlq/matching/confirm", {"action": "retry", "type": "mail.send"})
+    assert preview.context["count"] == 300 and preview.context["exact"]  # counted all the way back
+    assert "Retry 300 dead letters" in preview.content.decode()
+    searched = login("operator").get("/dlq/matching/confirm", {"action": "discard", "q": "mail.send broke"})
+    text = html.unescape(searched.content.decode())
+    assert not searched.context["exact"] and "at least 0" not in text and "0+" not in text
+    assert "none among the newest 5,000" in text and "Discard every match" in text

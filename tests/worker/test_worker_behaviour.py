@@ -235,6 +235,46 @@ def test_retry_after_must_be_a_sane_number_of_seconds(after: Any) -> None:
         dtq_tasks.RetryableError("x", retry_after=after)
 
 
+def test_a_claim_held_through_a_stall_is_checked_before_its_handler_starts(config: DtqConfig) -> None:
+    # A worker stopped (SIGSTOP, a blocked loop) between receiving its claim and starting the handler
+    # may find that a peer reclaimed the entry and cancelled or finished the task meanwhile.
+    from dtq_core.executor import Row
+
+    engine, cfg = make_engine(config)
+    taken_over = engine.enqueue("test.record", {"n": "taken over"}, queue="elsewhere").id
+    still_ours = engine.enqueue("test.record", {"n": "still ours"}, queue="elsewhere").id
+
+    def stale_row(task_id: str) -> Row:
+        record = engine.get_task(task_id)
+        entry_id = engine.client.hget(engine.keys.task(task_id), "entry_id")
+        return Row(entry_id=entry_id, stream=engine.keys.stream("elsewhere", "normal"), task_id=task_id,
+                   attempt=1, max_attempts=1, type="test.record", payload=json.dumps(record["payload"]),
+                   timeout_s=5, queue="elsewhere", priority="normal", received_at=time.monotonic() - 60)
+
+    async def scenario() -> None:
+        worker = Worker(cfg, queues=["default"], name=f"stall-{time.monotonic_ns()}")
+        run = asyncio.create_task(worker.run())
+        try:
+            while worker.state != "running":
+                await asyncio.sleep(0.01)
+            engine.cancel(taken_over)  # what a peer's reclaim of a pending cancel leaves behind
+            engine.client.hset(engine.keys.task(still_ours), mapping={
+                "status": "RUNNING", "attempt": 1, "worker_id": worker.worker_id})
+            for task_id in (taken_over, still_ours):
+                worker._start(stale_row(task_id))
+            deadline = time.monotonic() + 10
+            while engine.get_task(still_ours)["status"] != "SUCCEEDED":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(run, 15)
+
+    asyncio.run(scenario())
+    assert RECORDED == [{"n": "still ours"}]  # the cancelled task's handler never started
+    assert engine.get_task(taken_over)["status"] == "CANCELLED"
+
+
 def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
     # A pool thread that has moved on to another attempt must not lend that one's stack.
     from dtq_core.executor import Execution, Row, _in_thread, _thread_stack

@@ -8,6 +8,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from dtq_core.admin import Actor, DlqSelection
 from dtq_core.engine import get_engine
+from dtq_core.inspect import SCAN_BUDGET
 from dtq_worker.ops import OperatorCommand, page_limit, queue_name, short
 
 HEADERS = ("ENTRY ID", "TASK ID", "QUEUE", "TYPE", "ATTEMPT", "FAILED AT", "ERROR")
@@ -45,8 +46,13 @@ class Command(OperatorCommand):
             return
         self.emit_table(HEADERS, [(i["entry_id"], i["task_id"], i["queue"], i["type"], i["attempt"], i["failed_at"],
                                    short(f"{i['error_class'] or ''}: {i['error'] or ''}")) for i in page.items])
-        if page.next_cursor:
+        if page.next_cursor and len(page.items) >= limit:
             self.stderr.write(f"(more than {limit}; raise --limit or narrow with --queue/--type/--q)")
+        elif page.next_cursor:
+            # The scan budget ran out before the limit was reached: older entries were not looked at.
+            self.stderr.write(f"({len(page.items)} among the newest {SCAN_BUDGET:,} dead letters examined; older "
+                              "ones may match: narrow with --queue/--type/--q, or count them all with "
+                              "`dlq retry --all ... --dry-run`)")
 
     def do_show(self, *, entry_id: str, **_: Any) -> None:
         self.emit_json(get_engine().dlq_entry(entry_id))
