@@ -295,6 +295,10 @@ class InspectMixin:
     def dlq_count(self: Engine) -> int:
         return int(self.client.xlen(self.keys.dlq()))
 
+    def dlq_trimmed(self: Engine) -> int:
+        """Dead letters the DLQ cap (DTQ_DLQ_MAXLEN) has evicted, ever (dtq_dlq_trimmed_total)."""
+        return int(self.client.hget(self.keys.stats_counters(), "dlq_trimmed") or 0)
+
     @staticmethod
     def _dlq_item(eid: str, f: dict[str, str]) -> dict[str, Any]:
         return {"entry_id": eid, "task_id": f.get("task_id"), "queue": f.get("queue"), "type": f.get("type"),

@@ -49,7 +49,8 @@ def _summary(engine: Any) -> dict[str, Any]:
         "queues": queues,
         "workers": workers,
         "workers_alive": sum(1 for w in workers if w["alive"]),
-        "leader": engine.scheduler_leader(),
+        "leader": (leader := engine.scheduler_leader()),
+        "leader_alive": any(w["id"] == leader and w["alive"] for w in workers),
         "dlq_total": engine.dlq_count(),
         "scheduled_total": engine.scheduled_count(),
         "totals": {
@@ -143,6 +144,7 @@ def dlq(request: HttpRequest) -> HttpResponse:
     groups = engine.dlq_groups(queue=filters["queue"], type=filters["type"])
     return _render(request, "dlq.html", {
         "form": form, "page": page, "groups": groups, "filters": filters, "dlq_total": engine.dlq_count(),
+        "dlq_trimmed": engine.dlq_trimmed(), "dlq_maxlen": engine.config.dlq_maxlen,
         "filtered": any(filters.values()), "query": _query(form.cleaned_data, "cursor"),
         "cursor": form.cleaned_data["cursor"], "queue_names": engine.queue_names(),
     }, nav="dlq")
@@ -185,7 +187,9 @@ def schedule(request: HttpRequest) -> HttpResponse:
 def workers(request: HttpRequest) -> HttpResponse:
     engine = get_engine()
     rows = engine.workers()
-    return _render(request, "workers.html", {"workers": rows, "leader": engine.scheduler_leader(),
+    leader = engine.scheduler_leader()
+    return _render(request, "workers.html", {"workers": rows, "leader": leader,
+                                             "leader_alive": any(w["id"] == leader and w["alive"] for w in rows),
                                              "alive": sum(1 for w in rows if w["alive"])}, nav="workers")
 
 

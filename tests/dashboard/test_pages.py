@@ -277,3 +277,16 @@ def test_a_cause_buried_under_newer_dead_letters_is_neither_reported_absent_nor_
     text = html.unescape(searched.content.decode())
     assert not searched.context["exact"] and "at least 0" not in text and "0+" not in text
     assert "none among the newest 5,000" in text and "Discard every match" in text
+
+
+def test_a_leader_that_stopped_heartbeating_is_flagged_and_dlq_evictions_are_shown(
+        client: Client, live_engine: Engine, redis_client: Any) -> None:
+    old = int(live_engine.clock.now_ms() - (live_engine.config.visibility_timeout_s + 5) * 1000)
+    redis_client.zadd(live_engine.keys.workers(), {"w-frozen": old})
+    redis_client.set(live_engine.keys.scheduler_lock(), "w-frozen", px=10_000)  # its lock has not expired yet
+    for path in ("/", "/workers/"):
+        assert "not heartbeating" in client.get(path).content.decode(), path
+    redis_client.zadd(live_engine.keys.workers(), {"w-frozen": live_engine.clock.now_ms()})
+    assert "not heartbeating" not in client.get("/workers/").content.decode()
+    redis_client.hset(live_engine.keys.stats_counters(), "dlq_trimmed", 1234)
+    assert "1,234 evicted by the cap" in client.get("/dlq/").content.decode()
