@@ -67,6 +67,20 @@ def test_a_task_page_and_a_queue_page_follow_changes_made_elsewhere(
     assert page.locator("button", has_text="Resume").count() == 0
 
 
+def test_the_overview_says_when_its_queues_changed_since_it_loaded(
+        page: Any, console: ConsoleServer, console_engine: Engine) -> None:
+    # Queue rows are rendered by the server; a queue that appears later must not go unmentioned.
+    log_in(page, console, "admin")
+    page.goto(f"{console.url}/")
+    page.wait_for_function("document.body.dataset.feed === 'live'")
+    assert page.locator("#shape-changed").is_hidden()
+    console_engine.enqueue("dtq.echo", queue=f"appeared-{os.getpid()}", delay_seconds=3600)
+    page.wait_for_selector("#shape-changed", state="visible", timeout=15000)
+    page.click("#shape-changed a")
+    page.wait_for_selector(f'tr[data-queue="appeared-{os.getpid()}"]', timeout=10000)
+    assert page.locator("#shape-changed").is_hidden()
+
+
 def test_the_feed_dedups_by_event_id(page: Any, console: ConsoleServer, console_engine: Engine) -> None:
     page.goto(console.url + "/")
     page.wait_for_selector("#feed-state[data-state=live]")

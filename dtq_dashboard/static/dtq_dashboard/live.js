@@ -85,9 +85,26 @@
     }
   }
 
+  // The overview's queue rows, workers table and leader line are rendered by the server. When
+  // what they list changes (a queue appears, a worker comes, goes or is lost, the leader moves),
+  // say so with a reload link: reloading by itself would wipe the live feed being watched.
+  function shapeChanged(totals, data) {
+    if (totals.dataset.queues === undefined) return false;
+    var queues = data.queues.map(function (q) { return q.name; }).sort().map(function (n) { return n + ","; }).join("");
+    var workers = data.workers.map(function (w) { return [w.id, w.alive ? "1" : "0"]; })
+      .sort(function (a, b) { return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0; })
+      .map(function (w) { return w[0] + ":" + w[1] + ","; }).join("");
+    var leader = (data.leader || "") + ":" + (data.leader_alive ? "1" : "0");
+    return queues !== totals.dataset.queues || workers !== totals.dataset.workers || leader !== totals.dataset.leader;
+  }
+
   function applyState(data) {
     var totals = document.getElementById("totals");
     if (totals) {
+      delete totals.dataset.stale;
+      totals.removeAttribute("title");
+      var notice = document.getElementById("shape-changed");
+      if (notice) notice.hidden = !shapeChanged(totals, data);
       setText(totals.querySelector("[data-total=waiting]"), data.totals.waiting);
       setText(totals.querySelector("[data-total=pending]"), data.totals.pending);
       setText(totals.querySelector("[data-total=scheduled]"), data.scheduled_total);
@@ -120,11 +137,18 @@
     });
   }
 
+  // Figures that could not be refreshed (Redis or the server down) are marked stale, not left
+  // looking current.
+  function markStale(why) {
+    var totals = document.getElementById("totals");
+    if (totals) { totals.dataset.stale = "1"; totals.title = "Not current: " + why; }
+  }
+
   function refreshState() {
     return fetch(stateUrl, { headers: { Accept: "application/json" }, credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (r) { if (!r.ok) markStale("the server answered " + r.status); return r.ok ? r.json() : null; })
       .then(function (data) { if (data) applyState(data); })
-      .catch(function () { /* the next event or reconnect tries again */ });
+      .catch(function () { markStale("the server did not answer"); });
   }
 
   // Counts follow events, but at most one REST read per second however busy the feed is.
@@ -139,7 +163,7 @@
     if (typeof ev.type === "string" && ev.type.indexOf("feed.") === 0) {
       if (ev.type === "feed.dropped") { stats.dropped += ev.count || 0; scheduleRefresh(); }
       if (ev.type === "feed.resync") refreshState();
-      if (ev.type === "feed.status") setState("reconnecting", "redis reconnecting…");
+      if (ev.type === "feed.status") { setState("reconnecting", "redis reconnecting…"); markStale("Redis is unreachable"); }
       return;
     }
     if (!ev.event_id || !remember(ev.event_id)) { stats.duplicates += 1; return; }
@@ -172,4 +196,6 @@
   }
 
   if ("WebSocket" in window) { setState("connecting", "connecting…"); connect(); }
+  // Events drive refreshes; this catches what publishes none (a worker dying on an idle cluster).
+  if (document.getElementById("totals")) setInterval(refreshState, 5000);
 })();
