@@ -118,6 +118,8 @@ class QueueSerializer(serializers.Serializer):
     retry_scheduled = serializers.IntegerField()
     dlq = serializers.IntegerField()
     paused = serializers.BooleanField()
+    paused_by = serializers.CharField(allow_null=True, help_text="the actor that paused it (audit format)")
+    paused_at = serializers.CharField(allow_null=True, help_text="when it was paused (ISO)")
     finished_last_minute = serializers.IntegerField()
 
 

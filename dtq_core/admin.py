@@ -142,8 +142,9 @@ class AdminMixin:
             raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
         now = self.clock.now_ms()
         k = self.keys
-        changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues()],
-                                   args=[queue, 1 if paused else 0, now, iso(now)]))
+        changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues(),
+                                                      k.paused_info()],
+                                   args=[queue, 1 if paused else 0, now, iso(now), actor.name]))
         if changed == -1:
             raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
         self.audit(actor, "queue.pause" if paused else "queue.resume", f"queue:{queue}", changed)

@@ -5,6 +5,7 @@ Mixed into Engine; every method costs a fixed number of round trips however larg
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,15 @@ def _limit(limit: int | None, default: int = 50) -> int:
     return limit
 
 
+def _pause_details(raw: str | None) -> dict[str, Any]:
+    """Who paused a paused queue, and when (None for a pause from before dtq recorded it)."""
+    try:
+        info = json.loads(raw) if raw else {}
+        return {"paused_by": str(info["by"]), "paused_at": iso(int(info["at"]))}
+    except (ValueError, KeyError, TypeError):
+        return {"paused_by": None, "paused_at": None}
+
+
 class InspectMixin:
     # -- queues -------------------------------------------------------------------------------
     def queue_names(self: Engine) -> list[str]:
@@ -107,18 +117,19 @@ class InspectMixin:
         pipe.hgetall(k.schedule_counts())
         pipe.hgetall(k.dlq_counts())
         pipe.hgetall(k.throughput(self.clock.now_ms() // 60000 - 1))
+        pipe.hgetall(k.paused_info())
         for name in names:
             for stream in k.streams(name):
                 pipe.xlen(stream)
                 pipe.xpending(stream, Keys.GROUP)
         replies = pipe.execute(raise_on_error=False)
-        paused, scheduled, dead, done_last_minute = replies[:4]
+        paused, scheduled, dead, done_last_minute, paused_info = replies[:5]
         out = []
         for i, name in enumerate(names):
             depth: dict[str, int] = {}
             in_flight = 0
             for j, priority in enumerate(PRIORITIES):
-                base = 4 + i * 6 + j * 2
+                base = 5 + i * 6 + j * 2
                 length = replies[base] if isinstance(replies[base], int) else 0
                 pending = replies[base + 1]
                 pending_count = int(pending["pending"]) if isinstance(pending, dict) else 0
@@ -132,6 +143,7 @@ class InspectMixin:
                 "retry_scheduled": max(0, int(scheduled.get(name, 0))),
                 "dlq": max(0, int(dead.get(name, 0))),
                 "paused": name in paused,
+                **_pause_details(paused_info.get(name) if name in paused else None),
                 "finished_last_minute": int(done_last_minute.get(name, 0)),
             })
         return out

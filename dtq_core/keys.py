@@ -72,6 +72,10 @@ class Keys:
     def paused(self) -> str:
         return f"{self.prefix}:queues:paused"
 
+    def paused_info(self) -> str:
+        """Hash queue -> JSON {"by": actor, "at": ms} of the pause in force (what the console shows)."""
+        return f"{self.prefix}:queues:paused:info"
+
     def dlq(self) -> str:
         return f"{self.prefix}:stream:dlq"
 

@@ -45,9 +45,12 @@ def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, liv
     first = api.post("/api/v1/queues/q1/pause")
     assert first.status_code == 200 and first.json()["paused"] is True and first.json()["changed"] is True
     assert api.post("/api/v1/queues/q1/pause").json()["changed"] is False
-    assert api.get("/api/v1/queues/q1").json()["paused"] is True
+    shown = api.get("/api/v1/queues/q1").json()
+    assert shown["paused"] is True and shown["paused_by"] == "api:anonymous" and shown["paused_at"].endswith("Z")
+    assert shown["paused_at"] == first.json()["paused_at"]  # the second pause changed nothing, not even who
     resumed = api.post("/api/v1/queues/q1/resume").json()
     assert resumed["paused"] is False and resumed["changed"] is True
+    assert resumed["paused_by"] is None and resumed["paused_at"] is None
     actions = [(e["action"], e["target"], e["count"]) for e in live_engine.audit_list().items]
     assert actions == [("queue.resume", "queue:q1", 1), ("queue.pause", "queue:q1", 0),
                        ("queue.pause", "queue:q1", 1)]

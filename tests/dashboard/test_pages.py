@@ -48,7 +48,7 @@ def test_lost_workers_are_shown_lost_with_unknown_details_not_made_up_ones(
     redis_client.zadd(live_engine.keys.workers(), {"w-gone": old})  # its details hash expired
     for path in ("/", "/workers/"):
         html = client.get(path).content.decode()
-        row = html[html.index("w-gone"):]
+        row = html[html.index("<code>w-gone</code>"):]
         row = row[:row.index("</tr>")]
         assert "lost" in row and "all" not in row and "running" not in row, (path, row)
 
@@ -290,3 +290,11 @@ def test_a_leader_that_stopped_heartbeating_is_flagged_and_dlq_evictions_are_sho
     assert "not heartbeating" not in client.get("/workers/").content.decode()
     redis_client.hset(live_engine.keys.stats_counters(), "dlq_trimmed", 1234)
     assert "1,234 evicted by the cap" in client.get("/dlq/").content.decode()
+
+
+def test_a_paused_queue_says_who_paused_it(client: Client, live_engine: Engine) -> None:
+    from dtq_core.admin import Actor
+
+    live_engine.enqueue("dtq.echo", queue="held")
+    live_engine.set_paused("held", True, Actor.user("night-ops", source="console"))
+    assert "paused by <code>user:night-ops</code>" in client.get("/queues/held/").content.decode()

@@ -3,7 +3,8 @@
   out only when the state changed (a second pause is audited by the caller, but is no event).
   Input:
     KEYS[1] paused set  KEYS[2] events channel  KEYS[3] event seq  KEYS[4] known queues
-    ARGV[1] queue  ARGV[2] 1 pause / 0 resume  ARGV[3] now (ms)  ARGV[4] now (ISO)
+    KEYS[5] who paused each paused queue, and when
+    ARGV[1] queue  ARGV[2] 1 pause / 0 resume  ARGV[3] now (ms)  ARGV[4] now (ISO)  ARGV[5] actor
   Output:
     1 changed; 0 already in that state; -1 unknown queue
 ]]
@@ -12,6 +13,11 @@ if rcall('SISMEMBER', KEYS[4], ARGV[1]) == 0 then return -1 end
 local changed
 if ARGV[2] == '1' then changed = rcall('SADD', KEYS[1], ARGV[1]) else changed = rcall('SREM', KEYS[1], ARGV[1]) end
 if changed == 1 then
+  if ARGV[2] == '1' then
+    rcall('HSET', KEYS[5], ARGV[1], cjson.encode({by = ARGV[5], at = tonumber(ARGV[3])}))
+  else
+    rcall('HDEL', KEYS[5], ARGV[1])
+  end
   emit(KEYS[2], KEYS[3], ARGV[2] == '1' and 'queue.paused' or 'queue.resumed', nil, ARGV[1], nil, 0, ARGV[3],
        ARGV[4])
 end
