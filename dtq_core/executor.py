@@ -44,7 +44,7 @@ class Row:
     timeout_s: float
     queue: str
     priority: str
-    received_at: float = 0.0  # time.monotonic() when the claim reached this worker
+    received_at: float = field(default_factory=time.monotonic)  # when the claim reached this worker
 
     @classmethod
     def from_reply(cls, r: list[Any]) -> Row:

@@ -21,16 +21,25 @@ class TaskModuleError(Exception):
 class RetryableError(Exception):
     """Raise from a handler to retry the task with backoff (until max_attempts, then the DLQ).
 
-    retry_after (seconds) replaces the backoff for this retry, e.g. from a rate-limited API's
-    Retry-After header (Celery's countdown, Sidekiq's sidekiq_retry_in).
+    retry_after (seconds, a number or a numeric string such as a Retry-After header's) replaces
+    the backoff for this retry (Celery's countdown, Sidekiq's sidekiq_retry_in). A value that is not
+    a number of seconds from 0 to 366 days is ignored: the usual backoff applies. Raising must not
+    fail, or a rate-limited call would turn into a permanent failure.
     """
 
-    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+    def __init__(self, *args: object, retry_after: float | str | None = None) -> None:
         super().__init__(*args)
-        if retry_after is not None and not (isinstance(retry_after, int | float) and not isinstance(retry_after, bool)
-                                            and 0 <= retry_after <= MAX_RETRY_AFTER_S):
-            raise ValueError(f"retry_after must be a number of seconds between 0 and {MAX_RETRY_AFTER_S}")
-        self.retry_after = retry_after
+        self.retry_after = _seconds(retry_after)
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # e.g. an HTTP-date Retry-After
+    return seconds if 0 <= seconds <= MAX_RETRY_AFTER_S else None
 
 
 MAX_RETRY_AFTER_S = 366 * 86400  # as delay_seconds

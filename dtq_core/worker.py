@@ -25,6 +25,7 @@ from .connection import async_client
 from .errors import WorkerNameTaken
 from .executor import TIMEOUT_CHECK_S, AttemptRunner, Completion, Execution, Row, expire_overdue
 from .keys import PRIORITIES, Keys
+from .task import Outcome
 from .worker_store import WorkerStore
 
 logger = logging.getLogger("dtq.worker")
@@ -327,8 +328,16 @@ class Worker:
     async def _execute(self, ex: Execution) -> None:
         completion: Completion | None = None
         try:
-            if time.monotonic() - ex.row.received_at > self._stale_start_s() and not await self._still_ours(ex.row):
-                return
+            if time.monotonic() - ex.row.received_at > self._stale_start_s():
+                try:
+                    ours = await self._still_ours(ex.row)
+                except asyncio.CancelledError:
+                    if not ex.cancel_requested:
+                        raise  # the drain abandoned it: its entry is left for a peer
+                    completion = Completion(ex.row, Outcome.CANCELLED)  # fenced if it is no longer ours
+                    return
+                if not ours:
+                    return
             completion = await self.runner.run(ex)
         finally:
             self._running.pop(ex.row.entry_id, None)
@@ -347,11 +356,11 @@ class Worker:
         meanwhile a peer may have reclaimed the entry and run, finished or cancelled the task."""
         try:
             ours = await self.store.claim_still_ours(row)
-        except Exception as exc:  # noqa: BLE001 - cannot tell: leave the entry to redelivery
+        except Exception as exc:  # noqa: BLE001 - cannot tell: run it (skipping would cost it an attempt)
             logger.warning("task_id=%s worker_id=%s attempt=%d claim held %.1fs could not be checked (%s); "
-                           "not running it", row.task_id, self.worker_id, row.attempt,
-                           time.monotonic() - row.received_at, exc)
-            return False
+                           "running it (its completion is fenced if a peer took it over)", row.task_id,
+                           self.worker_id, row.attempt, time.monotonic() - row.received_at, exc)
+            return True
         if not ours:
             logger.warning("task_id=%s worker_id=%s attempt=%d was claimed %.1fs ago and has since been taken "
                            "over (reclaimed, finished or cancelled by a peer); not running it", row.task_id,

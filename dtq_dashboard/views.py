@@ -41,6 +41,14 @@ def _bad_filters(request: HttpRequest, form: forms._Form, nav: str) -> HttpRespo
                    status=400)
 
 
+def _leader_beating(engine: Any, leader: str | None, workers: list[dict[str, Any]]) -> bool:
+    """Whether the lock holder's heartbeats are on time (half a beat and a second of slack).
+    'alive' would be too late: it allows a visibility timeout, while a frozen leader's lock lapses
+    within its TTL (10 s by default, against beats every 5 s)."""
+    beat = min(engine.config.heartbeat_interval_s, engine.config.visibility_timeout_s / 3)
+    return any(w["id"] == leader and w["heartbeat_age_s"] <= 1.5 * beat + 1 for w in workers)
+
+
 def _summary(engine: Any) -> dict[str, Any]:
     """Everything the overview shows, in a few pipelined round trips (also served as JSON)."""
     queues = engine.queue_stats()
@@ -50,7 +58,7 @@ def _summary(engine: Any) -> dict[str, Any]:
         "workers": workers,
         "workers_alive": sum(1 for w in workers if w["alive"]),
         "leader": (leader := engine.scheduler_leader()),
-        "leader_alive": any(w["id"] == leader and w["alive"] for w in workers),
+        "leader_alive": _leader_beating(engine, leader, workers),
         "dlq_total": engine.dlq_count(),
         "scheduled_total": engine.scheduled_count(),
         "totals": {
@@ -189,7 +197,7 @@ def workers(request: HttpRequest) -> HttpResponse:
     rows = engine.workers()
     leader = engine.scheduler_leader()
     return _render(request, "workers.html", {"workers": rows, "leader": leader,
-                                             "leader_alive": any(w["id"] == leader and w["alive"] for w in rows),
+                                             "leader_alive": _leader_beating(engine, leader, rows),
                                              "alive": sum(1 for w in rows if w["alive"])}, nav="workers")
 
 

@@ -281,9 +281,11 @@ def test_a_cause_buried_under_newer_dead_letters_is_neither_reported_absent_nor_
 
 def test_a_leader_that_stopped_heartbeating_is_flagged_and_dlq_evictions_are_shown(
         client: Client, live_engine: Engine, redis_client: Any) -> None:
-    old = int(live_engine.clock.now_ms() - (live_engine.config.visibility_timeout_s + 5) * 1000)
-    redis_client.zadd(live_engine.keys.workers(), {"w-frozen": old})
-    redis_client.set(live_engine.keys.scheduler_lock(), "w-frozen", px=10_000)  # its lock has not expired yet
+    # Beats every 5 s: 9.5 s without one is late, though the worker still counts as alive (30 s)
+    # and its 10 s lock has not lapsed yet.
+    late = int(live_engine.clock.now_ms() - 9_500)
+    redis_client.zadd(live_engine.keys.workers(), {"w-frozen": late})
+    redis_client.set(live_engine.keys.scheduler_lock(), "w-frozen", px=10_000)
     for path in ("/", "/workers/"):
         assert "not heartbeating" in client.get(path).content.decode(), path
     redis_client.zadd(live_engine.keys.workers(), {"w-frozen": live_engine.clock.now_ms()})
@@ -298,3 +300,14 @@ def test_a_paused_queue_says_who_paused_it(client: Client, live_engine: Engine) 
     live_engine.enqueue("dtq.echo", queue="held")
     live_engine.set_paused("held", True, Actor.user("night-ops", source="console"))
     assert "paused by <code>user:night-ops</code>" in client.get("/queues/held/").content.decode()
+
+
+def test_keep_looking_on_the_tasks_page_keeps_its_filters(client: Client, live_engine: Engine) -> None:
+    live_engine.enqueue_many([live_engine.validate("dtq.echo", {}, queue="rare") for _ in range(3)])
+    for _ in range(6):  # newer tasks of another queue, more than one page examines
+        live_engine.enqueue_many([live_engine.validate("dtq.echo", {}, queue="busy") for _ in range(1000)])
+    page = client.get("/tasks/", {"queue": "rare"})
+    text = html.unescape(page.content.decode())
+    assert page.context["page"].items == [] and "keep looking" in text
+    link = re.search(r'href="\?([^"]*)">keep looking', text)
+    assert link and "queue=rare" in link.group(1) and "cursor=" in link.group(1)

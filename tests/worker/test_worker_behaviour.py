@@ -229,10 +229,13 @@ def test_a_retryable_error_can_say_when_to_retry(config: DtqConfig, redis_client
     assert engine.get_task(last)["status"] == "DEAD_LETTERED"
 
 
-@pytest.mark.parametrize("after", [-1, "5", True, float("nan"), 400 * 86400])
-def test_retry_after_must_be_a_sane_number_of_seconds(after: Any) -> None:
-    with pytest.raises(ValueError, match="retry_after"):
-        dtq_tasks.RetryableError("x", retry_after=after)
+@pytest.mark.parametrize(("after", "used"), [
+    (30, 30.0), (0.5, 0.5), ("120", 120.0),  # a Retry-After header's seconds
+    (-1, None), (True, None), (float("nan"), None), (400 * 86400, None), ("Wed, 21 Oct 2026 07:28:00 GMT", None),
+])
+def test_retry_after_takes_seconds_and_ignores_anything_else(after: Any, used: float | None) -> None:
+    # Raising RetryableError must never fail: that would make a rate-limited call a permanent failure.
+    assert dtq_tasks.RetryableError("x", retry_after=after).retry_after == used
 
 
 def test_a_claim_held_through_a_stall_is_checked_before_its_handler_starts(config: DtqConfig) -> None:
@@ -273,6 +276,44 @@ def test_a_claim_held_through_a_stall_is_checked_before_its_handler_starts(confi
     asyncio.run(scenario())
     assert RECORDED == [{"n": "still ours"}]  # the cancelled task's handler never started
     assert engine.get_task(taken_over)["status"] == "CANCELLED"
+
+
+def test_a_cancel_that_lands_while_a_stale_claim_is_checked_still_cancels_the_task(config: DtqConfig) -> None:
+    from dtq_core.executor import Row
+
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("test.record", {"n": "cancelled"}, queue="elsewhere").id
+
+    async def scenario() -> str:
+        worker = Worker(cfg, queues=["default"], name=f"stall-cancel-{time.monotonic_ns()}")
+        run = asyncio.create_task(worker.run())
+        try:
+            while worker.state != "running":
+                await asyncio.sleep(0.01)
+            entry_id = engine.client.hget(engine.keys.task(task_id), "entry_id")
+            engine.client.hset(engine.keys.task(task_id), mapping={
+                "status": "RUNNING", "attempt": 1, "worker_id": worker.worker_id})
+            assert engine.cancel(task_id).status == "RUNNING"  # recorded for the owner's watcher
+            checking = worker.store.claim_still_ours
+
+            async def slow_check(row: Row) -> bool:  # a slow Redis: the watcher acts meanwhile
+                await asyncio.sleep(1.0)
+                return await checking(row)
+
+            worker.store.claim_still_ours = slow_check  # type: ignore[method-assign]
+            worker._start(Row(entry_id=entry_id, stream=engine.keys.stream("elsewhere", "normal"), task_id=task_id,
+                              attempt=1, max_attempts=1, type="test.record", payload='{"n": "cancelled"}',
+                              timeout_s=5, queue="elsewhere", priority="normal", received_at=time.monotonic() - 60))
+            deadline = time.monotonic() + 5
+            while engine.get_task(task_id)["status"] == "RUNNING" and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            return str(engine.get_task(task_id)["status"])
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(run, 15)
+
+    assert asyncio.run(scenario()) == "CANCELLED"
+    assert RECORDED == []
 
 
 def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:

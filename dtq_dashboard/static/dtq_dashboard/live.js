@@ -65,7 +65,7 @@
       row.querySelectorAll("[data-f=status]").forEach(function (slot) {
         slot.replaceChildren(window.dtq.badge(ev.status));
       });
-      if (typeof ev.attempt === "number" && ev.attempt > 0) {
+      if (typeof ev.attempt === "number" && ev.attempt >= 0) {
         row.querySelectorAll("[data-f=attempt]").forEach(function (slot) { slot.textContent = String(ev.attempt); });
       }
     });
