@@ -4,6 +4,7 @@ API answers 503 REDIS_UNAVAILABLE within 2 s and /ready recovers."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,19 +155,24 @@ def test_loops_that_backed_off_through_an_outage_resume_as_soon_as_redis_is_back
     # back, the first heartbeat that lands must wake every loop, not leave the worker idle for
     # the rest of a backoff it grew while Redis was gone.
     server, keys = private
-    engine, client = get_engine(), Client()
     data = redis.Redis.from_url(server.url, decode_responses=True)
-    worker = _worker(server, keys, tmp_path, "a")
-    try:
-        wait_for(lambda: data.zscore(keys.workers(), "a"), message=worker.output())
+    with _registered_worker(server, keys, tmp_path, data) as worker:
         server.kill()
         time.sleep(6.5)  # the outage is the scenario
         server.start()
-        wait_for(lambda: _ready(client), timeout=10)
+        wait_for(lambda: _ready(Client()), timeout=10)
         back = time.monotonic()
-        task_id = engine.enqueue("failure.awork", queue="out").id
+        task_id = get_engine().enqueue("failure.awork", queue="out").id
         wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=15, message=worker.output())
         assert time.monotonic() - back < 3, worker.output()
         assert "restarting in 3.2s" in worker.output()  # it had backed off that far
+
+
+@contextlib.contextmanager
+def _registered_worker(server: RedisServer, keys: Keys, tmp_path: Path, data: redis.Redis) -> Iterator[WorkerProcess]:
+    worker = _worker(server, keys, tmp_path, "a")
+    try:
+        wait_for(lambda: data.zscore(keys.workers(), "a"), message=worker.output())
+        yield worker
     finally:
         worker.kill()

@@ -4,12 +4,13 @@ expiry, results, priorities, pauses, duplicate absorption and handler context.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import dtq_tasks
 from dtq_core import registry
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.executor import Row
 from dtq_core.keys import Keys
 from dtq_core.worker import Worker
 
@@ -66,6 +68,36 @@ def run_burst(config: DtqConfig, *, timeout: float = 30, **kwargs: Any) -> Worke
     worker = Worker(config, burst=True, name=f"burst-{time.monotonic_ns()}", **kwargs)
     asyncio.run(asyncio.wait_for(worker.run(), timeout))
     return worker
+
+
+@contextlib.asynccontextmanager
+async def running_worker(config: DtqConfig, **kwargs: Any) -> AsyncIterator[Worker]:
+    """A (non-burst) worker on this event loop, running for the block; stopped and drained after."""
+    worker = Worker(config, name=f"inproc-{time.monotonic_ns()}", **kwargs)
+    run = asyncio.create_task(worker.run())
+    try:
+        while worker.state != "running":
+            await asyncio.sleep(0.01)
+        yield worker
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(run, 15)
+
+
+async def status_once(engine: Engine, task_id: str, done: Callable[[str], bool], timeout: float = 10) -> str:
+    """Poll the task's status until done(status) or the deadline; return the last one seen."""
+    deadline = time.monotonic() + timeout
+    while not done(status := str(engine.get_task(task_id)["status"])) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return status
+
+
+def stale_row(engine: Engine, task_id: str, queue: str) -> Row:
+    """The row of a claim that reached its worker a minute ago (the worker stalled since)."""
+    entry_id = engine.client.hget(engine.keys.task(task_id), "entry_id")
+    return Row(entry_id=entry_id, stream=engine.keys.stream(queue, "normal"), task_id=task_id, attempt=1,
+               max_attempts=1, type="test.record", payload=json.dumps(engine.get_task(task_id)["payload"]),
+               timeout_s=5, queue=queue, priority="normal", received_at=time.monotonic() - 60)
 
 
 def test_it_runs_a_task_and_stores_its_result(config: DtqConfig, redis_client: redis.Redis) -> None:
@@ -173,22 +205,12 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
              for _ in range(2)]
 
     async def scenario() -> str:
-        worker = Worker(cfg, concurrency=2, name=f"wedge-{time.monotonic_ns()}")
-        run = asyncio.create_task(worker.run())
-        try:
-            deadline = time.monotonic() + 10
-            while not all(engine.get_task(t)["status"] == "DEAD_LETTERED" for t in stuck):
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+        async with running_worker(cfg, concurrency=2) as worker:
+            for t in stuck:
+                assert await status_once(engine, t, lambda s: s == "DEAD_LETTERED") == "DEAD_LETTERED"
             assert worker.runner.detached_threads == 2  # both slots held by threads still sleeping
             echo = engine.enqueue("dtq.echo", {"after": "threads"}).id
-            deadline = time.monotonic() + 10  # the threads end about 1.9 s from now
-            while engine.get_task(echo)["status"] != "SUCCEEDED" and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            return str(engine.get_task(echo)["status"])
-        finally:
-            worker.request_stop()
-            await asyncio.wait_for(run, 15)
+            return await status_once(engine, echo, lambda s: s == "SUCCEEDED")  # the threads end in ~1.9 s
 
     assert asyncio.run(scenario()) == "SUCCEEDED"
 
@@ -241,37 +263,18 @@ def test_retry_after_takes_seconds_and_ignores_anything_else(after: Any, used: f
 def test_a_claim_held_through_a_stall_is_checked_before_its_handler_starts(config: DtqConfig) -> None:
     # A worker stopped (SIGSTOP, a blocked loop) between receiving its claim and starting the handler
     # may find that a peer reclaimed the entry and cancelled or finished the task meanwhile.
-    from dtq_core.executor import Row
-
     engine, cfg = make_engine(config)
     taken_over = engine.enqueue("test.record", {"n": "taken over"}, queue="elsewhere").id
     still_ours = engine.enqueue("test.record", {"n": "still ours"}, queue="elsewhere").id
 
-    def stale_row(task_id: str) -> Row:
-        record = engine.get_task(task_id)
-        entry_id = engine.client.hget(engine.keys.task(task_id), "entry_id")
-        return Row(entry_id=entry_id, stream=engine.keys.stream("elsewhere", "normal"), task_id=task_id,
-                   attempt=1, max_attempts=1, type="test.record", payload=json.dumps(record["payload"]),
-                   timeout_s=5, queue="elsewhere", priority="normal", received_at=time.monotonic() - 60)
-
     async def scenario() -> None:
-        worker = Worker(cfg, queues=["default"], name=f"stall-{time.monotonic_ns()}")
-        run = asyncio.create_task(worker.run())
-        try:
-            while worker.state != "running":
-                await asyncio.sleep(0.01)
+        async with running_worker(cfg, queues=["default"]) as worker:
             engine.cancel(taken_over)  # what a peer's reclaim of a pending cancel leaves behind
             engine.client.hset(engine.keys.task(still_ours), mapping={
                 "status": "RUNNING", "attempt": 1, "worker_id": worker.worker_id})
             for task_id in (taken_over, still_ours):
-                worker._start(stale_row(task_id))
-            deadline = time.monotonic() + 10
-            while engine.get_task(still_ours)["status"] != "SUCCEEDED":
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
-        finally:
-            worker.request_stop()
-            await asyncio.wait_for(run, 15)
+                worker._start(stale_row(engine, task_id, "elsewhere"))
+            assert await status_once(engine, still_ours, lambda s: s == "SUCCEEDED") == "SUCCEEDED"
 
     asyncio.run(scenario())
     assert RECORDED == [{"n": "still ours"}]  # the cancelled task's handler never started
@@ -279,18 +282,11 @@ def test_a_claim_held_through_a_stall_is_checked_before_its_handler_starts(confi
 
 
 def test_a_cancel_that_lands_while_a_stale_claim_is_checked_still_cancels_the_task(config: DtqConfig) -> None:
-    from dtq_core.executor import Row
-
     engine, cfg = make_engine(config)
     task_id = engine.enqueue("test.record", {"n": "cancelled"}, queue="elsewhere").id
 
     async def scenario() -> str:
-        worker = Worker(cfg, queues=["default"], name=f"stall-cancel-{time.monotonic_ns()}")
-        run = asyncio.create_task(worker.run())
-        try:
-            while worker.state != "running":
-                await asyncio.sleep(0.01)
-            entry_id = engine.client.hget(engine.keys.task(task_id), "entry_id")
+        async with running_worker(cfg, queues=["default"]) as worker:
             engine.client.hset(engine.keys.task(task_id), mapping={
                 "status": "RUNNING", "attempt": 1, "worker_id": worker.worker_id})
             assert engine.cancel(task_id).status == "RUNNING"  # recorded for the owner's watcher
@@ -301,16 +297,8 @@ def test_a_cancel_that_lands_while_a_stale_claim_is_checked_still_cancels_the_ta
                 return await checking(row)
 
             worker.store.claim_still_ours = slow_check  # type: ignore[method-assign]
-            worker._start(Row(entry_id=entry_id, stream=engine.keys.stream("elsewhere", "normal"), task_id=task_id,
-                              attempt=1, max_attempts=1, type="test.record", payload='{"n": "cancelled"}',
-                              timeout_s=5, queue="elsewhere", priority="normal", received_at=time.monotonic() - 60))
-            deadline = time.monotonic() + 5
-            while engine.get_task(task_id)["status"] == "RUNNING" and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            return str(engine.get_task(task_id)["status"])
-        finally:
-            worker.request_stop()
-            await asyncio.wait_for(run, 15)
+            worker._start(stale_row(engine, task_id, "elsewhere"))
+            return await status_once(engine, task_id, lambda s: s != "RUNNING", timeout=5)
 
     assert asyncio.run(scenario()) == "CANCELLED"
     assert RECORDED == []
@@ -318,7 +306,7 @@ def test_a_cancel_that_lands_while_a_stale_claim_is_checked_still_cancels_the_ta
 
 def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
     # A pool thread that has moved on to another attempt must not lend that one's stack.
-    from dtq_core.executor import Execution, Row, _in_thread, _thread_stack
+    from dtq_core.executor import Execution, _in_thread, _thread_stack
 
     row = Row(entry_id="1-1", stream="s", task_id="t", attempt=1, max_attempts=1, type="x", payload="",
               timeout_s=1.0, queue="q", priority="normal")
@@ -577,7 +565,7 @@ def test_idempotent_operation_lease_is_configurable(live_engine: Engine, redis_c
 
 def test_the_timeout_check_cancels_only_attempts_past_their_deadline() -> None:
     # It should cancel an overdue attempt once, and leave running ones and finished ones alone.
-    from dtq_core.executor import Execution, Row, expire_overdue
+    from dtq_core.executor import Execution, expire_overdue
 
     async def scenario() -> tuple[int, int, list[bool]]:
         row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="x", payload="",
@@ -602,7 +590,7 @@ def test_the_timeout_check_cancels_only_attempts_past_their_deadline() -> None:
 
 def test_a_timeout_under_a_second_fires_on_time(engine: Engine, config: DtqConfig) -> None:
     # It should not wait for the 50 ms deadline check: a 20 ms timeout ends a 0.3 s handler.
-    from dtq_core.executor import AttemptRunner, Execution, Row
+    from dtq_core.executor import AttemptRunner, Execution
 
     async def scenario() -> tuple[str, float]:
         row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="dtq.sleep",
