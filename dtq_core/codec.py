@@ -56,14 +56,19 @@ def truncate_result(encoded: str, max_bytes: int) -> tuple[str, bool]:
     return json.dumps(head[:low], ensure_ascii=False), True
 
 
-def valid_utf8(text: str) -> str:
-    """Replace what UTF-8 cannot hold (lone surrogates, e.g. from undecodable bytes) with '?':
-    the text is written to Redis, where it must encode."""
+def is_unicode(text: str) -> bool:
+    """False for a string holding an unpaired surrogate (e.g. from undecodable bytes), which
+    cannot be encoded for Redis."""
     try:
         text.encode()
-        return text
     except UnicodeEncodeError:
-        return text.encode(errors="replace").decode()
+        return False
+    return True
+
+
+def valid_utf8(text: str) -> str:
+    """Replace what UTF-8 cannot hold with '?': the text is written to Redis, where it must encode."""
+    return text if is_unicode(text) else text.encode(errors="replace").decode()
 
 
 def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, Any]:

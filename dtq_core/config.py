@@ -84,6 +84,13 @@ class DtqConfig:
             kwargs["task_modules"] = tuple(kwargs["task_modules"])
         return cls(**kwargs)
 
+    @property
+    def heartbeat_every_s(self) -> float:
+        """How often workers actually beat: DTQ_HEARTBEAT_INTERVAL_S, but at least three times per
+        visibility timeout, so a freeze that ages a live owner's entries past the timeout always shows
+        as a gap in every worker's heartbeats."""
+        return min(self.heartbeat_interval_s, self.visibility_timeout_s / 3)
+
     def as_settings(self) -> dict[str, Any]:
         return {f.name.upper(): getattr(self, f.name) for f in dataclasses.fields(self)}
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .submit import MAX_DELAY_S
+
 Handler = Callable[[Any], Any]
 
 
@@ -39,10 +41,7 @@ def _seconds(value: object) -> float | None:
         seconds = float(value)
     except ValueError:
         return None  # e.g. an HTTP-date Retry-After
-    return seconds if 0 <= seconds <= MAX_RETRY_AFTER_S else None
-
-
-MAX_RETRY_AFTER_S = 366 * 86400  # as delay_seconds
+    return seconds if 0 <= seconds <= MAX_DELAY_S else None  # the longest wait a task may be given
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .codec import is_unicode
 from .config import DtqConfig
 from .errors import PayloadTooLarge, ValidationError
 from .keys import PRIORITIES
@@ -46,15 +47,6 @@ def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: b
     if not minimum <= value <= maximum:
         raise ValidationError(f"{name} must be between {minimum:g} and {maximum:g}", field=name)
     return value
-
-
-def is_unicode(text: str) -> bool:
-    """False for a string holding an unpaired surrogate, which cannot be encoded for Redis."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def validate(

@@ -414,10 +414,7 @@ class Worker:
             await asyncio.sleep(self._beat_every_s())
 
     def _beat_every_s(self) -> float:
-        """DTQ_HEARTBEAT_INTERVAL_S, but at least three beats per visibility timeout: a freeze that
-        ages a live owner's entries past the timeout then always shows as a gap in every worker's
-        heartbeats (see _beat_gap_s)."""
-        return min(self.config.heartbeat_interval_s, self.config.visibility_timeout_s / 3)
+        return self.config.heartbeat_every_s  # see DtqConfig.heartbeat_every_s and _beat_gap_s
 
     def _beat_gap_s(self) -> float:
         """Longer than this between two heartbeats is a gap.

@@ -137,12 +137,9 @@ class WorkerStore:
     def _runnable(self, reply: list[Any]) -> list[Row]:
         """Keep the rows to run; log, once each, the entries the claim script settled itself."""
         rows: list[Row] = []
-        received_at = time.monotonic()
         for r in reply:
             if r[0] == "run":
-                row = Row.from_reply(r)
-                row.received_at = received_at
-                rows.append(row)
+                rows.append(Row.from_reply(r))  # received_at: now
                 continue
             outcome, entry_id, stream, task_id, reason = r[:5]
             if outcome == "absorbed":

@@ -45,7 +45,7 @@ def _leader_beating(engine: Any, leader: str | None, workers: list[dict[str, Any
     """Whether the lock holder's heartbeats are on time (half a beat and a second of slack).
     'alive' would be too late: it allows a visibility timeout, while a frozen leader's lock lapses
     within its TTL (10 s by default, against beats every 5 s)."""
-    beat = min(engine.config.heartbeat_interval_s, engine.config.visibility_timeout_s / 3)
+    beat = engine.config.heartbeat_every_s
     return any(w["id"] == leader and w["heartbeat_age_s"] <= 1.5 * beat + 1 for w in workers)
 
 
@@ -58,7 +58,7 @@ def _summary(engine: Any) -> dict[str, Any]:
         "workers": workers,
         "workers_alive": sum(1 for w in workers if w["alive"]),
         "leader": (leader := engine.scheduler_leader()),
-        "leader_alive": _leader_beating(engine, leader, workers),
+        "leader_beating": _leader_beating(engine, leader, workers),
         "dlq_total": engine.dlq_count(),
         "scheduled_total": engine.scheduled_count(),
         "totals": {
@@ -197,7 +197,7 @@ def workers(request: HttpRequest) -> HttpResponse:
     rows = engine.workers()
     leader = engine.scheduler_leader()
     return _render(request, "workers.html", {"workers": rows, "leader": leader,
-                                             "leader_alive": _leader_beating(engine, leader, rows),
+                                             "leader_beating": _leader_beating(engine, leader, rows),
                                              "alive": sum(1 for w in rows if w["alive"])}, nav="workers")
 
 

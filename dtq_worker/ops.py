@@ -16,11 +16,11 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from dtq_core.codec import is_unicode
 from dtq_core.conf import get_config
 from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import DtqError
 from dtq_core.inspect import MAX_PAGE
-from dtq_core.submit import is_unicode
 from dtq_core.task import valid_queue_name
 
 

@@ -63,7 +63,7 @@ local function complete_one(r)
       status, etype = 'RETRYING', 'task.retrying'
       ttl = ttl + math.max(0, due - tonumber(now_ms))  -- the record must outlive its wait
     else
-      status = dead_letter(tkey, task_id, queue, ttype, attempt, err_class, message, now_ms,
+      status = dead_letter(task_prefix, task_id, queue, ttype, attempt, err_class, message, now_ms,
                            KEYS[4], dlq_enabled, dlq_maxlen, KEYS[7])
       rcall('HSET', tkey, 'finished_at', now_ms)
       etype = status == 'FAILED' and 'task.failed' or 'task.dead_lettered'

@@ -62,12 +62,11 @@ else
   rcall('HSET', KEYS[1], unpack(fields))
   ring(KEYS[11])
 end
--- A delayed task's record must outlive its wait (a delay may be longer than the retention).
-rcall('PEXPIRE', KEYS[1], tonumber(ARGV[5]) + (due > 0 and math.max(0, due - tonumber(now_ms)) or 0))
--- The key outlives a delayed task's wait too: a resubmit while it waits must still find it.
-if ARGV[11] == '1' then
-  rcall('SET', KEYS[2], task_id, 'PX', tonumber(ARGV[6]) + (due > 0 and math.max(0, due - tonumber(now_ms)) or 0))
-end
+-- A delayed task's record, and its idempotency key, must outlive its wait (a delay may be longer
+-- than either lifetime): a resubmit while it waits must still find it.
+local wait = due > 0 and math.max(0, due - tonumber(now_ms)) or 0
+rcall('PEXPIRE', KEYS[1], tonumber(ARGV[5]) + wait)
+if ARGV[11] == '1' then rcall('SET', KEYS[2], task_id, 'PX', tonumber(ARGV[6]) + wait) end
 rcall('ZADD', KEYS[10], now_ms, task_id)
 local recent_cap = tonumber(ARGV[12])
 if rcall('ZCARD', KEYS[10]) > recent_cap then rcall('ZREMRANGEBYRANK', KEYS[10], 0, -recent_cap - 1) end

@@ -25,8 +25,7 @@ local start = ARGV[7]
 if start == '' or id_lt(start, group_start) then start = group_start end
 local entries = rcall('XRANGE', KEYS[1], '(' .. start, ARGV[5], 'COUNT', ARGV[6])
 local cancelled, last = 0, ''
-local counts = {}  -- per type, for dtq_tasks_total (one HINCRBY per type, not per task)
-local queue = string.match(KEYS[1], ':([^:]+):[^:]+$')
+local counts = {}  -- per queue|type|cancelled field, for dtq_tasks_total (one HINCRBY each, not per task)
 for _, entry in ipairs(entries) do
   last = entry[1]
   local task_id = field(entry[2], 'task_id')
@@ -36,12 +35,13 @@ for _, entry in ipairs(entries) do
     rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', ARGV[2],
           'updated_at', ARGV[2], 'last_error', 'purged')
     rcall('PEXPIRE', tkey, ARGV[8])
-    counts[h[5] or ''] = (counts[h[5] or ''] or 0) + 1
+    local counted = outcome_field(h[2], h[5], 'CANCELLED')
+    counts[counted] = (counts[counted] or 0) + 1
     emit(KEYS[2], KEYS[3], 'task.cancelled', task_id, h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
     cancelled = cancelled + 1
   end
   rcall('XDEL', KEYS[1], entry[1])
 end
-for ttype, n in pairs(counts) do rcall('HINCRBY', KEYS[4], outcome_field(queue, ttype, 'CANCELLED'), n) end
+for counted, n in pairs(counts) do rcall('HINCRBY', KEYS[4], counted, n) end
 if #entries < tonumber(ARGV[6]) then last = '' end
 return {cancelled, last}

@@ -42,7 +42,7 @@ local function lose_attempt(ctx, tkey, task_id, h)
   rcall('HSET', tkey, 'errors', push_error(h[11], cur, 'dtq.WorkerLost', msg, '', ctx.now_iso),
         'last_error', 'dtq.WorkerLost: ' .. msg)
   if cur >= tonumber(h[3]) then
-    local st = dead_letter(tkey, task_id, h[7], h[4], cur, 'dtq.WorkerLost', msg, ctx.now_ms,
+    local st = dead_letter(ctx.task_prefix, task_id, h[7], h[4], cur, 'dtq.WorkerLost', msg, ctx.now_ms,
                            ctx.dlq_key, ctx.dlq_enabled, ctx.dlq_maxlen, ctx.counters_key)
     rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('PEXPIRE', tkey, ctx.retention_ms)

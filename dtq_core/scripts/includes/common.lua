@@ -103,14 +103,15 @@ local function trim_dlq(dlq_key, maxlen, counters_key, task_prefix, now_ms)
 end
 
 -- Move a task to the DLQ (or FAILED when the DLQ is off); returns the new status.
-local function dead_letter(tkey, task_id, queue, ttype, attempt, err_class, message, now_ms,
+local function dead_letter(task_prefix, task_id, queue, ttype, attempt, err_class, message, now_ms,
                            dlq_key, dlq_enabled, dlq_maxlen, counters_key)
+  local tkey = task_prefix .. task_id
   if dlq_enabled == '1' then
     local eid = rcall('XADD', dlq_key, '*', 'task_id', task_id,
                       'queue', queue, 'type', ttype, 'attempt', attempt,
                       'error_class', err_class, 'error', message, 'failed_at', now_ms)
     rcall('HINCRBY', dlq_key .. ':counts', queue, 1)
-    trim_dlq(dlq_key, dlq_maxlen, counters_key, string.sub(tkey, 1, #tkey - #task_id), now_ms)
+    trim_dlq(dlq_key, dlq_maxlen, counters_key, task_prefix, now_ms)
     rcall('HSET', tkey, 'status', 'DEAD_LETTERED', 'dlq_entry_id', eid)
     return 'DEAD_LETTERED'
   end

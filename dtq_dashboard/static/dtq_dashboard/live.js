@@ -97,7 +97,7 @@
     var workers = data.workers.map(function (w) { return [w.id, w.alive ? "1" : "0"]; })
       .sort(function (a, b) { return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0; })
       .map(function (w) { return w[0] + ":" + w[1] + ","; }).join("");
-    var leader = (data.leader || "") + ":" + (data.leader_alive ? "1" : "0");
+    var leader = (data.leader || "") + ":" + (data.leader_beating ? "1" : "0");
     return queues !== totals.dataset.queues || workers !== totals.dataset.workers || leader !== totals.dataset.leader;
   }
 
