@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from .faults import POINTS as FAULT_POINTS
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the variable."""
@@ -47,6 +49,8 @@ class DtqConfig:
     scheduler_interval_s: float = 0.25
     cancel_poll_s: float = 0.25
     redis_timeout_s: float = 1.0
+    # Test-only: a fault point (dtq_core/faults.py) where the worker stops itself. Empty: none.
+    test_fault: str = ""
 
     def __post_init__(self) -> None:
         _check_url(self.redis_url)
@@ -70,6 +74,9 @@ class DtqConfig:
             )
         if self.retry_max_s < self.retry_base_s:
             raise ConfigError("DTQ_RETRY_MAX_S must be at least DTQ_RETRY_BASE_S")
+        if self.test_fault and self.test_fault not in FAULT_POINTS:
+            raise ConfigError(f"DTQ_TEST_FAULT must be empty or one of {', '.join(FAULT_POINTS)} "
+                              f"(got {self.test_fault!r})")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
             raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")
 

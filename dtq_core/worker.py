@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
+from . import faults
 from .clock import Clock, SystemClock
 from .config import DtqConfig
 from .connection import async_client
@@ -384,6 +385,7 @@ class Worker:
             self._completions[:0] = batch  # keep them; the entries stay pending until written
             self._flush_wanted.set()
             raise
+        faults.reach(self.config.test_fault, "after_complete")
         for completion, status in zip(batch, statuses, strict=True):
             self._unacked.pop(completion.row.entry_id, None)
             if status == "fenced":

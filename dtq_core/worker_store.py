@@ -19,6 +19,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from . import faults
 from .clock import Clock, iso
 from .config import DtqConfig
 from .executor import Completion, Row
@@ -314,6 +315,7 @@ class WorkerStore:
             return -1
         if not ids:
             return 0
+        faults.reach(self.config.test_fault, "after_claim_due")
         return int(await self.scripts(
             "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule(),
                                 k.stats_tasks()],

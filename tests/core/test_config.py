@@ -30,6 +30,7 @@ def test_it_reads_values_from_the_environment() -> None:
     c = read_env(env.get)
     assert c.visibility_timeout_s == 3 and c.heartbeat_interval_s == 0.5
     assert c.dlq_enabled is False and c.task_modules == ("a.b", "c") and c.max_queue_depth == 0
+    assert c.test_fault == "" and read_env({"DTQ_TEST_FAULT": " after_complete "}.get).test_fault == "after_complete"
 
 
 @pytest.mark.parametrize(
@@ -45,6 +46,7 @@ def test_it_reads_values_from_the_environment() -> None:
         ({"DTQ_REDIS_URL": "redis://host:6379/0/1"}, "DTQ_REDIS_URL"),
         ({"DTQ_RESULT_MAX_BYTES": "0"}, "DTQ_RESULT_MAX_BYTES"),
         ({"DTQ_MAX_QUEUE_DEPTH": "-1"}, "DTQ_MAX_QUEUE_DEPTH"),
+        ({"DTQ_TEST_FAULT": "after_lunch"}, "DTQ_TEST_FAULT must be empty or one of after_claim_due, after_complete"),
     ],
 )
 def test_it_names_the_bad_variable(env: dict[str, str], names: str) -> None:
