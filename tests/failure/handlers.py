@@ -123,3 +123,14 @@ def chaos(payload: dict[str, Any]) -> dict[str, Any]:
         return result
 
     return {"effect": dtq_tasks.idempotent_operation(op_key, effect), "attempt": attempt}
+
+
+@dtq_tasks.task("failure.flaky")
+def flaky(payload: dict[str, Any]) -> dict[str, Any]:
+    """Record the run; fail retryably on each attempt listed in payload["retry_after"] (attempt ->
+    seconds until the next one, the task waiting in the schedule as RETRYING), succeed on others."""
+    _, attempt = _record()
+    retry_after = payload.get("retry_after", {}).get(str(attempt))
+    if retry_after is not None:
+        raise dtq_tasks.RetryableError(f"attempt {attempt} fails", retry_after=retry_after)
+    return {"attempt": attempt}

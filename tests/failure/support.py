@@ -3,14 +3,18 @@ what must survive (task status, pending entries, the handlers' side-effect log).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
 import redis
 
 from dtq_core.keys import Keys
+
+from ..conftest import wait_for
 
 # Short timeouts so each crash scenario takes seconds (heartbeat < visibility, as validated).
 FAST: dict[str, Any] = {
@@ -85,3 +89,47 @@ def cont(pid: int) -> None:
 def started(client: redis.Redis, keys: Keys, *task_ids: str) -> bool:
     """True once every task is RUNNING and its handler has begun (logged its execution)."""
     return all(status(client, keys, t) == "RUNNING" and execs(client, keys, t) >= 1 for t in task_ids)
+
+
+def stopped(pid: int) -> bool:
+    """True while the process is stopped (by SIGSTOP, e.g. at a DTQ_TEST_FAULT point)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0] == "T"
+
+
+class Events:
+    """Every event published on the events channel while open, collected by a reader thread.
+
+    sync() publishes a marker and waits until it is read: pub/sub keeps a channel's order, so
+    every event published before the call has been collected by then.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.client, self.channel = client, keys.events()
+        self.seen: list[dict[str, Any]] = []
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub.subscribe(**{self.channel: lambda message: self.seen.append(json.loads(message["data"]))})
+        self._thread = self._pubsub.run_in_thread(sleep_time=0.01, daemon=True)
+
+    def __enter__(self) -> Events:
+        self.sync()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.stop()
+        self._thread.join(5)
+        self._pubsub.close()
+
+    def sync(self) -> None:
+        marker = {"type": "test.marker", "id": uuid.uuid4().hex}
+
+        def read_back() -> bool:
+            if marker in self.seen:
+                return True
+            self.client.publish(self.channel, json.dumps(marker))  # again: the first may beat SUBSCRIBE
+            return False
+
+        wait_for(read_back, timeout=10, interval=0.05, message="the events reader fell behind")
+
+    def count(self, etype: str, task_id: str) -> int:
+        return sum(1 for e in self.seen if e.get("type") == etype and e.get("task_id") == task_id)

@@ -1,5 +1,7 @@
-"""Scheduler leadership with real processes: a SIGKILLed leader is replaced, claims it left behind
-are returned, and a leader paused (SIGSTOP) past its lock is fenced out of every scheduler write."""
+"""Scheduler leadership with real processes: a leader SIGKILLed between its two promotion steps
+(claimDue, enqueueDue; stopped there by DTQ_TEST_FAULT=after_claim_due) is replaced and the claims
+it left behind run once, and a leader paused (SIGSTOP) past its lock, mid-promotion or not, is
+fenced out of every scheduler write."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dtq_core.engine import Engine
 from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for
-from .support import cont, env, execs, statuses, stop
+from .support import Events, cont, counter, env, execs, pending, status, statuses, stop, stopped, task
 
 pytestmark = pytest.mark.slow
 
@@ -23,32 +25,90 @@ def _leader(client: redis.Redis, keys: Keys) -> str | None:
     return client.get(keys.scheduler_lock())
 
 
-def test_a_killed_leader_is_replaced_and_its_stale_claims_are_returned(
+def _leader_stopped_mid_promotion(engine: Engine, client: redis.Redis, start_worker: Callable[..., WorkerProcess],
+                                  queue: str, retry_after: dict[str, float]
+                                  ) -> tuple[WorkerProcess, list[str], str, int]:
+    """Leader `a` stopped (DTQ_TEST_FAULT=after_claim_due) between claimDue and enqueueDue, holding
+    the claims of five delayed tasks and a retrying one (failure.flaky, failing its first attempt
+    and those `retry_after` lists); returns (a, delayed, retrying, claimed at)."""
+    keys = engine.keys
+    # The test holds the lock until everything is due, so that a's first promotion claims it all.
+    client.set(keys.scheduler_lock(), "test", px=60_000)
+    a = start_worker("--name", "a", "--queues", queue, **env(DTQ_TEST_FAULT="after_claim_due"))
+    retrying = engine.enqueue("failure.flaky", {"retry_after": {"1": 0.2, **retry_after}}, queue=queue).id
+    wait_for(lambda: status(client, keys, retrying) == "RETRYING", timeout=30, message=a.output)
+    delayed = [engine.enqueue("failure.work", queue=queue, delay_seconds=0.2).id for _ in range(5)]
+    everything = [*delayed, retrying]
+    wait_for(lambda: client.zcount(keys.schedule(), "-inf", int(time.time() * 1000)) == len(everything))
+    client.delete(keys.scheduler_lock())
+    wait_for(lambda: stopped(a.pid), timeout=10, message=a.output)
+    claims = dict(client.zrange(keys.schedule_claims(), 0, -1, withscores=True))
+    assert set(claims) == set(everything) and client.zcard(keys.schedule()) == 0
+    assert _leader(client, keys) == "a"
+    assert statuses(client, keys, everything) == ["PENDING"] * 5 + ["RETRYING"]
+    return a, delayed, retrying, int(max(claims.values()))
+
+
+def test_a_leader_killed_between_claim_and_enqueue_is_replaced_and_its_claims_run_once(
         live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
-    # It should survive: every delayed task and every claim the dead leader held. The lock expires,
-    # the follower takes it, promotes due work, and returns the stale claim to the schedule.
+    # It should survive: every delayed and retrying task the dead leader had claimed. The lock
+    # expires, b takes it, returns the claims once they are DTQ_STALE_CLAIM_S old, and promotes
+    # each exactly once (one task.queued); each runs once more.
     engine, keys = live_engine, live_engine.keys
-    a = start_worker("--name", "a", "--queues", "sched", **env())
-    wait_for(lambda: _leader(redis_client, keys) == "a", message=a.output())
-    b = start_worker("--name", "b", "--queues", "sched", **env())
-    wait_for(lambda: redis_client.zscore(keys.workers(), "b"), message=b.output())
-    delayed = [engine.enqueue("failure.work", queue="sched", delay_seconds=1.5).id for _ in range(5)]
-    # The state a leader leaves when it dies between claimDue and enqueueDue: the task is out of
-    # the schedule and held in the claims zset (claimed 10 s ago).
-    claimed = engine.enqueue("failure.work", queue="sched", delay_seconds=3600).id
-    pipe = redis_client.pipeline(transaction=True)
-    pipe.zrem(keys.schedule(), claimed)
-    pipe.hincrby(keys.schedule_counts(), "sched", -1)
-    pipe.zadd(keys.schedule_claims(), {claimed: int(time.time() * 1000) - 10_000})
-    pipe.execute()
-    a.kill()
-    wait_for(lambda: _leader(redis_client, keys) == "b", timeout=10, message=b.output())
-    everything = [*delayed, claimed]
-    wait_for(lambda: set(statuses(redis_client, keys, everything)) == {"SUCCEEDED"}, timeout=20,
-             message=b.output())
-    assert all(execs(redis_client, keys, tid) == 1 for tid in everything)
+    a, delayed, retrying, claimed_at = _leader_stopped_mid_promotion(engine, redis_client, start_worker,
+                                                                      "crashed", {})
+    with Events(redis_client, keys) as events:
+        b = start_worker("--name", "b", "--queues", "crashed", **env())
+        a.kill()
+        everything = [*delayed, retrying]
+        wait_for(lambda: set(statuses(redis_client, keys, everything)) == {"SUCCEEDED"}, timeout=30,
+                 message=b.output)
+        assert _leader(redis_client, keys) == "b"
+        assert "worker_id=b returned 6 stale scheduler claim(s) to the schedule" in b.output()
+        events.sync()
+        assert [events.count("task.queued", tid) for tid in everything] == [1] * 6
+    stale_ms = env()["DTQ_STALE_CLAIM_S"] * 1000
+    for tid in everything:
+        record = task(redis_client, keys, tid)
+        assert int(record["enqueued_at"]) >= claimed_at + stale_ms  # the claims were stale, not taken early
+        assert record["worker_id"] == "b"
+    assert [execs(redis_client, keys, tid) for tid in delayed] == [1] * 5
+    assert execs(redis_client, keys, retrying) == 2 and task(redis_client, keys, retrying)["attempt"] == "2"
     assert redis_client.zcard(keys.schedule_claims()) == 0 and redis_client.zcard(keys.schedule()) == 0
-    assert "returned 1 stale scheduler claim(s) to the schedule" in b.output()
+    assert int(redis_client.hget(keys.schedule_counts(), "crashed") or 0) == 0
+    assert pending(redis_client, keys, ["crashed"]) == 0 and counter(redis_client, keys, "absorbed") == 0
+
+
+def test_a_leader_stopped_between_claim_and_enqueue_past_its_lock_writes_nothing_when_resumed(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should survive: single promotion and single execution. b takes the lock and promotes the
+    # frozen leader's claims; the retrying task fails again there and waits an hour in RETRYING.
+    # After SIGCONT, a's enqueueDue for those same ids (what it was about to do) is refused inside
+    # the script: the delayed tasks are not queued again, nor is the retry queued before its time.
+    engine, keys = live_engine, live_engine.keys
+    a, delayed, retrying, _ = _leader_stopped_mid_promotion(engine, redis_client, start_worker, "resumed",
+                                                            {"2": 3600})
+    with Events(redis_client, keys) as events:
+        try:
+            b = start_worker("--name", "b", "--queues", "resumed", **env())
+            wait_for(lambda: statuses(redis_client, keys, [*delayed, retrying]) == ["SUCCEEDED"] * 5 + ["RETRYING"]
+                     and task(redis_client, keys, retrying)["attempt"] == "2", timeout=30, message=b.output)
+        finally:
+            cont(a.pid)
+        due_at = redis_client.zscore(keys.schedule(), retrying)
+        assert due_at and due_at > time.time() * 1000 + 3_000_000
+        wait_for(lambda: "worker_id=a lost scheduler leadership" in a.output(), timeout=15, message=a.output)
+        events.sync()
+        assert [events.count("task.queued", tid) for tid in [*delayed, retrying]] == [1] * 6
+    assert _leader(redis_client, keys) == "b" and a.proc.poll() is None
+    assert statuses(redis_client, keys, delayed) == ["SUCCEEDED"] * 5
+    assert [execs(redis_client, keys, tid) for tid in delayed] == [1] * 5
+    record = task(redis_client, keys, retrying)
+    assert (record["status"], record["attempt"], execs(redis_client, keys, retrying)) == ("RETRYING", "2", 2)
+    assert redis_client.zscore(keys.schedule(), retrying) == due_at
+    assert all(redis_client.xlen(stream) == 0 for stream in keys.streams("resumed"))  # no second XADD
+    assert pending(redis_client, keys, ["resumed"]) == 0 and counter(redis_client, keys, "absorbed") == 0
+    assert redis_client.zcard(keys.schedule_claims()) == 0
 
 
 def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
