@@ -1,7 +1,8 @@
 """Test-only fault points: DTQ_TEST_FAULT names one, and the worker stops its own process
 (SIGSTOP) the first time it reaches it, so a test can SIGKILL it, or SIGCONT it, at exactly that
-moment instead of hoping a signal lands there. Unset (the default), a point costs one comparison.
-Not for production: a worker that reaches its point stays stopped until signalled.
+moment instead of hoping a signal lands there. Unset (the default), a point costs a call and one
+string comparison. Not for production: a worker that reaches its point stays stopped until
+signalled.
 """
 
 from __future__ import annotations
