@@ -20,6 +20,14 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 
+# What a handler may raise that retries as a Redis connection error (failure-modes.md): redis-py's
+# own errors only. A builtin OSError (FileNotFoundError, PermissionError, a refused connection to
+# some other service) is the handler's failure, permanent like any other exception.
+REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,  # BusyLoadingError included
+    redis.exceptions.TimeoutError,
+)
+
 WRONG_DATABASE = "DTQ_REDIS_URL names a database this Redis does not have (DB index is out of range)"
 
 

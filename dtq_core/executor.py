@@ -1,8 +1,9 @@
 """Run one attempt of a handler and classify how it ended, as a record for the completion script.
 
 Classification (contract section 5): RetryableError, handler timeouts and Redis connection
-errors retry with backoff until max_attempts; unknown task types, payload decode errors and
-every other exception are permanent.
+errors (redis-py's ConnectionError and TimeoutError) retry with backoff until max_attempts;
+unknown task types, payload decode errors and every other exception are permanent, builtin
+OSErrors such as FileNotFoundError or a TimeoutError from the handler's own code included.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from . import registry
 from .clock import Clock
 from .codec import encode_result, truncate_result, valid_utf8
 from .config import DtqConfig
-from .connection import UNAVAILABLE_ERRORS
+from .connection import REDIS_CONNECTION_ERRORS
 from .task import Outcome, RetryPolicy, next_attempt_at
 
 BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -240,7 +241,7 @@ class AttemptRunner:
 
     def _failed(self, row: Row, exc: BaseException, duration: float, *, frames: str = "") -> Completion:
         """frames: for a timeout (never raised where the handler was), the stack it was cut off in."""
-        retryable = isinstance(exc, (registry.RetryableError, HandlerTimeout, *UNAVAILABLE_ERRORS)) and not \
+        retryable = isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS)) and not \
             isinstance(exc, (UnknownTaskType, PayloadDecodeError))
         error_class = error_name(exc)
         if frames:

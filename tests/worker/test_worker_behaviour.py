@@ -151,6 +151,39 @@ def test_permanent_failures_take_one_attempt(config: DtqConfig, type_: str, payl
     assert task["errors"][0]["error"] == error
 
 
+_RAISED: dict[str, BaseException] = {
+    "FileNotFoundError": FileNotFoundError(2, "No such file or directory", "/nope"),
+    "PermissionError": PermissionError(13, "Permission denied", "/root/x"),
+    "ConnectionRefusedError": ConnectionRefusedError(111, "Connection refused (another service)"),
+    "TimeoutError": TimeoutError("the handler's own socket timed out"),
+    "OSError": OSError(28, "No space left on device"),
+    "redis.exceptions.ConnectionError": redis.exceptions.ConnectionError("Error 111 connecting to redis"),
+    "redis.exceptions.TimeoutError": redis.exceptions.TimeoutError("Timeout reading from redis"),
+    "redis.exceptions.BusyLoadingError": redis.exceptions.BusyLoadingError("Redis is loading the dataset"),
+    "dtq_tasks.RetryableError": dtq_tasks.RetryableError("later"),
+}
+
+
+@pytest.mark.parametrize(("error", "attempts"), [
+    ("FileNotFoundError", 1), ("PermissionError", 1), ("ConnectionRefusedError", 1), ("TimeoutError", 1),
+    ("OSError", 1), ("redis.exceptions.ConnectionError", 3), ("redis.exceptions.TimeoutError", 3),
+    ("redis.exceptions.BusyLoadingError", 3), ("dtq_tasks.RetryableError", 3),
+])
+def test_only_redis_connection_errors_retry_among_os_errors(config: DtqConfig, error: str, attempts: int) -> None:
+    # It should: a handler's own OSError (a missing file, a refused connection to another service)
+    # is permanent like any exception; only redis-py's connection errors (and RetryableError) retry.
+    def raises(payload: Any) -> None:
+        raise _RAISED[error]
+
+    registry.register(f"test.raises.{error}", raises)
+    engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.02)
+    task_id = engine.enqueue(f"test.raises.{error}", max_attempts=3).id
+    run_burst(cfg)
+    task = engine.get_task(task_id)
+    assert task["status"] == "DEAD_LETTERED" and task["attempt"] == attempts
+    assert [e["error"] for e in task["errors"]] == [error] * attempts
+
+
 def test_a_payload_that_does_not_decode_is_poison(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config)
     task_id = engine.enqueue("dtq.echo").id
