@@ -23,6 +23,9 @@ from . import registry
 
 FIELDS: tuple[str, ...] = ("task_id", "queue", "attempt", "worker_id", "request_id")
 _PAIR = re.compile(r"(?<![\w.])(task_id|queue|attempt|worker_id|request_id)=([^\s,;]+)")
+# Characters that end or hide a line in a terminal or a line-based log shipper: C0 controls, DEL,
+# C1 controls (NEL among them) and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("dtq_log_request_id", default=None)
 
 
@@ -70,8 +73,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+def escape_controls(text: str) -> str:
+    """Escape control characters (newlines first of all) as Python would in a repr: \\n, \\x1b."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 class TextFormatter(logging.Formatter):
-    """`<time> <level> <logger> <message>` plus the correlation fields the message lacks."""
+    """`<time> <level> <logger> <message>` plus the correlation fields the message lacks.
+
+    One record is one line: control characters in the message (a handler's error text, a task
+    type, anything a user sent) are escaped, so nobody can forge log lines through them. A
+    traceback (exc_info) still follows on lines of its own, as Python prints it.
+    """
 
     def __init__(self, fmt: str | None = None, datefmt: str | None = None, style: Any = "%", **kwargs: Any) -> None:
         super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s %(message)s", datefmt, style, **kwargs)
@@ -80,7 +93,7 @@ class TextFormatter(logging.Formatter):
         text = super().formatMessage(record)
         message = record.getMessage()
         extra = [f"{k}={v}" for k, v in correlation(record).items() if f"{k}=" not in message]
-        return f"{text} {' '.join(extra)}" if extra else text
+        return escape_controls(f"{text} {' '.join(extra)}" if extra else text)
 
 
 class RequestLogContextMiddleware:

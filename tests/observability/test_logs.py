@@ -81,6 +81,30 @@ def test_text_lines_add_only_the_fields_the_message_lacks() -> None:
     assert TextFormatter().format(record("plain")).endswith("INFO dtq.test plain")
 
 
+def test_a_handler_error_with_newlines_is_one_text_log_line(config: DtqConfig) -> None:
+    # It should: a handler's error text cannot forge log lines (text format): the worker's
+    # "moved to the DLQ" line carries it escaped, on one line.
+    def forger(payload: Any) -> None:
+        raise ValueError("x\nFAKE line 2026-12-01 ERROR dtq.worker all good\r\x1b[2K")
+
+    registry.register("test.obs.forger", forger)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(TextFormatter())
+    logger = logging.getLogger("dtq.worker")
+    logger.addHandler(handler)
+    try:
+        task_id = Engine(config).enqueue("test.obs.forger").id
+        asyncio.run(asyncio.wait_for(Worker(config, burst=True, name=f"logs-{time.monotonic_ns()}").run(), 30))
+    finally:
+        logger.removeHandler(handler)
+    written = stream.getvalue().splitlines()
+    (line,) = [line for line in written if "FAKE" in line]
+    assert f"task_id={task_id}" in line and "moved to the DLQ" in line
+    assert "ValueError: x\\nFAKE line" in line and "\\r\\x1b[2K" in line
+    assert all(line[:4].isdigit() for line in written)  # every line starts with its timestamp
+
+
 def test_a_request_id_reaches_log_lines_written_during_the_request(captured: io.StringIO) -> None:
     # Redis is down (dead port): the scrape logs a warning while serving the request.
     response = Client().get("/metrics", headers={"X-Request-ID": "req-123"})
