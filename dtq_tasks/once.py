@@ -60,9 +60,10 @@ def _finish(redis_key: str, result: Any) -> Any:
 
 
 def _release(redis_key: str, token: str) -> None:
-    client = get_engine().client
-    if client.get(redis_key) == json.dumps({"running": token}):
-        client.delete(redis_key)
+    """Drop our lease, atomically only if it is still ours: it may have expired while fn ran and
+    been taken by the next caller, whose lease must stay."""
+    engine = get_engine()
+    engine.scripts("releaseLock", keys=[redis_key], args=[json.dumps({"running": token})])
 
 
 def idempotent_operation(key: str, fn: Callable[[], Any], *, lease_seconds: float | None = None) -> Any:

@@ -22,6 +22,7 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.executor import Row
 from dtq_core.keys import Keys
+from dtq_core.scripts import Scripts
 from dtq_core.worker import Worker
 
 from ..conftest import wait_for
@@ -534,6 +535,62 @@ def test_idempotent_operation_releases_the_key_when_fn_fails(live_engine: Engine
     with pytest.raises(RuntimeError):
         dtq_tasks.idempotent_operation("k", boom)
     assert dtq_tasks.idempotent_operation("k", lambda: 7) == 7
+
+
+class _AfterFirstCall(redis.Redis):
+    """A real client that runs `then` once, right after the first command naming `key` returns."""
+
+    key = ""
+    then: Callable[[], None] | None = None
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        reply = super().execute_command(*args, **options)
+        then = self.then
+        if then is not None and self.key in args:
+            self.then = None
+            then()
+        return reply
+
+
+def test_a_failed_caller_never_releases_the_lease_of_the_caller_after_it(
+        live_engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It should: the first caller's lease expires while its release is under way (right after
+    # the release's first round trip) and a second caller takes the key; the release, a compare
+    # and delete, leaves the second caller's lease alone, so no third caller can run fn beside it.
+    key = live_engine.keys.operation("shared")
+    client = _AfterFirstCall(connection_pool=live_engine.client.connection_pool)
+    monkeypatch.setattr(live_engine, "client", client)
+    monkeypatch.setattr(live_engine, "scripts", Scripts(client))
+    second_may_finish = threading.Event()
+    runs: list[str] = []
+
+    def second() -> str:
+        runs.append("second")
+        second_may_finish.wait(10)
+        return "second"
+
+    def lease_expires_and_second_caller_takes_it() -> None:
+        redis_client.delete(key)  # the first caller's lease ran out
+        threading.Thread(target=dtq_tasks.idempotent_operation, args=("shared", second), daemon=True).start()
+        wait_for(lambda: "second" in runs, timeout=10)
+
+    def first() -> None:
+        runs.append("first")
+        client.key, client.then = key, lease_expires_and_second_caller_takes_it
+        raise RuntimeError("first caller failed")
+
+    with pytest.raises(RuntimeError, match="first caller failed"):
+        dtq_tasks.idempotent_operation("shared", first)
+    lease = redis_client.get(key)
+    assert lease is not None and "running" in json.loads(lease)  # the second caller's lease stands
+    third = threading.Thread(target=dtq_tasks.idempotent_operation, args=("shared", lambda: runs.append("third")),
+                             daemon=True)
+    third.start()
+    time.sleep(0.3)  # give a third caller every chance to run fn beside the second (it must not)
+    assert runs == ["first", "second"]
+    second_may_finish.set()
+    third.join(10)
+    assert runs == ["first", "second"] and json.loads(redis_client.get(key))["result"] == "second"
 
 
 def test_async_idempotent_operation(live_engine: Engine) -> None:
