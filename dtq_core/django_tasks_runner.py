@@ -66,7 +66,7 @@ def _record(ctx: registry.TaskContext) -> tuple[list[str], str, str, str]:
 
     engine = get_engine()
     reply = engine.scripts("recordDjangoAttempt", keys=[engine.keys.task(ctx.task_id)],
-                           args=[ctx.attempt, ctx.worker_id])
+                           args=[ctx.attempt, ctx.worker_id, ctx.entry_id])
     if not reply:  # cancelled or reclaimed meanwhile: run anyway, the completion is fenced
         return [ctx.worker_id], "", "", ""
     ids, first_start, errors, created = reply

@@ -203,7 +203,8 @@ class AttemptRunner:
         except ValueError as exc:
             raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
         ctx = registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
-                                   queue=row.queue, type=row.type, worker_id=self.worker_id)
+                                   queue=row.queue, type=row.type, worker_id=self.worker_id,
+                                   entry_id=row.entry_id)
         if handler.is_async:
             registry.set_current(ctx)  # this Task has its own context copy
             return await handler.fn(payload)

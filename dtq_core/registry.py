@@ -52,6 +52,7 @@ class TaskContext:
     queue: str
     type: str
     worker_id: str
+    entry_id: str = ""  # the stream entry this attempt runs under (fences the Django runner's record)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,22 @@
 --[[
   Record which worker runs this attempt of a Django task (dtq_core.django_tasks_runner), fenced
-  on the running attempt, so TaskResult.worker_ids has one entry per attempt and started_at
-  stays the first start while the hash's started_at moves with every attempt.
+  like completeTasks on the running attempt and its stream entry, so TaskResult.worker_ids has
+  one entry per attempt and started_at stays the first start while the hash's started_at moves
+  with every attempt. The entry matters: an attempt number repeats (a DLQ retry starts again at
+  1, a paused queue's deferral requeues the same number), and a stale runner of an earlier entry
+  must not record itself over the attempt running now.
   Input:
     KEYS[1] task hash
-    ARGV[1] attempt   ARGV[2] worker id
+    ARGV[1] attempt   ARGV[2] worker id   ARGV[3] stream entry id of the attempt
   Output:
     {worker ids JSON, first started_at (ms), errors JSON, created_at (ms)}; false when the task is
-    not RUNNING at that attempt (cancelled or reclaimed meanwhile: nothing is written)
+    not RUNNING at that attempt under that entry (cancelled, reclaimed or retried meanwhile:
+    nothing is written)
 ]]
 local rcall = redis.call
 local h = rcall('HMGET', KEYS[1], 'status', 'attempt', 'django_worker_ids', 'django_started_at', 'started_at',
-                'errors', 'created_at')
-if h[1] ~= 'RUNNING' or h[2] ~= ARGV[1] then
+                'errors', 'created_at', 'entry_id')
+if h[1] ~= 'RUNNING' or h[2] ~= ARGV[1] or h[8] ~= ARGV[3] then
   return false
 end
 local ids = {}

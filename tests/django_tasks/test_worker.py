@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from typing import Any
 
 import redis
 
+from dtq_core import django_tasks_runner, registry
 from dtq_core.django_tasks import DtqBackend
 from dtq_core.django_tasks_compat import InvalidTask, TaskResultStatus
 from dtq_core.engine import Engine
@@ -154,3 +156,32 @@ def test_a_killed_worker_s_task_reruns_elsewhere_and_records_both_workers(
     assert result.return_value == ["w1", "w2"] and result.worker_ids == ["w1", "w2"]
     assert [e.exception_class.__name__ for e in result.errors] == ["WorkerLost"]
     assert result.started_at < result.last_attempted_at
+
+
+def test_a_stale_runner_of_an_earlier_entry_records_nothing(backend: DtqBackend, live_engine: Engine,
+                                                            redis_client: redis.Redis) -> None:
+    # It should: attempt numbers repeat (a DLQ retry starts again at 1), so the runner's record
+    # of who runs an attempt is fenced on the stream entry too, as completions are. A runner
+    # still holding attempt 1 of the earlier entry leaves the current attempt's record alone.
+    result = tm.add.enqueue(1, 2)
+    key = live_engine.keys.task(result.id)
+    redis_client.hset(key, mapping={"status": "RUNNING", "attempt": "1", "entry_id": "2000-0", "worker_id": "w-now",
+                                    "started_at": "1700000000000"})
+    payload = json.loads(redis_client.hget(key, "payload"))
+
+    def prepare_as(worker_id: str, entry_id: str) -> None:
+        ctx = registry.TaskContext(task_id=result.id, attempt=1, max_attempts=1, queue="default",
+                                   type="django.task", worker_id=worker_id, entry_id=entry_id)
+
+        def run() -> None:  # in a context of its own, as the executor runs a handler
+            registry.set_current(ctx)
+            django_tasks_runner.prepare(payload)
+
+        contextvars.copy_context().run(run)
+
+    prepare_as("w-stale", "1000-0")
+    assert redis_client.hget(key, "django_worker_ids") is None
+    assert tm.add.get_result(result.id).worker_ids == ["w-now"]
+    prepare_as("w-now", "2000-0")
+    assert tm.add.get_result(result.id).worker_ids == ["w-now"]
+    assert redis_client.hget(key, "django_worker_ids") == '["w-now"]'
