@@ -39,6 +39,8 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "absorbed": ("dtq_absorbed_duplicates", "Duplicate stream entries acknowledged without running."),
     "fenced": ("dtq_fenced_completions", "Completions discarded because a newer attempt owns the task."),
     "dlq_trimmed": ("dtq_dlq_trimmed", "Dead letters evicted by the DLQ cap (DTQ_DLQ_MAXLEN)."),
+    "corrupt_records": ("dtq_corrupt_records", "Task records a worker or the scheduler could not process (a corrupt "
+                                               "field), quarantined in the DLQ as dtq.CorruptRecord."),
     "events_dropped": ("dtq_events_dropped", "Non-terminal live events dropped for slow WebSocket clients."),
 }
 

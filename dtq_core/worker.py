@@ -388,7 +388,14 @@ class Worker:
         faults.reach(self.config.test_fault, "after_complete")
         for completion, status in zip(batch, statuses, strict=True):
             self._unacked.pop(completion.row.entry_id, None)
-            if status == "fenced":
+            if isinstance(status, list):  # ["quarantined", new status, reason]: its record is corrupt
+                logger.error("task_id=%s queue=%s attempt=%d worker_id=%s quarantined as dtq.CorruptRecord (%s): %s",
+                             completion.row.task_id, completion.row.queue, completion.row.attempt, self.worker_id,
+                             status[1] or "task record unwritable", status[2])
+            elif status == "resent":
+                logger.info("task_id=%s attempt=%d worker_id=%s completion re-sent after a lost reply: already "
+                            "recorded", completion.row.task_id, completion.row.attempt, self.worker_id)
+            elif status == "fenced":
                 logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
                                completion.row.task_id, completion.row.attempt, self.worker_id)
             elif status in ("DEAD_LETTERED", "FAILED"):

@@ -146,6 +146,9 @@ class WorkerStore:
             if outcome == "absorbed":
                 logger.info("task_id=%s worker_id=%s duplicate entry %s on %s absorbed: %s", task_id,
                             self.worker_id, entry_id, stream, reason)
+            elif outcome == "quarantined":
+                logger.error("task_id=%s worker_id=%s quarantined as dtq.CorruptRecord (entry %s on %s): %s", task_id,
+                             self.worker_id, entry_id, stream, reason)
             elif outcome == "dead":
                 logger.warning("task_id=%s worker_id=%s moved to the DLQ (or FAILED when it is off): dtq.WorkerLost: "
                                "%s and no attempt is left", task_id, self.worker_id, reason)
@@ -230,13 +233,17 @@ class WorkerStore:
             commands.append(pack(["EVALSHA", sha, len(keys), *keys, *args]))
         return commands
 
-    async def complete(self, completions: Sequence[Completion]) -> list[str]:
-        """Write completions, on a line of their own: the consumer's may be held by a blocking wait."""
+    async def complete(self, completions: Sequence[Completion]) -> list[Any]:
+        """Write completions, on a line of their own: the consumer's may be held by a blocking wait.
+
+        One status per completion, as completeTasks returns them: the new status, "fenced",
+        "resent", or ["quarantined", new status, reason].
+        """
         if not completions:
             return []
         replies = await self._exchange([("completeTasks", c) for c in self._complete_commands(completions)],
                                        line=self.side_line)
-        statuses: list[str] = []
+        statuses: list[Any] = []
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -316,11 +323,12 @@ class WorkerStore:
         if not ids:
             return 0
         faults.reach(self.config.test_fault, "after_claim_due")
+        c = self.config
         return int(await self.scripts(
             "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule(),
-                                k.stats_tasks()],
-            args=[self.worker_id, now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
-                  k.stream_prefix(), k.wake_prefix(), *ids],
+                                k.stats_tasks(), k.dlq(), k.stats_counters(), k.running()],
+            args=[self.worker_id, now, iso(now), c.task_retention_s * 1000, k.task_prefix(),
+                  k.stream_prefix(), k.wake_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, *ids],
         ))
 
     async def recover_lost_tasks(self, limit: int = 500) -> int:

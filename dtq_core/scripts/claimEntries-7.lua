@@ -11,14 +11,16 @@
     ARGV[9..] quads: stream, entry id, task id, entry attempt
   Output:
     list of rows: runnable ones, as fetchTasks returns them, and for the worker's log
-    {outcome, entry id, stream, task id, reason} of absorbed duplicates and lost attempts
+    {outcome, entry id, stream, task id, reason} of absorbed duplicates, lost attempts and
+    quarantined entries (a corrupt task record: dead-lettered as dtq.CorruptRecord)
 ]]
 -- #include common
 -- #include claim
 local ctx = claim_context(1)
 local runnable = {}
 for i = 9, #ARGV, 4 do
-  local row = claim_entry(ctx, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], true)
+  local ok, row = pcall(claim_entry, ctx, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], true)
+  if not ok then row = quarantine_entry(ctx, ARGV[i], ARGV[i + 1], ARGV[i + 2], row) end
   if row[1] == 'run' then
     runnable[#runnable + 1] = row
   elseif row[2] then

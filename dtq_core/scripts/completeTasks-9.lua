@@ -2,6 +2,10 @@
   Record how a batch of attempts ended and acknowledge their entries, fenced: a record is
   written only when the task is still RUNNING at the same attempt under the same entry, so a
   worker that lost its entry to a peer can never overwrite the newer attempt or ACK its entry.
+  A record applied here is marked (field completed = "<attempt>@<entry id>"), so the same record
+  sent again (the worker lost the reply to a batch that landed) is told apart from a fenced one.
+  Each record succeeds or fails alone: one that cannot be processed (a corrupt task field) is
+  quarantined (see quarantine in common.lua) and its entry acknowledged; the rest complete.
   Input:
     KEYS[1] events channel  KEYS[2] event seq  KEYS[3] schedule  KEYS[4] DLQ stream
     KEYS[5] stats tasks     KEYS[6] stats duration histogram     KEYS[7] stats counters
@@ -14,7 +18,9 @@
              histogram bucket label. (One argument for the batch: redis-py's asyncio client
              packs every argument in Python, which cost more than cjson decoding them here.)
   Output:
-    one status per record: the new status, or 'fenced'
+    one status per record: the new status; 'fenced' (a newer attempt owns the task); 'resent'
+    (this record was applied already); or {'quarantined', new status ('' when the task could not
+    be written), reason}
 ]]
 -- #include common
 local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
@@ -29,12 +35,20 @@ local function add(t, field, n) t[field] = (t[field] or 0) + n end
 local function complete_one(r)
   local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], r[4], r[5]
   local tkey = task_prefix .. task_id
-  local h = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested')
+  local h = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
+                  'completed')
+  local mark = attempt .. '@' .. entry_id
   if h[1] ~= 'RUNNING' or h[2] ~= attempt or h[3] ~= entry_id then
+    if h[8] == mark then return 'resent' end  -- applied by an earlier send whose reply was lost
     rcall('HINCRBY', KEYS[7], 'fenced', 1)
     return 'fenced'
   end
   local queue, ttype = h[4], h[5]
+  local errors
+  if outcome ~= 'ok' and outcome ~= 'cancel' then
+    -- Before any write: a corrupt error list fails this record with nothing half-written.
+    errors = push_error(h[6], attempt, r[8], r[9], r[10], now_iso)
+  end
   rcall('ZREM', KEYS[9], task_id)
   local status, etype
   local ttl = tonumber(retention_ms)
@@ -42,15 +56,15 @@ local function complete_one(r)
     local result = r[6]
     if result ~= '' then rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms) end
     rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', r[7], 'finished_at', now_ms,
-          'updated_at', now_ms)
+          'updated_at', now_ms, 'completed', mark)
     status, etype = 'SUCCEEDED', 'task.succeeded'
   elseif outcome == 'cancel' then
-    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms, 'updated_at', now_ms)
+    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms, 'updated_at', now_ms, 'completed', mark)
     status, etype = 'CANCELLED', 'task.cancelled'
   else
     local err_class, message = r[8], r[9]
-    rcall('HSET', tkey, 'errors', push_error(h[6], attempt, err_class, message, r[10], now_iso),
-          'last_error', err_class .. ': ' .. message, 'updated_at', now_ms)
+    rcall('HSET', tkey, 'errors', errors, 'last_error', err_class .. ': ' .. message, 'updated_at', now_ms,
+          'completed', mark)
     local due = tonumber(r[11])
     if h[7] == '1' then
       -- A cancel accepted while this attempt ran (and not yet acted on by the worker's watcher):
@@ -82,9 +96,20 @@ local function complete_one(r)
   return status
 end
 
+local q = {task_prefix = task_prefix, now_ms = now_ms, now_iso = now_iso, retention_ms = retention_ms,
+           dlq_key = KEYS[4], dlq_enabled = dlq_enabled, dlq_maxlen = dlq_maxlen, counters_key = KEYS[7],
+           running_key = KEYS[9], outcomes_key = KEYS[5], events_key = KEYS[1], seq_key = KEYS[2]}
 local statuses = {}
 for _, record in ipairs(cjson.decode(ARGV[10])) do
-  statuses[#statuses + 1] = complete_one(record)
+  local ok, status = pcall(complete_one, record)
+  if not ok then
+    local reason = 'the completion of attempt ' .. tostring(record[2]) .. ' could not be recorded: '
+                   .. error_text(status)
+    status = {'quarantined', quarantine(q, record[1], reason) or '', reason}
+    redis.pcall('XACK', record[4], group, record[3])
+    redis.pcall('XDEL', record[4], record[3])
+  end
+  statuses[#statuses + 1] = status
 end
 for field, n in pairs(task_counts) do rcall('HINCRBY', KEYS[5], field, n) end
 if next(finished) then

@@ -13,11 +13,12 @@ local discarded = 0
 for i = 5, #ARGV do
   local entry = rcall('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
   if entry then
-    local task_id, queue = field(entry[2], 'task_id'), field(entry[2], 'queue')
+    -- An entry or task record corrupted by hand must not stop the rest of the discard.
+    local task_id, queue = field(entry[2], 'task_id') or '', field(entry[2], 'queue') or ''
     rcall('XDEL', KEYS[1], ARGV[i])
     rcall('HINCRBY', KEYS[1] .. ':counts', queue, -1)
     local tkey = ARGV[3] .. task_id
-    if rcall('HGET', tkey, 'dlq_entry_id') == ARGV[i] then
+    if redis.pcall('HGET', tkey, 'dlq_entry_id') == ARGV[i] then
       rcall('HSET', tkey, 'dlq_entry_id', '', 'dlq_discarded_at', now_ms, 'updated_at', now_ms)
       rcall('PEXPIRE', tkey, ARGV[4])
     end

@@ -14,8 +14,9 @@
     ARGV[9] count   ARGV[10] wake key prefix   ARGV[11..] stream keys, highest priority first
   Output:
     list of runnable rows {'run', entry_id, stream, task_id, attempt, max_attempts, type,
-    payload, timeout_s, queue, priority}, and for the worker's log {'absorbed', entry_id,
-    stream, task_id, reason} of duplicates settled here
+    payload, timeout_s, queue, priority, handler}, and for the worker's log {outcome, entry_id,
+    stream, task_id, reason} of entries settled here: 'absorbed' duplicates, and 'quarantined'
+    ones whose task record is corrupt (dead-lettered as dtq.CorruptRecord, see quarantine)
 ]]
 -- #include common
 -- #include claim
@@ -38,9 +39,10 @@ for i = 11, #ARGV do
         if fields[f] == 'task_id' then task_id = fields[f + 1]
         elseif fields[f] == 'attempt' then attempt = fields[f + 1] end
       end
-      local row
+      local row, ok
       if task_id then
-        row = claim_entry(ctx, stream, entry[1], task_id, attempt or '1', false)
+        ok, row = pcall(claim_entry, ctx, stream, entry[1], task_id, attempt or '1', false)
+        if not ok then row = quarantine_entry(ctx, stream, entry[1], task_id, row) end
       else
         finish_entry(ctx, stream, entry[1])
         row = {'missing'}
@@ -48,7 +50,7 @@ for i = 11, #ARGV do
       if row[1] == 'run' then
         runnable[#runnable + 1] = row
         remaining = remaining - 1
-      elseif row[2] then  -- settled here (absorbed duplicate): reported for the worker's log
+      elseif row[2] then  -- settled here (absorbed duplicate, quarantined): reported for the worker's log
         runnable[#runnable + 1] = {row[1], entry[1], stream, task_id, row[2]}
       end
     end

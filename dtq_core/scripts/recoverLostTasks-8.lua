@@ -22,7 +22,7 @@
 local ctx = claim_context(1)
 if rcall('GET', KEYS[8]) ~= ctx.worker_id then return -1 end
 local recovered = 0
-for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9], 'LIMIT', 0, ARGV[10])) do
+local function recover(task_id)
   local tkey = ctx.task_prefix .. task_id
   local h = rcall('HMGET', tkey, unpack(TASK_FIELDS))
   if h[1] ~= 'RUNNING' then
@@ -55,6 +55,15 @@ for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9]
       end
       recovered = recovered + 1
     end
+  end
+end
+
+for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9], 'LIMIT', 0, ARGV[10])) do
+  local ok, err = pcall(recover, task_id)
+  if not ok then  -- a corrupt record: quarantined, and out of the running index, so the sweep moves on
+    quarantine(ctx, task_id, 'the lost-task sweep could not recover it: ' .. error_text(err))
+    rcall('ZREM', ctx.running_key, task_id)
+    recovered = recovered + 1
   end
 end
 return recovered

@@ -12,8 +12,7 @@
 ]]
 local rcall = redis.call
 local touched = 0
-for i = 5, #ARGV, 3 do
-  local stream, entry_id, task_id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+local function touch(stream, entry_id, task_id)
   local info = rcall('XPENDING', stream, ARGV[1], entry_id, entry_id, 1)[1]
   if info and info[2] == ARGV[2] then
     -- XCLAIM also drops the entry from the PEL if it was deleted from the stream (Redis 7).
@@ -24,5 +23,9 @@ for i = 5, #ARGV, 3 do
   if h[1] == 'RUNNING' and h[2] == entry_id and h[3] == ARGV[2] then
     rcall('ZADD', KEYS[1], 'XX', ARGV[3], task_id)
   end
+end
+for i = 5, #ARGV, 3 do
+  -- pcall: one key overwritten by hand (another type) must not stop the heartbeat for the rest.
+  pcall(touch, ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end
 return touched

@@ -134,3 +134,17 @@ def flaky(payload: dict[str, Any]) -> dict[str, Any]:
     if retry_after is not None:
         raise dtq_tasks.RetryableError(f"attempt {attempt} fails", retry_after=retry_after)
     return {"attempt": attempt}
+
+
+@dtq_tasks.task("failure.gated")
+def gated(payload: dict[str, Any]) -> dict[str, Any]:
+    """Record the run, wait until the test opens the payload's gate, log that, then fail or return."""
+    task_id, _ = _record()
+    client = get_engine().client
+    deadline = time.monotonic() + 60
+    while not client.exists(log_key(f"gate:{payload['gate']}")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    client.rpush(log_key("finished"), task_id)
+    if payload.get("fail"):
+        raise RuntimeError(payload["fail"])
+    return {"gate": payload["gate"]}

@@ -137,9 +137,10 @@ def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
     assert engine.scripts("claimDue", keys=[keys.schedule(), keys.schedule_claims(), keys.scheduler_lock()],
                           args=["a", far, 500, prefix]) == -1
     assert engine.scripts("enqueueDue", keys=[keys.schedule_claims(), keys.scheduler_lock(), keys.events(),
-                                              keys.event_seq(), keys.schedule(), keys.stats_tasks()],
-                          args=["a", far, iso(far), 60_000, prefix, keys.stream_prefix(), keys.wake_prefix(),
-                                later]) == -1
+                                              keys.event_seq(), keys.schedule(), keys.stats_tasks(), keys.dlq(),
+                                              keys.stats_counters(), keys.running()],
+                          args=["a", far, iso(far), 60_000, prefix, keys.stream_prefix(), keys.wake_prefix(), 1,
+                                100, later]) == -1
     assert engine.scripts("requeueStaleClaims", keys=[keys.schedule_claims(), keys.schedule(),
                                                       keys.scheduler_lock()],
                           args=[far, far, prefix, "a"]) == -1

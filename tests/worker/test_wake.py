@@ -250,3 +250,32 @@ def test_a_reclaim_judged_over_a_stall_hands_entries_back_to_their_owners(config
     assert entry["consumer"] == "owner" and entry["time_since_delivered"] < 300  # back, and fresh
     # When the owner really is gone, the next (trusted) round takes it as usual.
     assert [r.task_id for r in taken] == [task_id] and taken[0].attempt == 2
+
+
+def test_a_reclaim_quarantines_a_corrupt_record_alone(config: DtqConfig, redis_client: redis.Redis) -> None:
+    # It should: a silent worker's task whose errors field was corrupted by hand cannot stop the
+    # reclaim of the others (the reaper would fail on the same batch every round): it is
+    # dead-lettered as dtq.CorruptRecord, its entry settled, and the rest run their next attempt.
+    config = dataclasses.replace(config, visibility_timeout_s=0.3, heartbeat_interval_s=0.1)
+    engine = Engine(config)
+    ids = [engine.enqueue("dtq.echo", queue="lost").id for _ in range(3)]
+    ghost, peer = _store(config, worker_id="ghost"), _store(config, worker_id="peer")
+    stream = engine.keys.stream("lost", "normal")
+    redis_client.hset(engine.keys.task(ids[1]), "errors", "[{")
+
+    async def scenario() -> list[str]:
+        try:
+            assert len(await ghost.fetch([stream], 10)) == 3
+            await asyncio.sleep(0.4)  # idle past the 0.3 s visibility timeout: the ghost is gone
+            return [r.task_id for r in await peer.reclaim(stream, 10)]
+        finally:
+            await ghost.aclose()
+            await peer.aclose()
+
+    assert asyncio.run(scenario()) == [ids[0], ids[2]]
+    assert [engine.get_task(t)["status"] for t in ids] == ["RUNNING", "DEAD_LETTERED", "RUNNING"]
+    bad = engine.get_task(ids[1])
+    assert bad["errors"][-1]["error"] == "dtq.CorruptRecord" and "not a JSON list" in bad["last_error"]
+    assert redis_client.hget(engine.keys.task(ids[1]), "errors_corrupt") == "[{"
+    assert [e["task_id"] for e in engine.dlq_list().items] == [ids[1]]
+    assert [p["consumer"] for p in redis_client.xpending_range(stream, "dtq", "-", "+", 10)] == ["peer", "peer"]

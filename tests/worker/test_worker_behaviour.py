@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import threading
 import time
@@ -18,11 +19,12 @@ import redis
 
 import dtq_tasks
 from dtq_core import registry
+from dtq_core.admin import Actor, DlqSelection
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.executor import Row
 from dtq_core.keys import Keys
-from dtq_core.scripts import Scripts
+from dtq_core.scripts import SOURCES, Scripts
 from dtq_core.worker import Worker
 
 from ..conftest import wait_for
@@ -192,6 +194,112 @@ def test_a_payload_that_does_not_decode_is_poison(config: DtqConfig, redis_clien
     run_burst(cfg)
     task = engine.get_task(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["errors"][0]["error"] == "dtq.PayloadDecodeError"
+
+
+@pytest.mark.parametrize("delayed", [False, True], ids=["fetched", "scheduled"])
+def test_a_corrupt_record_is_quarantined_alone_when_fetched_or_scheduled(
+        config: DtqConfig, redis_client: redis.Redis, delayed: bool) -> None:
+    # It should: one task whose attempt field was overwritten by hand cannot stop the fetch (or
+    # the scheduler's batch) for the others: it is dead-lettered as dtq.CorruptRecord, alone.
+    engine, cfg = make_engine(config, scheduler_interval_s=0.05)
+    delay = 0.2 if delayed else 0
+    ids = [engine.enqueue("dtq.echo", {"n": n}, delay_seconds=delay).id for n in range(3)]
+    redis_client.hset(engine.keys.task(ids[1]), "attempt", "one")
+    run_burst(cfg)
+    assert [engine.get_task(t)["status"] for t in ids] == ["SUCCEEDED", "DEAD_LETTERED", "SUCCEEDED"]
+    bad = engine.get_task(ids[1])
+    assert bad["last_error"].startswith("dtq.CorruptRecord: ") and bad["errors"][-1]["error"] == "dtq.CorruptRecord"
+    assert redis_client.hget(engine.keys.task(ids[1]), "attempt_corrupt") == "one"  # kept for the operator
+    (entry,) = engine.dlq_list().items
+    assert entry["task_id"] == ids[1] and entry["error_class"] == "dtq.CorruptRecord"
+    assert redis_client.hget(engine.keys.stats_counters(), "corrupt_records") == "1"
+    # A retry from the DLQ starts the attempt count afresh: it runs.
+    assert engine.retry_dead_letters(DlqSelection(task_ids=(ids[1],)), Actor.cli()) == 1
+    run_burst(cfg)
+    assert engine.get_task(ids[1])["status"] == "SUCCEEDED"
+
+
+def test_a_dead_letter_whose_task_cannot_be_read_stays_while_the_rest_are_retried(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config)
+    ids = [engine.enqueue("dtq.fail", {"message": f"boom {n}"}).id for n in range(3)]
+    run_burst(cfg)
+    redis_client.delete(engine.keys.task(ids[1]))
+    redis_client.set(engine.keys.task(ids[1]), "overwritten by hand")  # not a hash any more
+    assert engine.retry_dead_letters(DlqSelection(all=True), Actor.cli()) == 2
+    assert [e["task_id"] for e in engine.dlq_list().items] == [ids[1]]
+    assert engine.discard_dead_letters(DlqSelection(all=True), Actor.cli()) == 1
+    assert engine.dlq_list().items == []
+
+
+class LosesOneReply:
+    """A TCP proxy in front of Redis that, once, passes a command on and loses Redis's reply to it
+    (the connection drops after the command ran): a reply lost in the network."""
+
+    def __init__(self, redis_url: str, needle: bytes) -> None:
+        self.target = redis.connection.parse_url(redis_url)
+        self.needle = needle
+        self.lost = 0
+        self.url = ""
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/{self.target.get('db', 0)}"
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(self.target["host"], self.target["port"])
+        drop_next_reply = False
+
+        async def upstream() -> None:
+            nonlocal drop_next_reply
+            while data := await client_r.read(65536):
+                if not self.lost and not drop_next_reply and self.needle in data:
+                    drop_next_reply = True
+                server_w.write(data)
+                await server_w.drain()
+
+        async def downstream() -> None:
+            while data := await server_r.read(65536):
+                if drop_next_reply:  # Redis ran it and answered: the answer never arrives
+                    self.lost += 1
+                    return
+                client_w.write(data)
+                await client_w.drain()
+
+        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        client_w.close()
+        server_w.close()
+
+
+def test_a_completion_resent_after_a_lost_reply_is_recognised_not_fenced(
+        config: DtqConfig, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # It should: the worker's completion batch lands but its reply is lost; the worker sends the
+    # batch again. That second send is told apart from a fenced completion (a newer attempt's):
+    # nothing is counted as fenced or logged as discarded, and nothing is written twice.
+    engine, cfg = make_engine(config)
+    task_id = engine.enqueue("dtq.fail", {"message": "bad input"}).id
+    sha = redis_client.script_load(SOURCES["completeTasks"])  # so the first send runs it (no NOSCRIPT)
+    proxy = LosesOneReply(cfg.redis_url, sha.encode())
+
+    async def scenario() -> None:
+        await proxy.start()
+        worker = Worker(dataclasses.replace(cfg, redis_url=proxy.url), burst=True, name="resender")
+        await asyncio.wait_for(worker.run(), 30)
+        proxy.server.close()
+
+    with caplog.at_level(logging.INFO, logger="dtq.worker"):
+        asyncio.run(scenario())
+    assert proxy.lost == 1
+    task = engine.get_task(task_id)
+    assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 1 and len(task["errors"]) == 1
+    assert [e["task_id"] for e in engine.dlq_list().items] == [task_id]  # one dead letter, not two
+    assert redis_client.hget(engine.keys.stats_tasks(), "default|dtq.fail|dead_lettered") == "1"
+    assert redis_client.hget(engine.keys.stats_counters(), "fenced") is None
+    assert f"task_id={task_id} attempt=1 worker_id=resender completion re-sent after a lost reply" in caplog.text
+    assert "result discarded" not in caplog.text
 
 
 def test_with_the_dlq_off_failures_end_failed(config: DtqConfig, redis_client: redis.Redis) -> None:

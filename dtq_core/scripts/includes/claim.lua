@@ -1,5 +1,6 @@
 -- Decide what a delivered stream entry means and, when it is runnable, move the task to RUNNING.
--- Needs: common. ctx fields: group, worker_id, now_ms, now_iso, retention_ms, task_prefix,
+-- Needs: common. Callers run claim_entry under pcall and hand a failure to quarantine_entry.
+-- ctx fields (also what quarantine needs): group, worker_id, now_ms, now_iso, retention_ms, task_prefix,
 -- dlq_enabled, dlq_maxlen, paused_key, events_key, seq_key, dlq_key, counters_key, running_key,
 -- outcomes_key (the per-outcome task counts behind dtq_tasks_total, as completeTasks keeps them).
 -- The running index (running_key, a zset of RUNNING task ids scored by the owner's last sign of
@@ -37,10 +38,10 @@ local function lose_attempt(ctx, tkey, task_id, h)
     emit(ctx.events_key, ctx.seq_key, 'task.cancelled', task_id, h[7], 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
     return 'cancelled'
   end
-  rcall('HINCRBY', ctx.counters_key, 'redeliveries', 1)
   local msg = 'worker lost during attempt ' .. cur
-  rcall('HSET', tkey, 'errors', push_error(h[11], cur, 'dtq.WorkerLost', msg, '', ctx.now_iso),
-        'last_error', 'dtq.WorkerLost: ' .. msg)
+  local errors = push_error(h[11], cur, 'dtq.WorkerLost', msg, '', ctx.now_iso)  -- may fail: before any write
+  rcall('HINCRBY', ctx.counters_key, 'redeliveries', 1)
+  rcall('HSET', tkey, 'errors', errors, 'last_error', 'dtq.WorkerLost: ' .. msg)
   if cur >= tonumber(h[3]) then
     local st = dead_letter(ctx.task_prefix, task_id, h[7], h[4], cur, 'dtq.WorkerLost', msg, ctx.now_ms,
                            ctx.dlq_key, ctx.dlq_enabled, ctx.dlq_maxlen, ctx.counters_key)
@@ -111,6 +112,17 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
   rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
   emit(ctx.events_key, ctx.seq_key, 'task.started', task_id, h[7], 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
   return {'run', entry_id, stream, task_id, ea, h[3], h[4], h[5], h[6], h[7], h[10]}
+end
+
+-- A claim that failed on a corrupt task field (err, caught by the caller's pcall): quarantine the
+-- task and settle the entry, so the rest of the batch is claimed and this entry is neither
+-- delivered nor reclaimed again and again. Returns the row reported for the worker's log.
+local function quarantine_entry(ctx, stream, entry_id, task_id, err)
+  local reason = 'entry ' .. entry_id .. ' could not be claimed: ' .. error_text(err)
+  quarantine(ctx, task_id or '', reason)
+  redis.pcall('XACK', stream, ctx.group, entry_id)
+  redis.pcall('XDEL', stream, entry_id)
+  return {'quarantined', reason}
 end
 
 -- An empty now (ms) means "when this runs": see server_now.

@@ -40,10 +40,20 @@ local function emit(channel, seq_key, etype, task_id, queue, status, attempt, no
     attempt = tonumber(attempt) or 0, ts = now_iso}))
 end
 
+-- The task's JSON error list. A field that is not one (corrupted by hand or by a bug) raises an
+-- error naming it, which the batch scripts turn into a quarantine of that one record.
+local function decode_errors(raw)
+  if not raw or raw == '' or raw == '[]' then return {} end
+  local ok, list = pcall(cjson.decode, raw)
+  if not ok or type(list) ~= 'table' or (next(list) ~= nil and list[1] == nil) then
+    error('the task field errors is not a JSON list' .. (ok and '' or ' (' .. tostring(list) .. ')'), 0)
+  end
+  return list
+end
+
 -- Append one error record to the task's JSON error list, keeping the newest 20.
 local function push_error(raw, attempt, err_class, message, tb, now_iso)
-  local list = {}
-  if raw and raw ~= '' and raw ~= '[]' then list = cjson.decode(raw) end
+  local list = decode_errors(raw)
   list[#list + 1] = {attempt = tonumber(attempt), error = err_class, message = message,
                      traceback = tb, at = now_iso}
   while #list > 20 do table.remove(list, 1) end
@@ -117,4 +127,53 @@ local function dead_letter(task_prefix, task_id, queue, ttype, attempt, err_clas
   end
   rcall('HSET', tkey, 'status', 'FAILED')
   return 'FAILED'
+end
+
+-- The text of an error caught by pcall: redis.call raises tables ({err = ...}), Lua strings
+-- carry the script's position ("user_script:12: "), which says nothing to an operator.
+local function error_text(e)
+  if type(e) == 'table' then e = e.err end
+  return (string.gsub(tostring(e), '^user_script:%d+: ', ''))
+end
+
+-- Quarantine a record a batch script could not process (a corrupt field: a cjson.decode or an
+-- arithmetic on it failed) instead of failing the whole batch, which its caller would retry
+-- forever while every other record of the batch waited. The task goes to the DLQ (FAILED when
+-- it is off) with error class dtq.CorruptRecord and the reason; an errors field that does not
+-- decode is kept aside as errors_corrupt and starts again empty, an attempt that is not a
+-- number as attempt_corrupt (attempt 0), so the record reads (and a retry from the DLQ runs)
+-- normally. Counted as corrupt_records (dtq_corrupt_records_total).
+-- q: task_prefix, now_ms, now_iso, retention_ms, dlq_key, dlq_enabled, dlq_maxlen, counters_key,
+-- running_key, outcomes_key, events_key, seq_key. Returns the new status, or nil when the task
+-- could not be written either (no hash, or a key of another type): the caller still settles
+-- its entry, so nothing loops.
+local function quarantine(q, task_id, reason)
+  rcall('HINCRBY', q.counters_key, 'corrupt_records', 1)
+  local tkey = q.task_prefix .. task_id
+  local ok, status = pcall(function()
+    local h = rcall('HMGET', tkey, 'status', 'queue', 'type', 'attempt', 'errors')
+    if not h[1] then return nil end
+    local queue, ttype, attempt = h[2] or '', h[3] or '', tonumber(h[4])
+    if not attempt then  -- the DLQ entry, events and the API need a number
+      rcall('HSET', tkey, 'attempt_corrupt', h[4] or '', 'attempt', 0)
+      attempt = 0
+    end
+    local raw = h[5] or ''
+    if not pcall(decode_errors, raw) then
+      rcall('HSET', tkey, 'errors_corrupt', raw)
+      raw = '[]'
+    end
+    local st = dead_letter(q.task_prefix, task_id, queue, ttype, attempt, 'dtq.CorruptRecord', reason, q.now_ms,
+                           q.dlq_key, q.dlq_enabled, q.dlq_maxlen, q.counters_key)
+    rcall('HSET', tkey, 'errors', push_error(raw, attempt, 'dtq.CorruptRecord', reason, '', q.now_iso),
+          'last_error', 'dtq.CorruptRecord: ' .. reason, 'finished_at', q.now_ms, 'updated_at', q.now_ms)
+    rcall('PEXPIRE', tkey, q.retention_ms)
+    rcall('ZREM', q.running_key, task_id)
+    rcall('HINCRBY', q.outcomes_key, outcome_field(queue, ttype, st), 1)
+    emit(q.events_key, q.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered', task_id, queue, st,
+         attempt, q.now_ms, q.now_iso)
+    return st
+  end)
+  if ok then return status end
+  return nil
 end

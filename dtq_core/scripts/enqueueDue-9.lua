@@ -2,20 +2,26 @@
   Put claimed schedule entries into their streams (XADD before the claim is removed), moving
   PENDING/RETRYING tasks to QUEUED with the next attempt number. A task that moved on meanwhile
   (cancelled, or already queued by a duplicate claim) is not queued again. Fenced on the lock.
+  A task whose record cannot be processed (a corrupt field) is quarantined (see quarantine in
+  common.lua), alone: the rest of the batch is queued, and its claim is removed all the same.
   Input:
     KEYS[1] schedule claims  KEYS[2] scheduler lock  KEYS[3] events channel  KEYS[4] event seq
-    KEYS[5] schedule  KEYS[6] per-outcome task counts (stats)
+    KEYS[5] schedule  KEYS[6] per-outcome task counts (stats)  KEYS[7] DLQ stream
+    KEYS[8] stats counters  KEYS[9] running index
     ARGV[1] worker id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
-    ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7] wake key prefix  ARGV[8..] task ids
+    ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7] wake key prefix
+    ARGV[8] dlq enabled (1/0)  ARGV[9] dlq maxlen  ARGV[10..] task ids
   Output:
     number of tasks queued, or -1 when this worker does not hold the lock
 ]]
 -- #include common
 if rcall('GET', KEYS[2]) ~= ARGV[1] then return -1 end
 local now_ms, now_iso = ARGV[2], ARGV[3]
+local q = {task_prefix = ARGV[5], now_ms = now_ms, now_iso = now_iso, retention_ms = ARGV[4], dlq_key = KEYS[7],
+           dlq_enabled = ARGV[8], dlq_maxlen = ARGV[9], counters_key = KEYS[8], running_key = KEYS[9],
+           outcomes_key = KEYS[6], events_key = KEYS[3], seq_key = KEYS[4]}
 local queued = 0
-for i = 8, #ARGV do
-  local id = ARGV[i]
+local function enqueue_one(id)
   local tkey = ARGV[5] .. id
   local h = rcall('HMGET', tkey, 'status', 'attempt', 'queue', 'priority', 'expires_at', 'type')
   if h[1] == 'PENDING' or h[1] == 'RETRYING' then
@@ -33,6 +39,12 @@ for i = 8, #ARGV do
     end
     rcall('PEXPIRE', tkey, ARGV[4])
   end
+end
+
+for i = 10, #ARGV do
+  local id = ARGV[i]
+  local ok, err = pcall(enqueue_one, id)
+  if not ok then quarantine(q, id, 'the scheduler could not queue it: ' .. error_text(err)) end
   rcall('ZREM', KEYS[1], id)
 end
 return queued
