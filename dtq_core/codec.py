@@ -95,6 +95,8 @@ def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, An
         out[name] = iso(fields.get(name) or None)
     if fields.get("dlq_entry_id"):
         out["dlq_entry_id"] = fields["dlq_entry_id"]
+    if fields.get("handler"):  # run by another type's handler (Django tasks: django.task / django.atask)
+        out["handler"] = fields["handler"]
     # What became of its dead letter: an operator's discard or retry, or the DLQ cap's trim.
     for name in ("dlq_discarded_at", "retried_from_dlq_at", "dlq_trimmed_at"):
         if fields.get(name):

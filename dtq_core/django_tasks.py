@@ -3,10 +3,13 @@
     TASKS = {"default": {"BACKEND": "dtq_core.django_tasks.DtqBackend", "QUEUES": ["default"],
                          "OPTIONS": {"ENQUEUE_ON_COMMIT": True}}}
 
-A Django task becomes a dtq task of type `django.task` (sync function, run in the worker's thread
-pool) or `django.atask` (coroutine function, run on the worker's event loop) whose payload carries
-the task's module path, arguments and options; dtq_core.django_tasks_runner executes it. The
-mapping of priorities, statuses and errors is in docs/django-tasks.md.
+A Django task becomes a dtq task whose type is the function's import path (e.g.
+`myapp.tasks.send_receipt`, so DLQ groups, type filters and metrics tell functions apart) and
+whose handler is dtq's Django runner: `django.task` (sync function, run in the worker's thread
+pool) or `django.atask` (coroutine function, run on the worker's event loop), kept in the task's
+`handler` field. The payload carries the module path, arguments and options. Tasks queued as
+type `django.task`/`django.atask` (before per-function types) still run. The mapping of
+priorities, statuses and errors is in docs/django-tasks.md.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from .django_tasks_compat import (
 from .engine import Engine, get_engine
 from .errors import QueueFull, TaskNotFound, ValidationError
 from .submit import MAX_DELAY_S, Submission
-from .task import valid_queue_name
+from .task import TASK_TYPE_RE, valid_queue_name
 
 __all__ = ["DtqBackend", "TaskCancelled", "TaskExpired", "TaskFailed", "enqueue_on_commit"]
 
@@ -200,9 +203,12 @@ class DtqBackend(BaseTaskBackend):
             "run_after": run_after.isoformat() if isinstance(run_after, datetime) else None, "backend": self.alias,
         }
         kind = results.ASYNC_TYPE if inspect.iscoroutinefunction(task.func) else results.SYNC_TYPE
+        # The function's path as the type; a path dtq cannot use as one (over 200 characters,
+        # non-ASCII identifiers) falls back to the runner's generic type.
+        ttype = task.module_path if TASK_TYPE_RE.fullmatch(task.module_path) else kind
         try:
             return self.engine.validate(
-                kind, payload, queue=task.queue_name,
+                ttype, payload, handler=kind, queue=task.queue_name,
                 priority=results.dtq_priority(task.priority, high_min=opts.high_priority_min,
                                               low_max=opts.low_priority_max),
                 delay_seconds=delay, max_attempts=opts.max_attempts, timeout_seconds=opts.timeout_seconds,
@@ -227,7 +233,7 @@ class DtqBackend(BaseTaskBackend):
         except TaskNotFound:
             raise TaskResultDoesNotExist(result_id) from None
         # A plain dtq task (dtq_tasks.enqueue, the API) is not a Django task result.
-        if not fields or fields.get("type") not in results.TASK_TYPES:
+        if not fields or not results.is_django_task(fields):
             raise TaskResultDoesNotExist(result_id)
         return results.to_result(fields, stored, alias=self.alias)
 

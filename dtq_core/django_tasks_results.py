@@ -19,7 +19,13 @@ from django.utils.module_loading import import_string
 from .django_tasks_compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 from .django_tasks_runner import ASYNC_TYPE, SYNC_TYPE  # sync: thread pool; async: event loop
 
-TASK_TYPES = frozenset({SYNC_TYPE, ASYNC_TYPE})
+TASK_TYPES = frozenset({SYNC_TYPE, ASYNC_TYPE})  # the runner's handlers (and the types of older tasks)
+
+
+def is_django_task(fields: Mapping[str, str]) -> bool:
+    """Whether a task hash is a Django task: run by the Django runner, under the function's path
+    as its type (`handler` names the runner) or, queued before that, as `django.task`/`atask`."""
+    return fields.get("handler") in TASK_TYPES or fields.get("type") in TASK_TYPES
 
 STATUS_MAP: Mapping[str, TaskResultStatus] = {
     "PENDING": TaskResultStatus.READY,

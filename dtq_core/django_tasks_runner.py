@@ -1,8 +1,10 @@
 """The built-in handlers that run Django tasks on a dtq worker: `django.task` and `django.atask`.
 
-Two types because a dtq type has one handler and dtq runs sync handlers in the worker's thread
-pool (with its timeout and detach accounting) and async ones on the event loop: the backend
-picks the type from the task function. Each attempt:
+Two handlers because dtq runs sync handlers in the worker's thread pool (with its timeout and
+detach accounting) and async ones on the event loop: the backend picks one from the task
+function and records it as the task's `handler`, while the task's type is the function's import
+path (a task queued before that has the handler's name as its type, and runs the same way).
+Every worker registers both, so it serves every Django task. Each attempt:
   1. imports the Task at the payload's module_path (and applies the enqueue-time overrides);
   2. records this worker for the attempt (TaskResult.worker_ids, started_at) in the task hash;
   3. sends task_started, calls the function (with a TaskContext first when takes_context);

@@ -86,6 +86,8 @@ class Engine(InspectMixin, AdminMixin):
             "max_attempts", s.max_attempts, "timeout_s", f"{s.timeout_s:g}", "expires_at", expires,
             "idempotency_key", s.idempotency_key or "", "request_id", s.request_id or "",
         ]
+        if s.handler:
+            fields += ["handler", s.handler]
         k = self.keys
         keys = [k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
                 k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue)]

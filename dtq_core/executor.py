@@ -45,12 +45,14 @@ class Row:
     timeout_s: float
     queue: str
     priority: str
+    handler: str = ""  # the registered handler that runs it, when not the type's own (Django tasks)
     received_at: float = field(default_factory=time.monotonic)  # when the claim reached this worker
 
     @classmethod
     def from_reply(cls, r: list[Any]) -> Row:
         return cls(entry_id=r[1], stream=r[2], task_id=r[3], attempt=int(r[4]), max_attempts=int(r[5]),
-                   type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10])
+                   type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10],
+                   handler=r[11] if len(r) > 11 else "")
 
 
 @dataclass(slots=True)
@@ -195,9 +197,10 @@ class AttemptRunner:
         return self._succeeded(row, result, time.perf_counter() - started)
 
     async def _call(self, row: Row, ex: Execution) -> Any:
-        handler = registry.get(row.type)
+        handler = registry.get(row.handler or row.type)
         if handler is None:
-            raise UnknownTaskType(f"no handler registered for task type {row.type!r}")
+            named = f"handler {row.handler!r} of task type {row.type!r}" if row.handler else f"task type {row.type!r}"
+            raise UnknownTaskType(f"no handler registered for {named}")
         try:
             payload = json.loads(row.payload) if row.payload else {}
         except ValueError as exc:

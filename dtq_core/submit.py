@@ -37,6 +37,14 @@ class Submission:
     timeout_s: float
     idempotency_key: str | None
     request_id: str | None
+    # The registered handler that runs the task when it is not the type itself: a Django task's
+    # type is its function's import path, its handler dtq's Django runner (django.task/atask).
+    handler: str = ""
+
+    @property
+    def handler_name(self) -> str:
+        """The name a worker must have registered to run this task."""
+        return self.handler or self.type
 
 
 def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: bool = False) -> float:
@@ -62,12 +70,15 @@ def validate(
     timeout_seconds: Any = None,
     idempotency_key: Any = None,
     request_id: Any = None,
+    handler: str | None = None,
 ) -> Submission:
     """Check every field of a submission; raise ValidationError / PayloadTooLarge naming it."""
     if not isinstance(type, str) or not TASK_TYPE_RE.fullmatch(type):
         raise ValidationError(
             "type must be 1-200 characters of letters, digits and _ . : - (e.g. 'dtq.echo')", field="type"
         )
+    if handler is not None and (not isinstance(handler, str) or not TASK_TYPE_RE.fullmatch(handler)):
+        raise ValidationError("handler must be a registered task type name", field="handler")
     if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
         raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63}", field="queue")
     if queue in RESERVED_QUEUES:
@@ -115,4 +126,5 @@ def validate(
         task_id=uuid.uuid4().hex, type=type, payload_json=payload_json, queue=queue, priority=priority,
         delay_s=float(delay), ttl_s=None if ttl is None else float(ttl), max_attempts=attempts,
         timeout_s=float(timeout), idempotency_key=idempotency_key, request_id=request_id,
+        handler="" if handler in (None, type) else handler,
     )

@@ -14,7 +14,7 @@
     ARGV[9] count   ARGV[10] wake key prefix   ARGV[11..] stream keys, highest priority first
   Output:
     list of runnable rows {'run', entry_id, stream, task_id, attempt, max_attempts, type,
-    payload, timeout_s, queue, priority, handler}, and for the worker's log {outcome, entry_id,
+    payload, timeout_s, queue, priority, handler ('' = the type's own)}, and for the worker's log {outcome, entry_id,
     stream, task_id, reason} of entries settled here: 'absorbed' duplicates, and 'quarantined'
     ones whose task record is corrupt (dead-lettered as dtq.CorruptRecord, see quarantine)
 ]]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from django.test import Client
 
 from dtq_core import django_tasks_runner, registry
 from dtq_core.django_tasks import DtqBackend
@@ -185,3 +186,38 @@ def test_a_stale_runner_of_an_earlier_entry_records_nothing(backend: DtqBackend,
     prepare_as("w-now", "2000-0")
     assert tm.add.get_result(result.id).worker_ids == ["w-now"]
     assert redis_client.hget(key, "django_worker_ids") == '["w-now"]'
+
+
+def test_each_function_is_its_own_type_in_the_dlq_and_metrics(backend: DtqBackend, live_engine: Engine,
+                                                              redis_client: redis.Redis,
+                                                              start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should: two failing functions are told apart by DLQ groups, the type filter and the
+    # metrics' type label (their types are their import paths, not both django.task).
+    boom, bad_add = tm.boom.enqueue("no"), tm.add.enqueue("a", 1)
+    ok = tm.aadd.enqueue(1, 2)
+    burst(start_worker)
+    groups = {g["type"]: g["count"] for g in live_engine.dlq_groups()["groups"]}
+    assert groups == {"tests.django_tasks.tasks_module.boom": 1, "tests.django_tasks.tasks_module.add": 1}
+    [only] = live_engine.dlq_list(type="tests.django_tasks.tasks_module.boom").items
+    assert only["task_id"] == boom.id
+    metrics = Client().get("/metrics").content.decode()
+    for path, outcome in (("boom", "dead_lettered"), ("add", "dead_lettered"), ("aadd", "succeeded")):
+        assert (f'dtq_tasks_total{{outcome="{outcome}",queue="default",type="tests.django_tasks.tasks_module.'
+                f'{path}"}} 1.0') in metrics
+    bad_add.refresh()
+    ok.refresh()
+    assert bad_add.errors[0].exception_class_path == "builtins.TypeError"
+    assert ok.status == TaskResultStatus.SUCCESSFUL and ok.return_value == 3
+
+
+def test_tasks_queued_as_django_task_before_per_function_types_still_run(
+        backend: DtqBackend, live_engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should: entries already in Redis with the old generic types run, and read back as results.
+    payload = {"module_path": "tests.django_tasks.tasks_module.add", "args": [2, 3], "kwargs": {},
+               "takes_context": False, "priority": 0, "queue_name": "default", "run_after": None,
+               "backend": "default"}
+    sync = live_engine.enqueue("django.task", payload).id
+    coro = live_engine.enqueue("django.atask", {**payload, "module_path": "tests.django_tasks.tasks_module.aadd"}).id
+    burst(start_worker)
+    assert tm.add.get_result(sync).return_value == 5 and tm.aadd.get_result(coro).return_value == 5
+    assert live_engine.get_task(sync)["type"] == "django.task" and "handler" not in live_engine.get_task(sync)

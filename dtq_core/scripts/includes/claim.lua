@@ -23,7 +23,7 @@ local function finish_entry(ctx, stream, entry_id)
 end
 
 local TASK_FIELDS = {'status', 'attempt', 'max_attempts', 'type', 'payload', 'timeout_s', 'queue',
-                     'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested'}
+                     'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested', 'handler'}
 
 -- The worker running attempt h[2] went silent: honour a cancel it never got to act on, or count
 -- the lost attempt against the budget (DLQ when spent). The caller finishes the old entry.
@@ -57,7 +57,7 @@ local function lose_attempt(ctx, tkey, task_id, h)
 end
 
 -- Returns {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload, timeout_s,
--- queue, priority} or {outcome, reason} where outcome is absorbed|missing|expired|deferred|dead|cancelled
+-- queue, priority, handler ('' = the type's own)} or {outcome, reason} where outcome is absorbed|missing|expired|deferred|dead|cancelled
 -- (a reason only for absorbed, dead and cancelled: the worker logs those).
 local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclaim)
   local tkey = ctx.task_prefix .. task_id
@@ -111,7 +111,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
   rcall('PEXPIRE', tkey, ctx.retention_ms)
   rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
   emit(ctx.events_key, ctx.seq_key, 'task.started', task_id, h[7], 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
-  return {'run', entry_id, stream, task_id, ea, h[3], h[4], h[5], h[6], h[7], h[10]}
+  return {'run', entry_id, stream, task_id, ea, h[3], h[4], h[5], h[6], h[7], h[10], h[13] or ''}
 end
 
 -- A claim that failed on a corrupt task field (err, caught by the caller's pcall): quarantine the
