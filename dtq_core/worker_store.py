@@ -324,12 +324,19 @@ class WorkerStore:
             return 0
         faults.reach(self.config.test_fault, "after_claim_due")
         c = self.config
-        return int(await self.scripts(
+        reply = await self.scripts(
             "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule(),
                                 k.stats_tasks(), k.dlq(), k.stats_counters(), k.running()],
             args=[self.worker_id, now, iso(now), c.task_retention_s * 1000, k.task_prefix(),
                   k.stream_prefix(), k.wake_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, *ids],
-        ))
+        )
+        if reply == -1:
+            return -1
+        queued, quarantined = reply
+        for task_id, reason in zip(quarantined[::2], quarantined[1::2], strict=True):
+            logger.error("task_id=%s worker_id=%s quarantined as dtq.CorruptRecord: %s", task_id, self.worker_id,
+                         reason)
+        return int(queued)
 
     async def recover_lost_tasks(self, limit: int = 500) -> int:
         """Requeue RUNNING tasks whose entry vanished and whose owner went silent; -1: not leader."""

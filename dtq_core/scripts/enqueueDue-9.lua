@@ -12,7 +12,8 @@
     ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7] wake key prefix
     ARGV[8] dlq enabled (1/0)  ARGV[9] dlq maxlen  ARGV[10..] task ids
   Output:
-    number of tasks queued, or -1 when this worker does not hold the lock
+    {number of tasks queued, {task id, reason, ...} of those quarantined}, or -1 when this worker
+    does not hold the lock
 ]]
 -- #include common
 if rcall('GET', KEYS[2]) ~= ARGV[1] then return -1 end
@@ -20,7 +21,7 @@ local now_ms, now_iso = ARGV[2], ARGV[3]
 local q = {task_prefix = ARGV[5], now_ms = now_ms, now_iso = now_iso, retention_ms = ARGV[4], dlq_key = KEYS[7],
            dlq_enabled = ARGV[8], dlq_maxlen = ARGV[9], counters_key = KEYS[8], running_key = KEYS[9],
            outcomes_key = KEYS[6], events_key = KEYS[3], seq_key = KEYS[4]}
-local queued = 0
+local queued, quarantined = 0, {}
 local function enqueue_one(id)
   local tkey = ARGV[5] .. id
   local h = rcall('HMGET', tkey, 'status', 'attempt', 'queue', 'priority', 'expires_at', 'type')
@@ -44,7 +45,12 @@ end
 for i = 10, #ARGV do
   local id = ARGV[i]
   local ok, err = pcall(enqueue_one, id)
-  if not ok then quarantine(q, id, 'the scheduler could not queue it: ' .. error_text(err)) end
+  if not ok then
+    local reason = 'the scheduler could not queue it: ' .. error_text(err)
+    quarantine(q, id, reason)
+    quarantined[#quarantined + 1] = id
+    quarantined[#quarantined + 1] = reason
+  end
   rcall('ZREM', KEYS[1], id)
 end
-return queued
+return {queued, quarantined}

@@ -198,7 +198,7 @@ def test_a_payload_that_does_not_decode_is_poison(config: DtqConfig, redis_clien
 
 @pytest.mark.parametrize("delayed", [False, True], ids=["fetched", "scheduled"])
 def test_a_corrupt_record_is_quarantined_alone_when_fetched_or_scheduled(
-        config: DtqConfig, redis_client: redis.Redis, delayed: bool) -> None:
+        config: DtqConfig, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture, delayed: bool) -> None:
     # It should: one task whose attempt field was overwritten by hand cannot stop the fetch (or
     # the scheduler's batch) for the others: it is dead-lettered as dtq.CorruptRecord, alone.
     engine, cfg = make_engine(config, scheduler_interval_s=0.05)
@@ -213,6 +213,9 @@ def test_a_corrupt_record_is_quarantined_alone_when_fetched_or_scheduled(
     (entry,) = engine.dlq_list().items
     assert entry["task_id"] == ids[1] and entry["error_class"] == "dtq.CorruptRecord"
     assert redis_client.hget(engine.keys.stats_counters(), "corrupt_records") == "1"
+    [logged] = [r for r in caplog.records if "quarantined as dtq.CorruptRecord" in r.getMessage()]
+    assert logged.levelname == "ERROR" and f"task_id={ids[1]}" in logged.getMessage()
+    assert ("scheduler could not queue it" if delayed else "could not be claimed") in logged.getMessage()
     # A retry from the DLQ starts the attempt count afresh: it runs.
     assert engine.retry_dead_letters(DlqSelection(task_ids=(ids[1],)), Actor.cli()) == 1
     run_burst(cfg)
