@@ -333,17 +333,26 @@ class WorkerStore:
         if reply == -1:
             return -1
         queued, quarantined = reply
-        for task_id, reason in zip(quarantined[::2], quarantined[1::2], strict=True):
+        self._log_quarantined(quarantined)
+        return int(queued)
+
+    def _log_quarantined(self, flat: Sequence[str]) -> None:
+        """Log each task a leader script quarantined ({task id, reason, ...})."""
+        for task_id, reason in zip(flat[::2], flat[1::2], strict=True):
             logger.error("task_id=%s worker_id=%s quarantined as dtq.CorruptRecord: %s", task_id, self.worker_id,
                          reason)
-        return int(queued)
 
     async def recover_lost_tasks(self, limit: int = 500) -> int:
         """Requeue RUNNING tasks whose entry vanished and whose owner went silent; -1: not leader."""
         cutoff = self.clock.now_ms() - int(self.config.visibility_timeout_s * 1000)
-        return int(await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock()],
-                                      args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix(),
-                                            self.keys.wake_prefix()]))
+        reply = await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock()],
+                                   args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix(),
+                                         self.keys.wake_prefix()])
+        if reply == -1:
+            return -1
+        recovered, quarantined = reply
+        self._log_quarantined(quarantined)
+        return int(recovered)
 
     async def requeue_stale_claims(self) -> int:
         k = self.keys

@@ -14,14 +14,17 @@
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
     ARGV[9] cutoff (ms)   ARGV[10] limit   ARGV[11] stream key prefix   ARGV[12] wake key prefix
+  A task whose record cannot be processed (a corrupt field) is quarantined alone (see quarantine
+  in common.lua) and leaves the running index, so the sweep moves on.
   Output:
-    number of tasks recovered, or -1 when this worker does not hold the lock
+    {number of tasks recovered (quarantined ones included), {task id, reason, ...} of those
+    quarantined}, or -1 when this worker does not hold the lock
 ]]
 -- #include common
 -- #include claim
 local ctx = claim_context(1)
 if rcall('GET', KEYS[8]) ~= ctx.worker_id then return -1 end
-local recovered = 0
+local recovered, quarantined = 0, {}
 local function recover(task_id)
   local tkey = ctx.task_prefix .. task_id
   local h = rcall('HMGET', tkey, unpack(TASK_FIELDS))
@@ -60,10 +63,13 @@ end
 
 for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9], 'LIMIT', 0, ARGV[10])) do
   local ok, err = pcall(recover, task_id)
-  if not ok then  -- a corrupt record: quarantined, and out of the running index, so the sweep moves on
-    quarantine(ctx, task_id, 'the lost-task sweep could not recover it: ' .. error_text(err))
+  if not ok then
+    local reason = 'the lost-task sweep could not recover it: ' .. error_text(err)
+    quarantine(ctx, task_id, reason)
     rcall('ZREM', ctx.running_key, task_id)
+    quarantined[#quarantined + 1] = task_id
+    quarantined[#quarantined + 1] = reason
     recovered = recovered + 1
   end
 end
-return recovered
+return {recovered, quarantined}

@@ -279,3 +279,32 @@ def test_a_reclaim_quarantines_a_corrupt_record_alone(config: DtqConfig, redis_c
     assert redis_client.hget(engine.keys.task(ids[1]), "errors_corrupt") == "[{"
     assert [e["task_id"] for e in engine.dlq_list().items] == [ids[1]]
     assert [p["consumer"] for p in redis_client.xpending_range(stream, "dtq", "-", "+", 10)] == ["peer", "peer"]
+
+
+def test_the_lost_task_sweep_quarantines_a_corrupt_record_alone(config: DtqConfig, redis_client: redis.Redis,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    # It should: the leader's sweep for RUNNING tasks whose entry vanished requeues the others
+    # and quarantines the one whose errors field was corrupted by hand (logged, counted).
+    engine = Engine(config)
+    ids = [engine.enqueue("dtq.echo", queue="swept").id for _ in range(2)]
+    stream = engine.keys.stream("swept", "normal")
+    ghost = _store(config, worker_id="ghost")
+    leader = _store(config, FakeClock(start_ms=engine.clock.now_ms() + 600_000), worker_id="leader")
+    redis_client.hset(engine.keys.task(ids[1]), "errors", "not json")
+
+    async def scenario() -> int:
+        try:
+            assert len(await ghost.fetch([stream], 10)) == 2
+            redis_client.xtrim(stream, maxlen=0)  # the entries vanish while the ghost is gone
+            assert await leader.acquire_or_renew_lock(False)
+            return await leader.recover_lost_tasks()
+        finally:
+            await ghost.aclose()
+            await leader.aclose()
+
+    assert asyncio.run(scenario()) == 2
+    assert [engine.get_task(t)["status"] for t in ids] == ["QUEUED", "DEAD_LETTERED"]
+    assert engine.get_task(ids[1])["errors"][-1]["error"] == "dtq.CorruptRecord"
+    assert redis_client.zcard(engine.keys.running()) == 0
+    assert redis_client.hget(engine.keys.stats_counters(), "corrupt_records") == "1"
+    assert f"task_id={ids[1]} worker_id=leader quarantined as dtq.CorruptRecord: the lost-task sweep" in caplog.text
