@@ -149,7 +149,7 @@ end
 -- its entry, so nothing loops.
 local function quarantine(q, task_id, reason)
   rcall('HINCRBY', q.counters_key, 'corrupt_records', 1)
-  local tkey = q.task_prefix .. task_id
+  local tkey = q.task_prefix .. tostring(task_id)
   local ok, status = pcall(function()
     local h = rcall('HMGET', tkey, 'status', 'queue', 'type', 'attempt', 'errors')
     if not h[1] then return nil end
