@@ -33,6 +33,27 @@ class ApiKeyInvalid(DtqError):
     http_status = 403
 
 
+class AuthenticationRequired(DtqError):
+    """No key is configured and anonymous destructive calls are off (DTQ_ALLOW_ANONYMOUS_ADMIN)."""
+
+    code = "AUTHENTICATION_REQUIRED"
+    http_status = 401
+
+
+class PermissionMissing(DtqError):
+    """A staff session without the named permission the console would also require."""
+
+    code = "PERMISSION_DENIED"
+    http_status = 403
+
+
+class CrossSiteRequest(DtqError):
+    """A browser sent this from another site's page (foreign Origin or Referer)."""
+
+    code = "CROSS_SITE_REQUEST"
+    http_status = 403
+
+
 @dataclass(frozen=True, slots=True)
 class PresentedKey:
     """The X-API-Key header as sent; `repr` never shows it so it cannot leak into logs."""
@@ -66,7 +87,9 @@ def key_matches(given: str, configured: str) -> bool:
 
 
 def is_staff(user: Any) -> bool:
-    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+    """A session that counts for destructive calls: active staff, or an active superuser."""
+    return bool(user is not None and user.is_authenticated and user.is_active
+                and (user.is_staff or user.is_superuser))
 
 
 def actor_for(request: Request) -> Actor:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.checks import CheckMessage, Warning
 
 from dtq_core.conf import get_config
@@ -13,13 +12,16 @@ OPEN_DESTRUCTIVE = "dtq.W001"
 
 
 def destructive_operations_open(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Warn when DEBUG is off and DTQ_API_KEY is empty: cancel, purge, pause and DLQ actions are open."""
-    if settings.DEBUG or get_config().api_key:
+    """Warn whenever DTQ_ALLOW_ANONYMOUS_ADMIN is on: cancel, purge, pause and DLQ actions are open.
+
+    DEBUG does not silence it: the operator turned it on, and this is the reminder that it is on.
+    """
+    if not get_config().allow_anonymous_admin:
         return []
     return [Warning(
-        "DTQ_API_KEY is empty and DEBUG is off: anyone who can reach the API can cancel tasks, "
-        "pause, resume and purge queues, and retry or discard dead letters.",
-        hint="Set DTQ_API_KEY to a long random value (e.g. `python -c 'import secrets; "
-             "print(secrets.token_hex(32))'`) and send it as the X-API-Key header.",
+        "DTQ_ALLOW_ANONYMOUS_ADMIN is on: anyone who can reach the API (from a script, not another "
+        "site's page) can cancel tasks, pause, resume and purge queues, and retry or discard dead letters.",
+        hint="Unset it and set DTQ_API_KEY to a long random value (e.g. `python -c 'import secrets; "
+             "print(secrets.token_hex(32))'`), sent as the X-API-Key header; or use a staff session.",
         id=OPEN_DESTRUCTIVE,
     )]

@@ -1,6 +1,7 @@
 """Thin DRF views over the engine: parse, call, shape.
 
-Destructive views use DestructiveMixin (X-API-Key or a staff session; audited through an Actor).
+Destructive views use DestructiveMixin (X-API-Key, or a staff session with the console's permission;
+audited through an Actor).
 Every error leaves through dtq_api.exceptions as the contract's envelope.
 """
 
@@ -34,8 +35,12 @@ from .permissions import DestructiveMixin
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "VALIDATION_ERROR or MALFORMED_JSON", 404: "not found", 503: "REDIS_UNAVAILABLE"}.items()}
-DESTRUCTIVE_ERRORS = {**ERRORS, 401: OpenApiResponse(s.ErrorSerializer, description="API_KEY_REQUIRED"),
-                      403: OpenApiResponse(s.ErrorSerializer, description="API_KEY_INVALID or CSRF")}
+DESTRUCTIVE_ERRORS = {
+    **ERRORS,
+    401: OpenApiResponse(s.ErrorSerializer, description="API_KEY_REQUIRED or AUTHENTICATION_REQUIRED"),
+    403: OpenApiResponse(s.ErrorSerializer,
+                         description="API_KEY_INVALID, PERMISSION_DENIED (also CSRF) or CROSS_SITE_REQUEST"),
+}
 
 
 def _filters(*names: str) -> list[OpenApiParameter]:
@@ -87,6 +92,8 @@ class TaskDetailView(APIView):
 
 
 class TaskCancelView(DestructiveMixin, APIView):
+    permission = "cancel_task"
+
     @extend_schema(operation_id="tasks_cancel", request=None,
                    responses={202: s.TaskSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, task_id: str) -> Response:
@@ -113,6 +120,7 @@ class QueueFlagView(DestructiveMixin, APIView):
     """Pause or resume a queue; `changed` says whether it was in the other state."""
 
     paused = True
+    permission = "pause_queue"
 
     @extend_schema(request=None, responses={200: s.PauseResultSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, queue: str) -> Response:
@@ -132,6 +140,8 @@ class QueueResumeView(QueueFlagView):
 
 
 class QueuePurgeView(DestructiveMixin, APIView):
+    permission = "purge_queue"
+
     @extend_schema(operation_id="queues_purge", request=None,
                    responses={200: s.PurgeResultSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, queue: str) -> Response:
@@ -186,21 +196,25 @@ class DlqBulkView(DestructiveMixin, APIView):
 @extend_schema_view(post=extend_schema(operation_id="dlq_retry_one"))
 class DlqEntryRetryView(DlqEntryActionView):
     operation = "retry"
+    permission = "retry_deadletter"
 
 
 @extend_schema_view(post=extend_schema(operation_id="dlq_discard_one"))
 class DlqEntryDiscardView(DlqEntryActionView):
     operation = "discard"
+    permission = "discard_deadletter"
 
 
 @extend_schema_view(post=extend_schema(operation_id="dlq_retry_bulk"))
 class DlqBulkRetryView(DlqBulkView):
     operation = "retry"
+    permission = "retry_deadletter"
 
 
 @extend_schema_view(post=extend_schema(operation_id="dlq_discard_bulk"))
 class DlqBulkDiscardView(DlqBulkView):
     operation = "discard"
+    permission = "discard_deadletter"
 
 
 # -- audit, workers, schedule -----------------------------------------------------------------

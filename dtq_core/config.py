@@ -42,6 +42,8 @@ class DtqConfig:
     task_timeout_s: float = 300.0
     payload_max_bytes: int = 1048576
     api_key: str = ""
+    # Destructive API calls with no key and no staff session: refused unless explicitly turned on.
+    allow_anonymous_admin: bool = False
     task_modules: tuple[str, ...] = ()
     # Internal knobs (not in the contract) that tests shrink so crash scenarios take seconds.
     scheduler_lock_ttl_s: float = 10.0
@@ -77,6 +79,9 @@ class DtqConfig:
         if self.test_fault and self.test_fault not in FAULT_POINTS:
             raise ConfigError(f"DTQ_TEST_FAULT must be empty or one of {', '.join(FAULT_POINTS)} "
                               f"(got {self.test_fault!r})")
+        if self.allow_anonymous_admin and self.api_key:
+            raise ConfigError("DTQ_ALLOW_ANONYMOUS_ADMIN=true cannot be combined with DTQ_API_KEY (a set key is "
+                              "always required): unset one of them")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
             raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")
 

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-# codename -> what it allows; assign these to groups to make read-only staff and operators.
-ACTION_PERMISSIONS: dict[str, str] = {
-    "retry_deadletter": "Can retry dead letters",
-    "discard_deadletter": "Can discard dead letters",
-    "pause_queue": "Can pause and resume queues",
-    "purge_queue": "Can purge queues",
-    "cancel_task": "Can cancel tasks",
-}
+from .permissions import ACTION_PERMISSIONS
 
 
 class ConsolePermission(models.Model):

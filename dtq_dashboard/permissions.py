@@ -1,4 +1,8 @@
-"""Who may read the console and who may act: one policy for pages, actions and /ws/events."""
+"""Who may read the console and who may act: one policy for pages, actions, /ws/events and the
+REST API's destructive endpoints (dtq_api.permissions).
+
+No model import here: dtq_api uses this in projects that do not install dtq_dashboard.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,14 @@ from typing import Any
 
 from django.conf import settings
 
-from .models import ACTION_PERMISSIONS
+# codename -> what it allows; assign these to groups to make read-only staff and operators.
+ACTION_PERMISSIONS: dict[str, str] = {
+    "retry_deadletter": "Can retry dead letters",
+    "discard_deadletter": "Can discard dead letters",
+    "pause_queue": "Can pause and resume queues",
+    "purge_queue": "Can purge queues",
+    "cancel_task": "Can cancel tasks",
+}
 
 
 def login_required_to_read() -> bool:

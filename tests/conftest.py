@@ -72,6 +72,14 @@ def dtq_settings(settings: Any, request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
+def anonymous_admin(dtq_settings: Any) -> Any:
+    """Turn on DTQ_ALLOW_ANONYMOUS_ADMIN, as an operator must, for tests that call destructive
+    endpoints the way a script does: no key, no session (audited as api:anonymous)."""
+    dtq_settings.DTQ = {**dtq_settings.DTQ, "ALLOW_ANONYMOUS_ADMIN": True}
+    return dtq_settings
+
+
+@pytest.fixture
 def live_engine(dtq_settings: Any) -> Engine:
     """The process-wide engine (the one views and dtq_tasks use), on the system clock."""
     from dtq_core.engine import get_engine
