@@ -276,6 +276,8 @@ def ready(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ready"})
 
 
+# csrf_exempt: it changes nothing, so a POST/PUT/DELETE gets this 404, not CSRF's HTML 403.
+@csrf_exempt
 def api_not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
-    """Unknown routes under /api/ get the envelope whether DEBUG is on or off."""
+    """Unknown routes under /api/ get the envelope for every method, DEBUG on or off."""
     return JsonResponse(envelope("NOT_FOUND", f"no route for {request.path}", request), status=404)

@@ -143,3 +143,22 @@ def test_unknown_api_routes_get_the_envelope_with_debug_on_and_off(settings: Any
         assert response.status_code == 404 and response["Content-Type"] == "application/json", path
         assert response.json()["error"]["code"] == "NOT_FOUND"
         assert response.json()["error"]["request_id"] == response["X-Request-ID"]
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete", "options", "head"])
+def test_unknown_api_routes_get_the_envelope_for_every_method(method: str) -> None:
+    # A POST used to get Django's HTML "CSRF verification failed" page instead: the catch-all
+    # changes nothing, so there is nothing for CSRF to protect. A browser with cookies included.
+    client = Client(enforce_csrf_checks=True)
+    client.cookies["csrftoken"] = "x" * 32
+    client.cookies["sessionid"] = "stale"
+    for path in ("/api/v1/nothing", "/api/v1/tasks/a/b/c", "/api/"):
+        if method == "head":
+            response = client.head(path)
+        else:
+            response = getattr(client, method)(path, "{}", content_type="application/json")
+        assert response.status_code == 404 and response["Content-Type"] == "application/json", (path, method)
+        if method != "head":
+            error = response.json()["error"]
+            assert error["code"] == "NOT_FOUND" and path in error["message"]
+            assert error["request_id"] == response["X-Request-ID"]
