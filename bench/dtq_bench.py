@@ -54,7 +54,8 @@ class Rig:
         env = dict(os.environ)
         env.update({"DTQ_REDIS_URL": self.server.url, "DTQ_KEY_PREFIX": prefix, "DTQ_TASK_MODULES": "bench.tasks",
                     "DJANGO_SETTINGS_MODULE": "dtq_site.settings", "DTQ_LOG_LEVEL": "WARNING",
-                    "DTQ_MAX_QUEUE_DEPTH": "0", "PYTHONUNBUFFERED": "1"})
+                    "DTQ_MAX_QUEUE_DEPTH": "0", "PYTHONUNBUFFERED": "1",
+                    "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or "dtq-bench-" + "0123456789" * 5})
         env.update({k: str(v) for k, v in overrides.items()})
         return env
 

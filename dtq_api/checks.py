@@ -1,14 +1,38 @@
-"""System checks: say loudly at start when destructive operations are open to anyone."""
+"""System checks: say loudly at start when destructive operations are open to anyone, and flag a
+SECRET_KEY that everyone knows (`check --deploy`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import CheckMessage, Warning
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
 
 from dtq_core.conf import get_config
 
 OPEN_DESTRUCTIVE = "dtq.W001"
+PUBLIC_SECRET_KEY = "dtq.E002"
+
+# dtq_site's default DJANGO_SECRET_KEY, and the placeholder docker-compose.yml used to default to:
+# both are in this public repository, so anyone can forge sessions and CSRF tokens signed with them.
+DEVELOPMENT_SECRET_KEY = "dtq-insecure-development-key-change-me-in-production"
+PUBLIC_SECRET_KEYS = frozenset({DEVELOPMENT_SECRET_KEY, "change-me-in-production-with-a-long-random-value"})
+SECRET_KEY_HINT = ("set DJANGO_SECRET_KEY to a long random value (python3 -c 'import secrets; "
+                   "print(secrets.token_hex(32))'), or DJANGO_DEBUG=true for local development")
+
+
+def public_secret_key(key: str) -> bool:
+    return not key.strip() or key in PUBLIC_SECRET_KEYS
+
+
+def secret_key_is_public(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """`check --deploy`: Django's own W009 passes the built-in key (long, varied), so say it here."""
+    if not public_secret_key(str(getattr(settings, "SECRET_KEY", ""))):
+        return []
+    return [Error("DJANGO_SECRET_KEY is not set: SECRET_KEY is dtq's published development key, so anyone "
+                  "can forge session cookies (log in as any user) and CSRF tokens.",
+                  hint=SECRET_KEY_HINT.replace(", or DJANGO_DEBUG=true for local development", ""),
+                  id=PUBLIC_SECRET_KEY)]
 
 
 def destructive_operations_open(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

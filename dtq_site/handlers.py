@@ -112,8 +112,24 @@ def get_sync_chain_asgi_application() -> SyncChainASGIHandler:
     import django
 
     django.setup(set_prefix=False)
+    refuse_public_secret_key()
     log_dtq_checks()
     return SyncChainASGIHandler()
+
+
+def refuse_public_secret_key() -> None:
+    """A web process with DEBUG off will not sign sessions with a key anyone can read: one line, exit 2."""
+    import sys
+
+    from django.conf import settings
+
+    from dtq_api.checks import SECRET_KEY_HINT, public_secret_key
+
+    if settings.DEBUG or not public_secret_key(str(settings.SECRET_KEY)):
+        return
+    sys.stderr.write(f"dtq: refusing to start with DEBUG off: DJANGO_SECRET_KEY is not set (the built-in key is "
+                     f"public, so sessions and CSRF tokens could be forged); {SECRET_KEY_HINT}\n")
+    raise SystemExit(2)
 
 
 def log_dtq_checks() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import environ
 
+from dtq_api.checks import DEVELOPMENT_SECRET_KEY
 from dtq_core.conf import read_environment
 from dtq_core.config import ConfigError
 
@@ -35,8 +36,9 @@ except (ValueError, environ.ImproperlyConfigured) as exc:
     sys.stderr.write(f"dtq: invalid configuration: {exc}\n")
     raise SystemExit(2) from None
 
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dtq-insecure-development-key-change-me-in-production")
-ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+# The default is public: `check --deploy` reports it (dtq.E002) and daphne with DEBUG off refuses it.
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [

@@ -14,6 +14,7 @@ from uuid import uuid4
 
 import pytest
 import redis
+from django.conf import settings
 
 from dtq_core.clock import FakeClock
 from dtq_core.config import DtqConfig
@@ -22,6 +23,10 @@ from dtq_core.engine import Engine
 from .redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Tests import dtq_site.asgi with DEBUG off, which refuses dtq's public development key; the suite
+# signs its sessions with a key of its own instead (tests/site/test_secret_key.py covers the refusal).
+settings.SECRET_KEY = "dtq-test-suite-" + "0123456789abcdef" * 4
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,9 @@ from ..redis_server import RedisServer, free_port
 from .conftest import parse
 
 COMPOSE = ROOT / "docker-compose.yml"
-_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+_VAR = re.compile(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
+# What an operator puts in .env beside the compose file (required variables, ${VAR:?message}).
+DOTENV = {"DJANGO_SECRET_KEY": "compose-test-" + "0123456789abcdef" * 4}
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +35,16 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE.read_text())
 
 
-def interpolate(value: str) -> str:
-    """Resolve ${VAR:-default} the way compose does with an empty environment."""
-    return _VAR.sub(lambda m: m.group(2) or "", value)
+def interpolate(value: str, dotenv: dict[str, str] = DOTENV) -> str:
+    """Resolve ${VAR:-default} and ${VAR:?error} the way compose does with only `dotenv` set."""
+    def one(m: re.Match[str]) -> str:
+        if m.group(2) == ":?":
+            if not dotenv.get(m.group(1)):
+                raise ValueError(f"required variable {m.group(1)} is missing a value: {m.group(3)}")
+            return dotenv[m.group(1)]
+        return m.group(3) or ""
+
+    return _VAR.sub(one, value)
 
 
 def service_env(service: dict[str, Any]) -> dict[str, str]:
@@ -64,6 +73,9 @@ def test_the_compose_file_has_the_documented_shape(compose: dict[str, Any]) -> N
         assert environ.Env.db_url_config(env["DATABASE_URL"])["ENGINE"] == "django.db.backends.postgresql"
     import psycopg  # noqa: F401 - the driver compose relies on is installed
 
+    # No published placeholder key: compose stops with a message when DJANGO_SECRET_KEY is unset.
+    with pytest.raises(ValueError, match="DJANGO_SECRET_KEY in .env"):
+        interpolate(str(compose["x-dtq-environment"]["DJANGO_SECRET_KEY"]), {})
     api = services["api"]
     assert "daphne" in api["command"] and "/health" in " ".join(api["healthcheck"]["test"])
     # Orchestrator grace period longer than the drain window (docs/deployment.md).
