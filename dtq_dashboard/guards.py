@@ -74,6 +74,24 @@ def safe_next(request: HttpRequest, default: str) -> str:
     return default
 
 
+def login_locked_out(request: HttpRequest, original_response: HttpResponse | None = None,
+                     credentials: dict[str, Any] | None = None) -> HttpResponse:
+    """django-axes' lockout page (AXES_LOCKOUT_CALLABLE): what happened, for how long, what to do."""
+    from django.conf import settings
+
+    minutes = max(1, round(settings.AXES_COOLOFF_TIME.total_seconds() / 60))
+    username = (credentials or {}).get("username") or request.POST.get("username", "")
+    logger.warning("console login locked out username=%s ip=%s", username, request.META.get("REMOTE_ADDR", ""))
+    return render(request, "dtq_dashboard/error.html", {
+        "title": "Too many failed logins",
+        "detail": f"Logging in as “{username}” from this address failed {settings.AXES_FAILURE_LIMIT} times, so it "
+                  f"is locked for {minutes} minute{'s' if minutes != 1 else ''} after the last try: until then even "
+                  "the right password is refused, and each try starts the wait again. Try again later, or ask "
+                  "an administrator to unlock it "
+                  "(manage.py axes_reset_username <name>).",
+    }, status=429)
+
+
 def console_action(codename: str, *, default_next: Callable[..., str]) -> Callable[[View], View]:
     """POST only (GET is 405), staff with the named permission, audited as `user:<name>` by the engine.
 

@@ -6,6 +6,7 @@ Invalid DTQ_* configuration stops every entry point here with one line naming th
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -29,6 +30,13 @@ try:
     DTQ_LOG_LEVEL = env.str("DTQ_LOG_LEVEL", default="").strip().upper() or "INFO"
     if DTQ_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ConfigError(f"DTQ_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL (got {DTQ_LOG_LEVEL!r})")
+    # Console/admin login throttling (django-axes): failures per username and IP, then a cool-off.
+    DTQ_LOGIN_FAILURE_LIMIT = env.int("DTQ_LOGIN_FAILURE_LIMIT", default=5)
+    DTQ_LOGIN_COOLOFF_S = env.int("DTQ_LOGIN_COOLOFF_S", default=900)
+    for _name, _value in (("DTQ_LOGIN_FAILURE_LIMIT", DTQ_LOGIN_FAILURE_LIMIT), ("DTQ_LOGIN_COOLOFF_S",
+                                                                             DTQ_LOGIN_COOLOFF_S)):
+        if _value < 1:
+            raise ConfigError(f"{_name} must be 1 or more (got {_value})")
 except ConfigError as exc:
     sys.stderr.write(f"dtq: invalid configuration: {exc}\n")
     raise SystemExit(2) from None
@@ -57,6 +65,7 @@ INSTALLED_APPS = [
     "dtq_dashboard",
     "dtq_worker",
     "django_prometheus",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -72,6 +81,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: turns a lockout into its page
 ]
 
 ROOT_URLCONF = "dtq_site.urls"
@@ -106,6 +116,15 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out username+IP before any check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = DTQ_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(seconds=DTQ_LOGIN_COOLOFF_S)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # one attacker cannot lock a user out everywhere
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "dtq_dashboard.guards.login_locked_out"
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
@@ -149,5 +168,6 @@ LOGGING = {
     "formatters": {"text": {"()": "dtq_core.logs.TextFormatter"}, "json": {"()": "dtq_core.logs.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": DTQ_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": DTQ_LOG_LEVEL},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    # axes: its start banner would land on every CLI command's stderr; lockouts are WARNING.
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
