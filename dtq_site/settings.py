@@ -13,13 +13,29 @@ import environ
 
 from dtq_api.checks import DEVELOPMENT_SECRET_KEY
 from dtq_core.conf import read_environment
-from dtq_core.config import ConfigError
+from dtq_core.config import ConfigError, DtqConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
+# `make run` (scripts/run.py) keeps its generated state here and writes the Redis URL it uses to
+# redis.url, so manage.py and bin/dtq beside it read that Redis, not an unrelated one on 6379.
+LOCAL_STATE_DIR = Path(env.str("DTQ_LOCAL_STATE_DIR", default="") or BASE_DIR / "var")
+LOCAL_REDIS_URL_FILE = LOCAL_STATE_DIR / "redis.url"
 
 try:
     DTQ = read_environment().as_settings()
+    # (url, where it came from): operator commands print it (dtq_worker.ops.say_which_redis).
+    DTQ_REDIS_URL_ORIGIN = (DTQ["REDIS_URL"], "DTQ_REDIS_URL")
+    if env.str("DTQ_REDIS_URL", default=None) is None:
+        DTQ_REDIS_URL_ORIGIN = (DTQ["REDIS_URL"], f"the default: DTQ_REDIS_URL is unset and there is no "
+                                                  f"{LOCAL_REDIS_URL_FILE} from make run")
+        if LOCAL_REDIS_URL_FILE.is_file():
+            DTQ["REDIS_URL"] = LOCAL_REDIS_URL_FILE.read_text(encoding="utf-8").strip()
+            try:
+                DtqConfig.from_mapping(DTQ)
+            except ConfigError as exc:
+                raise ConfigError(f"{LOCAL_REDIS_URL_FILE} (written by make run): {exc}") from None
+            DTQ_REDIS_URL_ORIGIN = (DTQ["REDIS_URL"], f"{LOCAL_REDIS_URL_FILE}, written by make run")
     DEBUG = env.bool("DJANGO_DEBUG", default=False)
     # Console reads are open by default; true makes every console page (and /ws/events) need login.
     DTQ_CONSOLE_LOGIN_REQUIRED = env.bool("DTQ_CONSOLE_LOGIN_REQUIRED", default=False)

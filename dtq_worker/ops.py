@@ -14,6 +14,7 @@ from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core.codec import is_unicode
@@ -41,6 +42,16 @@ def redacted(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def implicit_redis() -> str | None:
+    """"reading <url> (from <where>)" when nobody named the Redis: DTQ_REDIS_URL is unset, so it is
+    make run's (var/redis.url) or the default; None when DTQ_REDIS_URL or settings.DTQ named it."""
+    url = get_config().redis_url
+    origin = getattr(settings, "DTQ_REDIS_URL_ORIGIN", None)
+    if not origin or origin[0] != url or origin[1] == "DTQ_REDIS_URL":
+        return None
+    return f"reading {redacted(url)} (from {origin[1]})"
 
 
 @contextmanager
@@ -81,6 +92,11 @@ class OperatorCommand(BaseCommand):
             for text in value if isinstance(value, list) else [value]:
                 if isinstance(text, str) and not is_unicode(text):
                     raise CommandError(f"argument {name}: {text!r} is not valid UTF-8 text", returncode=2)
+        # An empty table from an unintended Redis must not pass for an empty queue (make run's Redis
+        # is on 6380, the default URL on 6379): say which one. Stderr, so --json stays clean.
+        implicit = implicit_redis()
+        if implicit is not None:
+            self.stderr.write(f"dtq: {implicit}")
         with one_line_errors():
             getattr(self, f"do_{action.replace('-', '_')}")(**options)
 

@@ -1,5 +1,10 @@
 """`make run`: a local persistent Redis (unless DTQ_REDIS_URL is set), daphne and one worker.
 
+State kept under var/ (DTQ_LOCAL_STATE_DIR) across restarts: redis.url (the Redis this uses, read by
+manage.py and bin/dtq when DTQ_REDIS_URL is unset), api_key (the local DTQ_API_KEY for destructive
+API calls, unless DTQ_API_KEY or DTQ_ALLOW_ANONYMOUS_ADMIN is set) and secret_key (the local
+DJANGO_SECRET_KEY: daphne with DEBUG off refuses dtq's public default).
+
 Ctrl-C stops everything in order (worker drains, daphne, then Redis flushes its AOF) and leaves
 no process of ours behind. Children get their own sessions so only this script signals them.
 """
@@ -7,6 +12,7 @@ no process of ours behind. Children get their own sessions so only this script s
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -19,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 # Overridable so the suite can run this script without touching a developer's port 6380.
 REDIS_PORT = int(os.environ.get("DTQ_LOCAL_REDIS_PORT", "6380"))
-REDIS_DIR = Path(os.environ.get("DTQ_LOCAL_REDIS_DIR", str(ROOT / "var" / "redis")))
+STATE_DIR = Path(os.environ.get("DTQ_LOCAL_STATE_DIR") or ROOT / "var")  # as dtq_site.settings reads it
+REDIS_DIR = Path(os.environ.get("DTQ_LOCAL_REDIS_DIR") or STATE_DIR / "redis")
 
 
 def say(line: str) -> None:
@@ -30,6 +37,27 @@ def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, replacing it whole (a reader never sees half of it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    os.replace(partial, path)
+
+
+def local_secret(path: Path) -> str:
+    """The secret stored at `path`, made (64 hex digits, mode 0600) the first time."""
+    if path.is_file():
+        value = path.read_text(encoding="utf-8").strip()
+        if value:
+            return value
+    value = secrets.token_hex(32)
+    write_private(path, value)
+    return value
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -74,12 +102,26 @@ def main() -> int:
             time.sleep(0.05)
         env["DTQ_REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
         say(f"persistent redis on 127.0.0.1:{REDIS_PORT} (AOF everysec, data in {data}) pid {redis_proc.pid}")
+    write_private(STATE_DIR / "redis.url", env["DTQ_REDIS_URL"])  # bin/dtq and manage.py read this Redis too
+    if not env.get("DJANGO_SECRET_KEY"):
+        env["DJANGO_SECRET_KEY"] = local_secret(STATE_DIR / "secret_key")
+    api_key, key_from = env.get("DTQ_API_KEY", ""), "from DTQ_API_KEY"
+    anonymous = env.get("DTQ_ALLOW_ANONYMOUS_ADMIN", "").strip().lower() in ("1", "true", "yes", "on")
+    if not api_key and not anonymous:
+        api_key = env["DTQ_API_KEY"] = local_secret(STATE_DIR / "api_key")
+        key_from = f"kept in {STATE_DIR / 'api_key'}"
     daphne = start([PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dtq_site.asgi:application"], env)
     worker = start([PY, "manage.py", "runworker_dtq"], env)
     say(f"daphne pid {daphne.pid}, worker pid {worker.pid}")
     say(f"console    http://127.0.0.1:{port}/")
     say(f"API        http://127.0.0.1:{port}/api/v1/   (schema: /api/schema/, metrics: /metrics)")
     say(f"WebSocket  ws://127.0.0.1:{port}/ws/events")
+    if api_key:
+        say(f"API key    {api_key}   ({key_from}; destructive API calls need it)")
+        say(f"           curl -X POST -H 'X-API-Key: {api_key}' http://127.0.0.1:{port}/api/v1/queues/default/pause")
+    else:
+        say("API        DTQ_ALLOW_ANONYMOUS_ADMIN is on: destructive API calls need no key")
+    say(f"operator   bin/dtq queue list   (reads this Redis through {STATE_DIR / 'redis.url'})")
     say("staff user: .venv/bin/python manage.py createsuperuser   (Ctrl-C stops everything)")
 
     stopping = False

@@ -1,8 +1,10 @@
 """`make run`'s launcher as a real process tree: Redis, daphne and a worker come up, a task
-submitted over HTTP runs, and Ctrl-C (SIGINT) leaves no process of ours behind."""
+submitted over HTTP runs, destructive calls need the local API key it prints, and Ctrl-C (SIGINT)
+leaves no process of ours behind."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -35,10 +37,21 @@ def _alive(pid: int) -> bool:
     return status.exists() and "State:\tZ" not in status.read_text()
 
 
+def _post(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=b"", headers=headers or {}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None:
     port, redis_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DTQ_", "DJANGO_"))}
+    state = tmp_path / "state"
     env.update(PORT=str(port), DTQ_LOCAL_REDIS_PORT=str(redis_port), DTQ_LOCAL_REDIS_DIR=str(tmp_path / "redis"),
+               DTQ_LOCAL_STATE_DIR=str(state),
                DTQ_DRAIN_TIMEOUT_S="5", DTQ_KEY_PREFIX="dtqtest-run", PYTHONUNBUFFERED="1")
     log = open(tmp_path / "run.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "scripts/run.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -54,6 +67,15 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         wait_for(lambda: _get(f"{base}/api/v1/tasks/{task_id}")[1].get("status") == "SUCCEEDED", timeout=20)
         output = (tmp_path / "run.log").read_text()
         assert f"http://127.0.0.1:{port}/" in output and "createsuperuser" in output
+        # The local API key: made once under var/, printed with a curl line that works as shown.
+        key = (state / "api_key").read_text().strip()
+        assert re.fullmatch(r"[0-9a-f]{64}", key) and (state / "api_key").stat().st_mode & 0o777 == 0o600
+        assert f"curl -X POST -H 'X-API-Key: {key}' http://127.0.0.1:{port}/api/v1/queues/default/pause" in output
+        assert _post(f"{base}/api/v1/queues/default/pause")[0] == 401
+        status, body = _post(f"{base}/api/v1/queues/default/pause", {"X-API-Key": key})
+        assert status == 200 and body["paused"] is True
+        assert (state / "redis.url").read_text().strip() == f"redis://127.0.0.1:{redis_port}/0"
+        assert (state / "secret_key").stat().st_mode & 0o777 == 0o600
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
         assert len(pids) == 3  # redis-server, daphne, worker
         assert (tmp_path / "redis" / "appendonlydir").exists()  # persistent: AOF on
@@ -64,3 +86,15 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
         log.close()
+
+
+def test_the_local_secrets_are_made_once_and_kept(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("dtq_run", ROOT / "scripts" / "run.py")
+    assert spec is not None and spec.loader is not None
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    path = tmp_path / "var" / "api_key"
+    first = run.local_secret(path)
+    assert re.fullmatch(r"[0-9a-f]{64}", first) and path.stat().st_mode & 0o777 == 0o600
+    assert run.local_secret(path) == first  # reused across restarts
+    assert run.local_secret(tmp_path / "var" / "secret_key") != first
