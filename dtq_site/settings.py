@@ -24,16 +24,16 @@ LOCAL_REDIS_URL_FILE = LOCAL_STATE_DIR / "redis.url"
 
 try:
     DTQ = read_environment().as_settings()
-    # (url, where it came from): operator commands print it (dtq_worker.ops.say_which_redis).
+    # (url, where it came from): operator commands print it when it was implicit (dtq_worker.ops).
     DTQ_REDIS_URL_ORIGIN = (DTQ["REDIS_URL"], "DTQ_REDIS_URL")
     if env.str("DTQ_REDIS_URL", default=None) is None:
         DTQ_REDIS_URL_ORIGIN = (DTQ["REDIS_URL"], f"the default: DTQ_REDIS_URL is unset and there is no "
                                                   f"{LOCAL_REDIS_URL_FILE} from make run")
         if LOCAL_REDIS_URL_FILE.is_file():
-            DTQ["REDIS_URL"] = LOCAL_REDIS_URL_FILE.read_text(encoding="utf-8").strip()
             try:
+                DTQ["REDIS_URL"] = LOCAL_REDIS_URL_FILE.read_text(encoding="utf-8").strip()
                 DtqConfig.from_mapping(DTQ)
-            except ConfigError as exc:
+            except (OSError, UnicodeDecodeError, ConfigError) as exc:
                 raise ConfigError(f"{LOCAL_REDIS_URL_FILE} (written by make run): {exc}") from None
             DTQ_REDIS_URL_ORIGIN = (DTQ["REDIS_URL"], f"{LOCAL_REDIS_URL_FILE}, written by make run")
     DEBUG = env.bool("DJANGO_DEBUG", default=False)
