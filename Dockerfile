@@ -8,7 +8,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first, so code changes do not reinstall them (all wheels: no compiler needed).
+# Dependencies first, so code changes do not reinstall them (all wheels: no compiler needed). The
+# runtime lock only, psycopg for compose's PostgreSQL included; test tools are in requirements-dev.txt.
 COPY requirements.txt .
 RUN pip install -r requirements.txt
 

@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export PORT
 
-.PHONY: run test bootstrap bench bench-peers redis chaos clean lint
+.PHONY: run test bootstrap dev bench bench-peers redis chaos clean lint
 
+# The runtime lock (what the Docker image installs too); a change to it reinstalls.
 $(BIN)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dtq needs Python >= 3.11")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,14 +15,22 @@ $(BIN)/.installed: requirements.txt
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
 	@touch $@
 
+# The test and lint tools on top, for the targets that run them; a change to either lock reinstalls.
+$(BIN)/.installed-dev: $(BIN)/.installed requirements-dev.txt
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
 bootstrap: $(BIN)/.installed
 	@mkdir -p var
 	@$(BIN)/python manage.py migrate --noinput -v 0
 
+# bootstrap plus pytest, ruff and the other tools of requirements-dev.txt.
+dev: bootstrap $(BIN)/.installed-dev
+
 run: bootstrap
 	@$(BIN)/python scripts/run.py
 
-test: bootstrap
+test: dev
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 bench: bootstrap
@@ -30,10 +39,10 @@ bench: bootstrap
 bench-peers: bootstrap
 	$(BIN)/python -m bench.peers
 
-lint: bootstrap
+lint: dev
 	$(BIN)/ruff check .
 
-chaos: bootstrap
+chaos: dev
 	$(BIN)/python -m pytest -p no:xdist tests/failure -k chaos -v -s
 
 # A throwaway, non-persistent Redis for development (failure-modes.md: everything is lost on restart).

@@ -1,4 +1,4 @@
-"""The tree passes the linter pinned in requirements.txt, with the rules in pyproject.toml."""
+"""The tree passes the linter pinned in requirements-dev.txt, with the rules in pyproject.toml."""
 
 from __future__ import annotations
 
