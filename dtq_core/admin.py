@@ -143,7 +143,7 @@ class AdminMixin:
         now = self.clock.now_ms()
         k = self.keys
         changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues(),
-                                                      k.paused_info()],
+                                                      k.paused_info(), k.ready(), k.wake_any(), k.wake(queue)],
                                    args=[queue, 1 if paused else 0, now, iso(now), actor.name]))
         if changed == -1:
             raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
@@ -235,7 +235,8 @@ class AdminMixin:
         ids = self.select_dead_letters(selection)
         now = self.clock.now_ms()
         k = self.keys
-        replies = self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq()],
+        replies = self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq(), k.queues(), k.ready(),
+                                                        k.wake_any()],
                                    [now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
                                     k.stream_prefix(), Keys.GROUP, k.wake_prefix()], ids)
         retried = sum(int(reply[0]) for reply in replies)

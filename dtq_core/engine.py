@@ -90,7 +90,7 @@ class Engine(InspectMixin, AdminMixin):
             fields += ["handler", s.handler]
         k = self.keys
         keys = [k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
-                k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue)]
+                k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue), k.ready(), k.wake_any()]
         args = [s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
                 1 if s.idempotency_key else 0, RECENT_CAP, k.task_prefix(), k.result_prefix(), 1 if with_record else 0,

@@ -32,6 +32,19 @@ class Keys:
     def wake_prefix(self) -> str:  # ARGV for Lua-built wake keys: prefix .. queue
         return f"{self.prefix}:wake:"
 
+    def wake_any(self) -> str:
+        """The one wake list workers serving every queue block on (a queue name cannot be empty,
+        so no queue's list has this name): their idle wait costs the same however many queues
+        exist. Every ring leaves a token here as well as on the queue's own list."""
+        return f"{self.prefix}:wake"
+
+    def ready(self) -> str:
+        """Set of queues that may hold entries no worker has read yet: every script that adds an
+        entry to a queue's stream adds the queue, and a fetch that finds all three of its streams
+        read to the end (or the queue paused) removes it, in the same script. Workers read only
+        the streams of ready queues, so queues without work cost them nothing."""
+        return f"{self.prefix}:queues:ready"
+
     def task(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
 

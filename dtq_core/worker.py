@@ -2,7 +2,7 @@
 cancel watcher and candidacy for scheduler leadership, each a supervised asyncio loop.
 
 Hot path per batch: one fetchTasks script (read + claim up to the free slots; an idle worker
-sends it behind a BLPOP on its queues' wake lists, so waking up costs no extra round trip), the
+sends it behind a BLPOP on its wake list(s), so waking up costs no extra round trip), the
 handlers, one completeTasks script for everything that finished meanwhile (state, result, XACK,
 event).
 """
@@ -64,9 +64,9 @@ class Worker:
         self._unacked: dict[str, Row] = {}
         self._completions: list[Completion] = []
         self._queues: list[str] = []
-        self._paused: set[str] = set()
-        self._streams: list[str] = []  # non-paused, highest priority first
-        self._wake_keys: list[str] = []  # of the non-paused queues
+        # What fetches ask for: None is every queue (the fetch script reads the ready ones, and the
+        # idle wait is one shared wake list); with --queues, the fixed queues not paused.
+        self._serving: list[str] | None = []
         self._drained = False  # the last fetch left nothing behind: wait for a wake token next
         self._all_streams: list[str] = []
         self._refreshed_at = -1e9
@@ -242,14 +242,15 @@ class Worker:
         queues = self.fixed_queues or sorted(known)
         new = [q for q in queues if q not in self._queues]
         if new:
-            await self.store.ensure_queues(new)
-        self._queues, self._paused = queues, paused
-        active = [q for q in queues if q not in paused]
-        streams = [self.keys.stream(q, p) for p in PRIORITIES for q in active]
-        if streams != self._streams:
-            self._drained = False  # a new or resumed queue may hold work that rang no bell
-        self._streams = streams
-        self._wake_keys = [self.keys.wake(q) for q in active]
+            await self.store.ensure_queues(new)  # marks them ready: the next fetch looks at them
+            self._drained = False
+        self._queues = queues
+        # The fetch script skips paused queues itself (a pause lands between two refreshes); a
+        # worker with --queues also stops waiting on their wake lists.
+        serving = [q for q in queues if q not in paused] if self.fixed_queues else None
+        if serving != self._serving:
+            self._drained = False  # a resumed queue may hold work that rang no bell here
+        self._serving = serving
         self._all_streams = [self.keys.stream(q, p) for p in PRIORITIES for q in queues]
         self._refreshed_at = time.monotonic()
 
@@ -262,7 +263,7 @@ class Worker:
                 if self._free_slots() <= 0 and not self._stopping:
                     await self._slot_freed.wait()
                 continue
-            if not self._streams:
+            if self._serving == []:  # every queue of --queues is paused
                 if self.burst:
                     self.request_stop()
                     return
@@ -291,17 +292,17 @@ class Worker:
         if not self.burst:
             # After a fetch that came up short, whatever arrives later rings a wake list: wait
             # on it straight away instead of spending a round trip on another empty fetch.
-            rows = [] if self._drained else await self.store.fetch(self._streams, free)
+            rows = [] if self._drained else await self.store.fetch(self._serving, free)
             if not rows:
-                rows = await self.store.wait_and_fetch(self._wake_keys, self._streams, free, BLOCK_MS)
+                rows = await self.store.wait_and_fetch(self._serving, free, BLOCK_MS)
             self._drained = len(rows) < free
             return rows
-        rows = await self.store.fetch(self._streams, free)
+        rows = await self.store.fetch(self._serving, free)
         if rows:
             return rows
         # The scheduler may have queued due work since the fetch: look once more.
         if await self._burst_done():
-            rows = await self.store.fetch(self._streams, free)
+            rows = await self.store.fetch(self._serving, free)
             if not rows:
                 self.request_stop()
                 return None

@@ -61,8 +61,12 @@ class WorkerStore:
         return set(known), set(paused)
 
     async def ensure_queues(self, queues: Sequence[str]) -> None:
-        """Register queues and create their consumer groups (from id 0, so nothing is skipped)."""
+        """Register queues and create their consumer groups (from id 0, so nothing is skipped), and
+        mark them ready: entries added before the ready set existed (or while it was lost) are
+        found by the next fetch, which drops the queues it finds empty."""
         pipe = self.client.pipeline(transaction=False)
+        if queues:
+            pipe.sadd(self.keys.ready(), *queues)
         for queue in queues:
             pipe.sadd(self.keys.queues(), queue)
             for stream in self.keys.streams(queue):
@@ -83,32 +87,38 @@ class WorkerStore:
         k = self.keys
         return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running(), k.stats_tasks()]
 
-    def _fetch_command(self, streams: Sequence[str], count: int, *, late_bound: bool = False) -> bytes:
-        keys = self._claim_keys()
+    def _fetch_command(self, queues: Sequence[str] | None, count: int, *, late_bound: bool = False) -> bytes:
+        k = self.keys
+        keys = [*self._claim_keys(), k.ready(), k.wake_any(), k.stream_prefix(), k.wake_prefix()]
         return pack(["EVALSHA", self.scripts.sha("fetchTasks"), len(keys), *keys,
-                     *self._claim_args(late_bound=late_bound), count, self.keys.wake_prefix(), *streams])
+                     *self._claim_args(late_bound=late_bound), count, *(queues or ())])
 
-    async def fetch(self, streams: Sequence[str], count: int) -> list[Row]:
-        """Read and claim up to `count` new entries, highest priority first (non-blocking)."""
-        if count <= 0 or not streams:
+    async def fetch(self, queues: Sequence[str] | None, count: int) -> list[Row]:
+        """Read and claim up to `count` new entries of the given queues (None: every queue) that are
+        ready and not paused, highest priority first (non-blocking)."""
+        if count <= 0 or queues == []:
             return []
-        (reply,) = await self._exchange([("fetchTasks", self._fetch_command(streams, count))], line=self.line)
+        (reply,) = await self._exchange([("fetchTasks", self._fetch_command(queues, count))], line=self.line)
         if isinstance(reply, Exception):
             raise reply
         return self._runnable(reply)
 
-    async def wait_and_fetch(self, wake_keys: Sequence[str], streams: Sequence[str], count: int,
-                             block_ms: int) -> list[Row]:
-        """Wait up to block_ms for a token on any wake list, then fetch, in one round trip.
+    def wake_keys(self, queues: Sequence[str] | None) -> list[str]:
+        """The wake lists a worker serving these queues (None: every queue) blocks on."""
+        return [self.keys.wake_any()] if queues is None else [self.keys.wake(q) for q in queues]
+
+    async def wait_and_fetch(self, queues: Sequence[str] | None, count: int, block_ms: int) -> list[Row]:
+        """Wait up to block_ms for a token on the queues' wake list(s), then fetch, in one round trip.
 
         Redis holds the pipelined fetch script until the BLPOP before it returns, so the wake-up
         and the claim travel together (an XREADGROUP BLOCK would need a second round trip for
         the claim). A stale token only costs an empty fetch. The script runs up to block_ms after
         it was queued, so it reads the time from Redis's clock rather than a stale one of ours.
         """
+        wake_keys = self.wake_keys(queues)
         woke, reply = await self._exchange(
             [("", pack(["BLPOP", *wake_keys, f"{block_ms / 1000:g}"])),
-             ("fetchTasks", self._fetch_command(streams, count, late_bound=True))],
+             ("fetchTasks", self._fetch_command(queues, count, late_bound=True))],
             line=self.line, wait_s=block_ms / 1000)
         if isinstance(reply, Exception):
             raise reply
@@ -326,7 +336,8 @@ class WorkerStore:
         c = self.config
         reply = await self.scripts(
             "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule(),
-                                k.stats_tasks(), k.dlq(), k.stats_counters(), k.running()],
+                                k.stats_tasks(), k.dlq(), k.stats_counters(), k.running(), k.ready(),
+                                k.wake_any()],
             args=[self.worker_id, now, iso(now), c.task_retention_s * 1000, k.task_prefix(),
                   k.stream_prefix(), k.wake_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, *ids],
         )
@@ -345,7 +356,8 @@ class WorkerStore:
     async def recover_lost_tasks(self, limit: int = 500) -> int:
         """Requeue RUNNING tasks whose entry vanished and whose owner went silent; -1: not leader."""
         cutoff = self.clock.now_ms() - int(self.config.visibility_timeout_s * 1000)
-        reply = await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock()],
+        reply = await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock(),
+                                                               self.keys.ready(), self.keys.wake_any()],
                                    args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix(),
                                          self.keys.wake_prefix()])
         if reply == -1:

@@ -49,7 +49,7 @@ def engine_clock() -> Any:
 async def _deliver_and_claim(config: DtqConfig, stream: str) -> list[Row]:
     store, client = _store(config)
     try:
-        return await store.fetch([stream], 10)
+        return await store.fetch([stream.split(":")[-2]], 10)  # the stream's queue
     finally:
         await store.aclose()
 
@@ -102,7 +102,7 @@ def test_a_cancelled_queued_task_never_starts(engine: Engine, config: DtqConfig,
 async def _claim_then_complete(config: DtqConfig, stream: str, tamper: Any) -> tuple[list[str], Row]:
     store, client = _store(config)
     try:
-        (row,) = await store.fetch([stream], 1)
+        (row,) = await store.fetch([stream.split(":")[-2]], 1)
         tamper(row)
         statuses = await store.complete([Completion(row, Outcome.SUCCEEDED, result_json='"ok"')])
         return statuses, row

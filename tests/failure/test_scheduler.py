@@ -138,7 +138,7 @@ def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
                           args=["a", far, 500, prefix]) == -1
     assert engine.scripts("enqueueDue", keys=[keys.schedule_claims(), keys.scheduler_lock(), keys.events(),
                                               keys.event_seq(), keys.schedule(), keys.stats_tasks(), keys.dlq(),
-                                              keys.stats_counters(), keys.running()],
+                                              keys.stats_counters(), keys.running(), keys.ready(), keys.wake_any()],
                           args=["a", far, iso(far), 60_000, prefix, keys.stream_prefix(), keys.wake_prefix(), 1,
                                 100, later]) == -1
     assert engine.scripts("requeueStaleClaims", keys=[keys.schedule_claims(), keys.schedule(),
@@ -146,7 +146,7 @@ def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
                           args=[far, far, prefix, "a"]) == -1
     assert engine.scripts("recoverLostTasks", keys=[keys.paused(), keys.events(), keys.event_seq(), keys.dlq(),
                                                     keys.stats_counters(), keys.running(), keys.stats_tasks(),
-                                                    keys.scheduler_lock()],
+                                                    keys.scheduler_lock(), keys.ready(), keys.wake_any()],
                           args=["dtq", "a", far, iso(far), 60_000, prefix, 1, 100, far, 500,
                                 keys.stream_prefix(), keys.wake_prefix()]) == -1
     assert statuses(redis_client, keys, [later]) == ["PENDING"] and redis_client.zscore(keys.schedule(), later)

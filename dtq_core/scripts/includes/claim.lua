@@ -93,8 +93,8 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     return {'expired'}
   end
   if is_paused(ctx, h[7]) then
-    -- Delivered in a race with a pause (or reclaimed from a lost worker while paused): put it
-    -- back at the tail instead of starting it.
+    -- Reclaimed from a lost worker while paused (a fetch does not read a paused queue at all):
+    -- put it back at the tail instead of starting it.
     local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', ea)
     rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', ea - 1, 'entry_id', new_id)
     rcall('ZREM', ctx.running_key, task_id)

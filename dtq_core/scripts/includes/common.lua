@@ -73,12 +73,18 @@ local function schedule_rem(schedule_key, task_id, queue)
   end
 end
 
--- Wake one idle worker of a queue: they block on its wake list and fetch in the same round
--- trip. At most one token waits, so bursts cost no memory and a busy cluster leaves at most one
--- stale token per queue (a wasted fetch); a woken worker whose batch fills rings again.
-local function ring(wake_key)
-  -- pcall: a wake key overwritten by hand must not fail the submit (workers then poll).
-  if redis.pcall('LLEN', wake_key) == 0 then rcall('LPUSH', wake_key, '1') end
+-- Wake one idle worker for a queue that just got an entry. The queue joins the ready set (workers
+-- read only the streams of ready queues) and one token waits on the queue's own wake list (for
+-- workers started with --queues) and one on the shared list (workers serving every queue block
+-- on that alone, so their idle wait costs the same however many queues exist). At most one token
+-- waits per list, so bursts cost no memory and a busy cluster leaves at most one stale token per
+-- list (a wasted fetch); a woken worker whose batch fills rings again.
+local function ring(wake_key, ready_key, shared_wake_key, queue)
+  rcall('SADD', ready_key, queue)
+  for _, key in ipairs({wake_key, shared_wake_key}) do
+    -- pcall: a wake key overwritten by hand must not fail the submit (workers then poll).
+    if redis.pcall('LLEN', key) == 0 then rcall('LPUSH', key, '1') end
+  end
 end
 
 -- The field of the per-outcome task counts (dtq_tasks_total): "queue|type|status".

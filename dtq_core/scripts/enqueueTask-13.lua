@@ -4,7 +4,8 @@
   Input:
     KEYS[1] task hash   KEYS[2] idempotency key   KEYS[3..5] the queue's high/normal/low streams
     KEYS[6] schedule    KEYS[7] known queues set  KEYS[8] events channel  KEYS[9] event seq
-    KEYS[10] recent tasks zset  KEYS[11] the queue's wake list
+    KEYS[10] recent tasks zset  KEYS[11] the queue's wake list  KEYS[12] ready queues set
+    KEYS[13] shared wake list
     ARGV[1] task id  ARGV[2] priority index (1..3)  ARGV[3] now (ms)  ARGV[4] now (ISO)
     ARGV[5] retention (ms)  ARGV[6] idempotency ttl (ms)  ARGV[7] max depth (0 = off)
     ARGV[8] due (ms, 0 = now)  ARGV[9] queue  ARGV[10] group  ARGV[11] use idempotency key (1/0)
@@ -38,7 +39,8 @@ if due == 0 and max_depth > 0 then
   local depth = rcall('XLEN', KEYS[3]) + rcall('XLEN', KEYS[4]) + rcall('XLEN', KEYS[5])
   if depth >= max_depth then return {-1, depth} end
 end
-if rcall('SADD', KEYS[7], queue) == 1 then
+if rcall('SISMEMBER', KEYS[7], queue) == 0 then
+  rcall('SADD', KEYS[7], queue)
   for k = 3, 5 do
     pcall(rcall, 'XGROUP', 'CREATE', KEYS[k], ARGV[10], '0', 'MKSTREAM')
   end
@@ -60,7 +62,7 @@ else
   fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'status', status, 'enqueued_at', now_ms
   fields[n + 5], fields[n + 6] = 'entry_id', eid
   rcall('HSET', KEYS[1], unpack(fields))
-  ring(KEYS[11])
+  ring(KEYS[11], KEYS[12], KEYS[13], queue)
 end
 -- A delayed task's record, and its idempotency key, must outlive its wait (a delay may be longer
 -- than either lifetime): a resubmit while it waits must still find it.

@@ -4,7 +4,8 @@
   a trim got there first); an entry whose task hash expired stays in the DLQ, and so does one whose
   entry or task record cannot be read (a field corrupted by hand), alone: the rest are retried.
   Input:
-    KEYS[1] DLQ stream  KEYS[2] events channel  KEYS[3] event seq
+    KEYS[1] DLQ stream  KEYS[2] events channel  KEYS[3] event seq  KEYS[4] known queues
+    KEYS[5] ready queues set  KEYS[6] shared wake list
     ARGV[1] now (ms)  ARGV[2] now (ISO)  ARGV[3] retention (ms)  ARGV[4] task key prefix
     ARGV[5] stream key prefix  ARGV[6] group  ARGV[7] wake key prefix  ARGV[8..] DLQ entry ids
   Output:
@@ -29,9 +30,15 @@ local function retry_one(entry_id)
   rcall('HINCRBY', KEYS[1] .. ':counts', queue, -1)
   if not current then return 'gone' end
   local stream = ARGV[5] .. queue .. ':' .. h[2]
+  -- The queue may have been deleted since the task failed: retrying brings it back.
+  if rcall('SADD', KEYS[4], queue) == 1 then
+    for _, p in ipairs({'high', 'normal', 'low'}) do
+      pcall(rcall, 'XGROUP', 'CREATE', ARGV[5] .. queue .. ':' .. p, ARGV[6], '0', 'MKSTREAM')
+    end
+  end
   pcall(rcall, 'XGROUP', 'CREATE', stream, ARGV[6], '0', 'MKSTREAM')
   local eid = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', 1)
-  ring(ARGV[7] .. queue)
+  ring(ARGV[7] .. queue, KEYS[5], KEYS[6], queue)
   rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', 0, 'entry_id', eid, 'dlq_entry_id', '',
         'enqueued_at', now_ms, 'updated_at', now_ms, 'finished_at', '', 'cancel_requested', '0',
         'retried_from_dlq_at', now_ms, 'expires_at', '')

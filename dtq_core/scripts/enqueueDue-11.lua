@@ -7,7 +7,8 @@
   Input:
     KEYS[1] schedule claims  KEYS[2] scheduler lock  KEYS[3] events channel  KEYS[4] event seq
     KEYS[5] schedule  KEYS[6] per-outcome task counts (stats)  KEYS[7] DLQ stream
-    KEYS[8] stats counters  KEYS[9] running index
+    KEYS[8] stats counters  KEYS[9] running index  KEYS[10] ready queues set
+    KEYS[11] shared wake list
     ARGV[1] worker id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
     ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7] wake key prefix
     ARGV[8] dlq enabled (1/0)  ARGV[9] dlq maxlen  ARGV[10..] task ids
@@ -34,7 +35,7 @@ local function enqueue_one(id)
       local stream = ARGV[6] .. h[3] .. ':' .. h[4]
       local eid = rcall('XADD', stream, '*', 'task_id', id, 'attempt', tonumber(h[2]) + 1)
       rcall('HSET', tkey, 'status', 'QUEUED', 'enqueued_at', now_ms, 'updated_at', now_ms, 'entry_id', eid)
-      ring(ARGV[7] .. h[3])
+      ring(ARGV[7] .. h[3], KEYS[10], KEYS[11], h[3])
       emit(KEYS[3], KEYS[4], 'task.queued', id, h[3], 'QUEUED', h[2], now_ms, now_iso)
       queued = queued + 1
     end

@@ -10,7 +10,7 @@
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
     KEYS[7] per-outcome task counts (stats)
-    KEYS[8] scheduler lock
+    KEYS[8] scheduler lock      KEYS[9] ready queues set   KEYS[10] shared wake list
     ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
                dlq enabled (1/0), dlq maxlen
     ARGV[9] cutoff (ms)   ARGV[10] limit   ARGV[11] stream key prefix   ARGV[12] wake key prefix
@@ -49,7 +49,7 @@ local function recover(task_id)
       if lost == 'again' then
         local cur = tonumber(h[2])
         local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', cur + 1)
-        ring(ARGV[12] .. h[7])
+        ring(ARGV[12] .. h[7], KEYS[9], KEYS[10], h[7])
         rcall('HSET', tkey, 'status', 'QUEUED', 'entry_id', new_id, 'enqueued_at', ctx.now_ms,
               'updated_at', ctx.now_ms)
         rcall('PEXPIRE', tkey, ctx.retention_ms)
