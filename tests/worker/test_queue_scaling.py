@@ -1,0 +1,117 @@
+"""What queues cost a real worker: an idle one serving every queue does the same Redis work per
+round with 2,000 queues as with one, and a paused queue costs nothing and keeps its order.
+
+Each test runs its own redis-server, so INFO commandstats counts only this worker's commands.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from dtq_core.admin import Actor
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from dtq_core.keys import Keys
+
+from ..conftest import WorkerProcess, wait_for, worker_env
+from ..failure.support import FAST
+from ..redis_server import RedisServer
+
+PREFIX = "dtqscale"
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis", appendonly=False) as server:
+        yield server
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def _make_queues(client: redis.Redis, keys: Keys, names: list[str]) -> None:
+    """The state junk submits leave behind once their tasks ran: registered queues, empty streams."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.sadd(keys.queues(), name)
+        for stream in keys.streams(name):
+            pipe.xgroup_create(stream, Keys.GROUP, id="0", mkstream=True)
+    pipe.execute()
+
+
+def _worker(server: RedisServer, tmp_path: Path, *args: str, **env: object) -> WorkerProcess:
+    return WorkerProcess(["--name", "scale-w", *args], worker_env(server.url, PREFIX, **env),
+                         tmp_path / "worker.log")
+
+
+def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[int, float]:
+    """XREADGROUP calls an idle worker serving every queue makes in 3 s, and one task's latency
+    from submit to SUCCEEDED."""
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    engine = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX))
+    names = [f"junk-{n:05d}" for n in range(queues)]
+    _make_queues(client, engine.keys, names)
+    worker = _worker(server, tmp_path)
+    try:
+        # It waits on a wake list only after a fetch came up short: from then on it is idle.
+        wait_for(lambda: _calls(client, "blpop") >= 2, timeout=60, message=worker.output)
+        client.config_resetstat()
+        time.sleep(3)  # the measurement window, not a synchronisation
+        reads = _calls(client, "xreadgroup")
+        started = time.monotonic()
+        task_id = engine.enqueue("dtq.echo", queue=names[len(names) // 2]).id
+        wait_for(lambda: engine.get_task(task_id)["status"] == "SUCCEEDED", timeout=30, interval=0.005,
+                 message=worker.output)
+        return reads, time.monotonic() - started
+    finally:
+        worker.kill()
+
+
+@pytest.mark.slow
+def test_an_idle_worker_reads_nothing_however_many_queues_exist(private_redis: RedisServer, tmp_path: Path) -> None:
+    reads, latency = _idle_reads(private_redis, tmp_path, 2000)
+    # One wait-then-fetch round per second (BLOCK_MS), each reading no stream: before, every
+    # round read all 6,000 streams.
+    assert reads <= 10, reads
+    assert latency < 2.0, latency
+
+
+@pytest.mark.slow
+def test_a_paused_queue_costs_nothing_and_keeps_its_order(private_redis: RedisServer, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(private_redis.url, decode_responses=True)
+    engine = Engine(DtqConfig(redis_url=private_redis.url, key_prefix=PREFIX))
+    submitted: dict[str, list[str]] = {"high": [], "normal": []}
+    subs = []
+    for n in range(300):
+        priority = "high" if n % 3 == 0 else "normal"
+        sub = engine.validate("failure.work", {"seconds": 0.005, "n": n}, queue="steady", priority=priority)
+        submitted[priority].append(sub.task_id)
+        subs.append(sub)
+    engine.enqueue_many(subs)
+    runs_key = f"{PREFIX}:testlog:runs"
+    worker = _worker(private_redis, tmp_path, "--concurrency", "1", **FAST)
+    try:
+        wait_for(lambda: client.llen(runs_key) >= 20, timeout=60, message=worker.output)
+        engine.set_paused("steady", True, Actor.cli())
+        client.config_resetstat()
+        ran_at_pause = client.llen(runs_key)
+        time.sleep(3)  # the measurement window, not a synchronisation
+        churn = {c: _calls(client, c) for c in ("xadd", "xclaim", "xdel")}
+        # The attempt in flight when the pause landed finishes (one XDEL, maybe a heartbeat's
+        # XCLAIM); nothing else of the paused queue is read, put back or started.
+        assert churn["xadd"] == 0 and churn["xclaim"] <= 3 and churn["xdel"] <= 1, churn
+        assert client.llen(runs_key) <= ran_at_pause + 1
+        engine.set_paused("steady", False, Actor.cli())
+        wait_for(lambda: client.llen(runs_key) >= 300, timeout=120, message=worker.output)
+    finally:
+        worker.kill()
+    order = [run.split("|")[0] for run in client.lrange(runs_key, 0, -1)]
+    assert len(order) == len(set(order)) == 300  # each ran once
+    for priority, ids in submitted.items():
+        assert [t for t in order if t in set(ids)] == ids, priority  # submit order within the band
