@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtq_core.engine import Engine
-from dtq_core.errors import DtqError, QueueFull, ValidationError
+from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationError
 from dtq_core.submit import Submission
 
 from .exceptions import _flatten
@@ -41,7 +41,7 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
             results.append(c)
             continue
         outcome = next(outcomes)
-        if isinstance(outcome, QueueFull):
+        if isinstance(outcome, (QueueFull, QueueLimitReached)):
             results.append(_error(outcome, request_id))
         else:
             results.append({"id": outcome.id, "status": outcome.status, "created": outcome.created})

@@ -1,4 +1,5 @@
-"""The policy for destructive operations (cancel, pause, resume, purge, DLQ retry/discard).
+"""The policy for destructive operations (cancel, pause, resume, purge, delete queue,
+DLQ retry/discard).
 
 The console's rules, not looser ones: a staff session needs the same named permission as the
 console's button (dtq_dashboard.permissions.can_act). With no DTQ_API_KEY, nobody else gets in

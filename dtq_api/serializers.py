@@ -139,6 +139,11 @@ class PurgeResultSerializer(CountSerializer):
     queue = serializers.CharField()
 
 
+class DeleteResultSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    deleted = serializers.BooleanField()
+
+
 class DlqItemSerializer(serializers.Serializer):
     entry_id = serializers.CharField()
     task_id = serializers.CharField(allow_null=True)

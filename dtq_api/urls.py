@@ -17,6 +17,7 @@ urlpatterns = [
     path(V1 + "queues/<str:queue>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
     path(V1 + "queues/<str:queue>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
     path(V1 + "queues/<str:queue>/purge", views.QueuePurgeView.as_view(), name="queue-purge"),
+    path(V1 + "queues/<str:queue>/delete", views.QueueDeleteView.as_view(), name="queue-delete"),
     path(V1 + "dlq", views.DlqListView.as_view(), name="dlq-list"),
     path(V1 + "dlq/retry", views.DlqBulkRetryView.as_view(), name="dlq-retry"),
     path(V1 + "dlq/discard", views.DlqBulkDiscardView.as_view(), name="dlq-discard"),

@@ -148,6 +148,16 @@ class QueuePurgeView(DestructiveMixin, APIView):
         return Response({"queue": queue, "count": get_engine().purge(queue, actor_for(request))})
 
 
+class QueueDeleteView(DestructiveMixin, APIView):
+    permission = "purge_queue"
+
+    @extend_schema(operation_id="queues_delete", request=None,
+                   responses={200: s.DeleteResultSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, queue: str) -> Response:
+        get_engine().delete_queue(queue, actor_for(request))
+        return Response({"queue": queue, "deleted": True})
+
+
 # -- dead letters -----------------------------------------------------------------------------
 
 class DlqListView(APIView):

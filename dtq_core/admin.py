@@ -1,4 +1,4 @@
-"""Operator actions (pause, resume, purge, DLQ retry/discard), each written to the audit stream.
+"""Operator actions (pause, resume, purge, delete, DLQ retry/discard), each written to the audit stream.
 
 Mixed into Engine so the API, CLI and console share every operation and every count.
 Bulk actions snapshot what matched first, then act in pipelined batches.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .clock import iso
-from .errors import QueueNotFound, ValidationError
+from .errors import QueueNotEmpty, QueueNotFound, ValidationError
 from .inspect import queue_filter, type_filter, valid_stream_id
 from .keys import PRIORITIES, Keys
 from .task import valid_queue_name
@@ -174,6 +174,27 @@ class AdminMixin:
         self.audit(actor, "queue.purge", f"queue:{queue}", total)
         self._publish_admin_event("queue.purged", queue, now)
         return total
+
+    def delete_queue(self: Engine, queue: str, actor: Actor) -> None:
+        """Delete an empty queue (nothing waiting, in flight or scheduled); raise QueueNotEmpty or
+        QueueNotFound. Audited when it happened."""
+        if not valid_queue_name(queue):
+            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+        k = self.keys
+        now = self.clock.now_ms()
+        code, *counts = self.scripts(
+            "deleteQueue", keys=[k.queues(), k.paused(), k.paused_info(), k.ready(), *k.streams(queue), k.wake(queue),
+                                 k.schedule_counts(), k.running(), k.events(), k.event_seq()],
+            args=[queue, Keys.GROUP, now, iso(now), k.task_prefix()])
+        if int(code) == -1:
+            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+        if int(code) == 0:
+            waiting, in_flight, scheduled = (int(c) for c in counts)
+            raise QueueNotEmpty(
+                f"queue {queue!r} is not empty: {waiting} waiting, {in_flight} in flight, {scheduled} scheduled; "
+                "purge or cancel them (or let them finish) first",
+                queue=queue, waiting=waiting, in_flight=in_flight, scheduled=scheduled)
+        self.audit(actor, "queue.delete", f"queue:{queue}", 1)
 
     def _publish_admin_event(self: Engine, etype: str, queue: str | None, now: int) -> None:
         import json

@@ -33,6 +33,7 @@ class DtqConfig:
     result_max_bytes: int = 65536
     idem_ttl_s: int = 86400
     max_queue_depth: int = 100000
+    max_queues: int = 1000
     dlq_enabled: bool = True
     dlq_maxlen: int = 10000
     audit_maxlen: int = 10000
@@ -66,7 +67,7 @@ class DtqConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be greater than 0 (got {getattr(self, name)})")
-        for name in ("drain_timeout_s", "max_queue_depth"):
+        for name in ("drain_timeout_s", "max_queue_depth", "max_queues"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{env_name(name)} must be 0 or more (got {getattr(self, name)})")
         if self.heartbeat_interval_s >= self.visibility_timeout_s:

@@ -42,7 +42,7 @@ from .django_tasks_compat import (
     task_enqueued,
 )
 from .engine import Engine, get_engine
-from .errors import QueueFull, TaskNotFound, ValidationError
+from .errors import QueueFull, QueueLimitReached, TaskNotFound, ValidationError
 from .submit import MAX_DELAY_S, Submission
 from .task import TASK_TYPE_RE, valid_queue_name
 
@@ -220,7 +220,7 @@ class DtqBackend(BaseTaskBackend):
 
     def _push(self, submission: Submission, result: TaskResult) -> None:
         (reply,) = self.engine.enqueue_many([submission])
-        if isinstance(reply, QueueFull):
+        if isinstance(reply, (QueueFull, QueueLimitReached)):
             raise reply
         object.__setattr__(result, "enqueued_at", timezone.now())
         task_enqueued.send(sender=type(self), task_result=result)

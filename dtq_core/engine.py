@@ -17,7 +17,7 @@ from .admin import AdminMixin
 from .clock import Clock, SystemClock, iso
 from .config import DtqConfig
 from .connection import sync_client
-from .errors import CancelRequested, QueueFull, TaskNotFound, TaskTerminal
+from .errors import CancelRequested, QueueFull, QueueLimitReached, TaskNotFound, TaskTerminal
 from .inspect import InspectMixin
 from .keys import PRIORITIES, Keys
 from .scripts import Scripts
@@ -54,7 +54,7 @@ class Engine(InspectMixin, AdminMixin):
         return validate(self.config, type, payload, **options)
 
     def enqueue(self, type: Any, payload: Any = None, *, record: bool = True, **options: Any) -> Enqueued:
-        """Queue up a task; raise ValidationError, PayloadTooLarge or QueueFull.
+        """Queue up a task; raise ValidationError, PayloadTooLarge, QueueFull or QueueLimitReached.
 
         record=False leaves Enqueued.task None: for callers that only want the id, it saves
         reading the record back and shaping it.
@@ -63,17 +63,17 @@ class Engine(InspectMixin, AdminMixin):
         reply = self._enqueue_script(submission, client=None, with_record=record)
         return self._enqueued(submission, reply)
 
-    def enqueue_many(self, submissions: Sequence[Submission]) -> list[Enqueued | QueueFull]:
+    def enqueue_many(self, submissions: Sequence[Submission]) -> list[Enqueued | QueueFull | QueueLimitReached]:
         """Queue validated submissions in one pipelined round trip, in order."""
         pipe = self.client.pipeline(transaction=False)
         for submission in submissions:
             self._enqueue_script(submission, client=pipe, with_record=False)
         replies = pipe.execute()
-        out: list[Enqueued | QueueFull] = []
+        out: list[Enqueued | QueueFull | QueueLimitReached] = []
         for submission, reply in zip(submissions, replies, strict=True):
             try:
                 out.append(self._enqueued(submission, reply))
-            except QueueFull as exc:
+            except (QueueFull, QueueLimitReached) as exc:
                 out.append(exc)
         return out
 
@@ -94,7 +94,7 @@ class Engine(InspectMixin, AdminMixin):
         args = [s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
                 1 if s.idempotency_key else 0, RECENT_CAP, k.task_prefix(), k.result_prefix(), 1 if with_record else 0,
-                *fields]
+                self.config.max_queues, *fields]
         if client is None:
             return self.scripts.call_direct("enqueueTask", keys=keys, args=args)
         return self.scripts("enqueueTask", keys=keys, args=args, client=client)
@@ -105,6 +105,12 @@ class Engine(InspectMixin, AdminMixin):
             raise QueueFull(
                 f"queue {s.queue!r} holds {reply[1]} tasks, the limit is {self.config.max_queue_depth} "
                 "(DTQ_MAX_QUEUE_DEPTH)", queue=s.queue, depth=int(reply[1]),
+            )
+        if code == -2:
+            raise QueueLimitReached(
+                f"queue {s.queue!r} does not exist and {reply[1]} queues do, the limit is "
+                f"{self.config.max_queues} (DTQ_MAX_QUEUES): submit to an existing queue, or delete unused ones",
+                queue=s.queue, queues=int(reply[1]), limit=self.config.max_queues,
             )
         record = _pairs(reply[3])
         if code == 0:

@@ -36,6 +36,18 @@ class QueueFull(DtqError):
     http_status = 429
 
 
+class QueueLimitReached(DtqError):
+    """A submit would create a queue past DTQ_MAX_QUEUES (existing queues still take tasks)."""
+
+    code = "QUEUE_LIMIT_REACHED"
+    http_status = 409
+
+
+class QueueNotEmpty(DtqError):
+    code = "QUEUE_NOT_EMPTY"
+    http_status = 409
+
+
 class TaskNotFound(DtqError, LookupError):
     code = "TASK_NOT_FOUND"
     http_status = 404

@@ -17,6 +17,7 @@ urlpatterns = [
     path("queues/<str:name>/resume", views.resume, name="resume"),
     path("queues/<str:name>/purge", views.purge, name="purge"),
     path("queues/<str:name>/purge/confirm", views.purge_confirm, name="purge-confirm"),
+    path("queues/<str:name>/delete", views.delete_queue, name="delete-queue"),
     path("tasks/", views.tasks, name="tasks"),
     path("tasks/<str:task_id>/", views.task, name="task"),
     path("tasks/<str:task_id>/cancel", views.cancel, name="cancel"),

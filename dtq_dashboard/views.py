@@ -247,6 +247,13 @@ def purge(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpRespo
     return redirect(_queue_url(name))
 
 
+@console_action("purge_queue", default_next=_queue_url)
+def delete_queue(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    get_engine().delete_queue(name, actor)  # refused (a message, back to the page) unless empty
+    messages.success(request, f"Deleted queue {name} (it was empty).")
+    return redirect("dtq_dashboard:overview")
+
+
 def _task_url(task_id: str) -> str:
     return reverse("dtq_dashboard:task", args=[task_id])
 

@@ -45,7 +45,8 @@ def enqueue(
 ) -> str:
     """Queue up a task and return its id (the first task's id when the idempotency key was seen).
 
-    Raises dtq_core.errors.ValidationError, PayloadTooLarge or QueueFull.
+    Raises dtq_core.errors.ValidationError, PayloadTooLarge, QueueFull, or QueueLimitReached (a new
+    queue past DTQ_MAX_QUEUES).
     """
     return get_engine().enqueue(
         type, payload, queue=queue, priority=priority, delay_seconds=delay_seconds, ttl_seconds=ttl_seconds,

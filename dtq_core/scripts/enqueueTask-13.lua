@@ -1,6 +1,7 @@
 --[[
-  Create a task, atomically with its idempotency key and the depth gate: QUEUED in its priority
-  stream, or PENDING in the schedule when it is delayed (delayed tasks bypass the gate).
+  Create a task, atomically with its idempotency key, the depth gate and the queue-count bound:
+  QUEUED in its priority stream, or PENDING in the schedule when it is delayed (delayed tasks
+  bypass the depth gate, not the bound on queues).
   Input:
     KEYS[1] task hash   KEYS[2] idempotency key   KEYS[3..5] the queue's high/normal/low streams
     KEYS[6] schedule    KEYS[7] known queues set  KEYS[8] events channel  KEYS[9] event seq
@@ -10,10 +11,11 @@
     ARGV[5] retention (ms)  ARGV[6] idempotency ttl (ms)  ARGV[7] max depth (0 = off)
     ARGV[8] due (ms, 0 = now)  ARGV[9] queue  ARGV[10] group  ARGV[11] use idempotency key (1/0)
     ARGV[12] recent cap  ARGV[13] task key prefix  ARGV[14] result key prefix
-    ARGV[15] return the record (1/0)  ARGV[16..] task hash field/value pairs
+    ARGV[15] return the record (1/0)  ARGV[16] most queues (0 = no bound)
+    ARGV[17..] task hash field/value pairs
   Output:
     {1, id, status, record} created; {0, existing id, its status, record, result} idempotency key
-    seen; {-1, depth} queue full. record is the task hash as flat field/value pairs (empty unless
+    seen; {-1, depth} queue full; {-2, queues} a new queue past the bound. record is the task hash as flat field/value pairs (empty unless
     asked for), so a submit needs no second round trip to show the task.
 ]]
 -- #include common
@@ -40,6 +42,12 @@ if due == 0 and max_depth > 0 then
   if depth >= max_depth then return {-1, depth} end
 end
 if rcall('SISMEMBER', KEYS[7], queue) == 0 then
+  -- Checked and registered in one script, so concurrent submits to new queues cannot overshoot.
+  local max_queues = tonumber(ARGV[16])
+  if max_queues > 0 then
+    local count = rcall('SCARD', KEYS[7])
+    if count >= max_queues then return {-2, count} end
+  end
   rcall('SADD', KEYS[7], queue)
   for k = 3, 5 do
     pcall(rcall, 'XGROUP', 'CREATE', KEYS[k], ARGV[10], '0', 'MKSTREAM')
@@ -48,7 +56,7 @@ end
 -- One HSET for the whole record (the stream entry's id is part of it, so XADD comes first).
 local fields = {'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms, 'errors', '[]',
                 'cancel_requested', '0', 'result_truncated', '0'}
-for i = 16, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 17, #ARGV do fields[#fields + 1] = ARGV[i] end
 local status
 if due > 0 then
   status = 'PENDING'

@@ -51,6 +51,7 @@ def guarded_calls(engine: Engine) -> list[tuple[str, Any, str]]:
     return [
         (f"/api/v1/tasks/{task}/cancel", None, "cancel_task"), ("/api/v1/queues/q/pause", None, "pause_queue"),
         ("/api/v1/queues/q/resume", None, "pause_queue"), ("/api/v1/queues/q/purge", None, "purge_queue"),
+        ("/api/v1/queues/q/delete", None, "purge_queue"),
         (f"/api/v1/dlq/{entry}/retry", None, "retry_deadletter"),
         (f"/api/v1/dlq/{entry}/discard", None, "discard_deadletter"),
         ("/api/v1/dlq/retry", {"all": True}, "retry_deadletter"),

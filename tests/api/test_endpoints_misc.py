@@ -115,7 +115,8 @@ def test_the_openapi_schema_is_valid_and_names_every_endpoint(api: APIClient) ->
     paths = set(schema["paths"])
     for path in ("/api/v1/tasks", "/api/v1/tasks/batch", "/api/v1/tasks/{task_id}", "/api/v1/tasks/{task_id}/cancel",
                  "/api/v1/queues", "/api/v1/queues/{queue}", "/api/v1/queues/{queue}/pause",
-                 "/api/v1/queues/{queue}/resume", "/api/v1/queues/{queue}/purge", "/api/v1/dlq",
+                 "/api/v1/queues/{queue}/resume", "/api/v1/queues/{queue}/purge", "/api/v1/queues/{queue}/delete",
+                 "/api/v1/dlq",
                  "/api/v1/dlq/{entry_id}", "/api/v1/dlq/{entry_id}/retry", "/api/v1/dlq/{entry_id}/discard",
                  "/api/v1/dlq/retry", "/api/v1/dlq/discard", "/api/v1/audit", "/api/v1/workers",
                  "/api/v1/schedule"):

@@ -126,3 +126,36 @@ def test_a_frozen_redis_gives_503_within_2_seconds(frozen_redis: RedisServer) ->
     started = time.monotonic()
     assert_error(api.post("/api/v1/queues/default/pause"), 503, "REDIS_UNAVAILABLE")
     assert time.monotonic() - started < 2
+
+
+def test_delete_refuses_a_non_empty_queue_then_deletes_it_once_empty(api: APIClient, live_engine: Engine) -> None:
+    task = live_engine.enqueue("dtq.echo", queue="junk")
+    error = assert_error(api.post("/api/v1/queues/junk/delete"), 409, "QUEUE_NOT_EMPTY")
+    assert "1 waiting" in error["message"]
+    assert api.get("/api/v1/queues/junk").status_code == 200  # nothing changed
+    api.post(f"/api/v1/tasks/{task.id}/cancel")
+    response = api.post("/api/v1/queues/junk/delete")
+    assert response.status_code == 200 and response.json() == {"queue": "junk", "deleted": True}
+    assert_error(api.get("/api/v1/queues/junk"), 404, "QUEUE_NOT_FOUND")
+    assert [q["name"] for q in api.get("/api/v1/queues").json()["results"]] == []
+    assert_error(api.post("/api/v1/queues/junk/delete"), 404, "QUEUE_NOT_FOUND")
+    assert_error(api.post("/api/v1/queues/UPPER/delete"), 404, "QUEUE_NOT_FOUND")
+    entry = live_engine.audit_list().items[0]
+    assert (entry["action"], entry["target"], entry["actor"]) == ("queue.delete", "queue:junk", "api:anonymous")
+    assert api.get("/api/v1/queues/junk/delete").status_code == 405
+
+
+def test_a_submit_to_a_new_queue_past_the_bound_is_409_and_a_batch_item_gets_the_error(
+        api: APIClient, settings: Any) -> None:
+    settings.DTQ = {**settings.DTQ, "MAX_QUEUES": 2}
+    for queue in ("one", "two"):
+        assert api.post("/api/v1/tasks", {"type": "dtq.echo", "queue": queue}, format="json").status_code == 201
+    error = assert_error(api.post("/api/v1/tasks", {"type": "dtq.echo", "queue": "three"}, format="json"), 409,
+                         "QUEUE_LIMIT_REACHED")
+    assert "DTQ_MAX_QUEUES" in error["message"] and "'three'" in error["message"]
+    batch = api.post("/api/v1/tasks/batch", {"tasks": [{"type": "dtq.echo", "queue": "one"},
+                                                       {"type": "dtq.echo", "queue": "three"}]}, format="json")
+    results = batch.json()["results"]
+    assert batch.status_code == 200 and results[0]["created"] is True
+    assert results[1]["error"]["code"] == "QUEUE_LIMIT_REACHED"
+    assert [q["name"] for q in api.get("/api/v1/queues").json()["results"]] == ["one", "two"]

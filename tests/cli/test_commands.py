@@ -134,8 +134,19 @@ def test_queue_list_pause_resume_and_purge(live_engine: Engine) -> None:
     assert {a[2] for a in actions} == {cli_actor()}
 
 
+def test_queue_delete_refuses_a_busy_queue_and_deletes_an_empty_one(live_engine: Engine) -> None:
+    live_engine.enqueue("dtq.echo", queue="junk")
+    with pytest.raises(CommandError, match="queue 'junk' is not empty: 1 waiting"):
+        run("queue", "delete", "junk")
+    run("queue", "purge", "junk")
+    assert run("queue", "delete", "junk").strip() == "queue junk deleted"
+    assert run("queue", "list", "--json").strip() == "[]"
+    entry = live_engine.audit_list().items[0]
+    assert (entry["action"], entry["target"], entry["actor"]) == ("queue.delete", "queue:junk", cli_actor())
+
+
 def test_queue_actions_on_an_unknown_queue_fail(live_engine: Engine) -> None:
-    for action in ("pause", "resume", "purge"):
+    for action in ("pause", "resume", "purge", "delete"):
         with pytest.raises(CommandError, match="queue 'ghost' not found"):
             run("queue", action, "ghost")
 

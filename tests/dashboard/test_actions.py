@@ -40,6 +40,11 @@ def _paused_queue(engine: Engine, make: Any) -> dict[str, Any]:
     return state
 
 
+def _empty_queue(engine: Engine, make: Any) -> dict[str, Any]:
+    engine.cancel(engine.enqueue("t.x", queue="work").id)
+    return {}
+
+
 def _dead(engine: Engine, make: Callable[..., list[str]]) -> dict[str, Any]:
     return {"ids": make(2, message="flaky upstream")}
 
@@ -55,6 +60,8 @@ CASES = [
          lambda e, s: not e.queue_detail("work")["paused"], "Resumed queue work"),
     Case("purge", "purge_queue", _queue, lambda s: "/queues/work/purge", lambda s: {"confirm": "yes"},
          lambda e, s: e.get_task(s["task"])["status"] == "CANCELLED", "cancelled 1 waiting task"),
+    Case("delete-queue", "purge_queue", _empty_queue, lambda s: "/queues/work/delete", lambda s: {},
+         lambda e, s: "work" not in e.client.smembers(e.keys.queues()), "Deleted queue work"),
     Case("cancel", "cancel_task", _queue, lambda s: f"/tasks/{s['task']}/cancel", lambda s: {},
          lambda e, s: e.get_task(s["task"])["status"] == "CANCELLED", "Cancelled task"),
     Case("dlq-retry", "retry_deadletter", _dead, lambda s: "/dlq/retry", lambda s: {"ids": s["ids"]},
@@ -205,6 +212,21 @@ def test_domain_errors_become_messages(live_engine: Engine, login: Callable[[str
     assert client.post("/tasks/missing/cancel").status_code == 302
 
 
+def test_deleting_a_busy_queue_says_why_and_changes_nothing(live_engine: Engine,
+                                                           login: Callable[[str], Client]) -> None:
+    live_engine.enqueue("t.x", queue="work")
+    client = login("operator")
+    page = client.get("/queues/work/").content.decode()
+    # A real button in a POST form with the CSRF token, on the queue's page.
+    form = page[page.index('action="/queues/work/delete"') - 30:]
+    form = form[:form.index("</form>")]
+    assert 'method="post"' in form and "csrfmiddlewaretoken" in form and ">Delete</button>" in form
+    response = client.post("/queues/work/delete", follow=True)
+    assert "is not empty: 1 waiting" in response.content.decode()
+    assert live_engine.queue_detail("work")["waiting"] == 1
+    assert [e["action"] for e in live_engine.audit_list().items] == []
+
+
 def test_pausing_twice_reports_no_change(live_engine: Engine, login: Callable[[str], Client]) -> None:
     live_engine.enqueue("t.x", queue="work")
     client = login("operator")
@@ -232,5 +254,5 @@ def test_buttons_are_shown_only_to_those_who_may_press_them(live_engine: Engine,
     dead_letters(1)
     for who, visible in (("admin", True), ("operator", True), ("readonly_staff", False), ("viewer", False)):
         html = login(who).get("/dlq/").content.decode() + login(who).get("/queues/default/").content.decode()
-        for label in (">Retry<", ">Discard<", ">Pause<", ">Purge…<"):
+        for label in (">Retry<", ">Discard<", ">Pause<", ">Purge…<", ">Delete<"):
             assert (label in html) is visible, (who, label)

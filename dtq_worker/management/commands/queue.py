@@ -1,4 +1,5 @@
-"""manage.py queue list|pause|resume|purge: look at queues and stop, restart or empty one (audited)."""
+"""manage.py queue list|pause|resume|purge|delete: look at queues and stop, restart, empty or delete one
+(audited)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ HEADERS = ("QUEUE", "HIGH", "NORMAL", "LOW", "WAITING", "IN FLIGHT", "RETRY", "D
 
 
 class Command(OperatorCommand):
-    help = "List queues, or pause, resume or purge one."
+    help = "List queues, or pause, resume, purge or delete one."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = self.subcommands(parser, "list", "pause", "resume", "purge")
+        sub = self.subcommands(parser, "list", "pause", "resume", "purge", "delete")
         listing = sub.add_parser("list", help="depth per priority, in flight, retry scheduled, DLQ, paused")
         listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
         for name, text in (("pause", "workers stop starting its tasks; running ones finish"),
                            ("resume", "workers start its tasks again"),
-                           ("purge", "cancel every task waiting in it (not running, not scheduled)")):
+                           ("purge", "cancel every task waiting in it (not running, not scheduled)"),
+                           ("delete", "remove an empty queue (nothing waiting, in flight or scheduled)")):
             sub.add_parser(name, help=text).add_argument("queue", type=queue_name)
 
     def do_list(self, *, json: bool, **_: Any) -> None:
@@ -41,6 +43,10 @@ class Command(OperatorCommand):
     def do_resume(self, *, queue: str, **_: Any) -> None:
         changed = get_engine().set_paused(queue, False, Actor.cli())
         self.stdout.write(f"queue {queue} resumed" if changed else f"queue {queue} was not paused")
+
+    def do_delete(self, *, queue: str, **_: Any) -> None:
+        get_engine().delete_queue(queue, Actor.cli())
+        self.stdout.write(f"queue {queue} deleted")
 
     def do_purge(self, *, queue: str, **_: Any) -> None:
         self.stdout.write(f"purged {get_engine().purge(queue, Actor.cli())} waiting task(s) from queue {queue}")
