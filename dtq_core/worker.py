@@ -35,6 +35,7 @@ BLOCK_MS = 1000  # longest blocking read; bounds how long a stop request waits f
 QUEUE_REFRESH_S = 1.0
 MAX_BACKOFF_S = 10.0
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
+SWEEP_STREAMS = 30  # streams per reaper round looked at beyond those with tasks in flight
 
 
 class Worker:
@@ -69,7 +70,9 @@ class Worker:
         self._serving: list[str] | None = []
         self._drained = False  # the last fetch left nothing behind: wait for a wake token next
         self._all_streams: list[str] = []
+        self._all_stream_set: frozenset[str] = frozenset()
         self._refreshed_at = -1e9
+        self._sweep_at = 0  # where in _all_streams the reaper's next round-robin slice starts
         self._stopping = False
         # Heartbeats this worker managed (monotonic): a long gap means every worker's in-flight
         # entries aged meanwhile (Redis frozen or unreachable, or this loop blocked), see _may_reclaim.
@@ -252,6 +255,7 @@ class Worker:
             self._drained = False  # a resumed queue may hold work that rang no bell here
         self._serving = serving
         self._all_streams = [self.keys.stream(q, p) for p in PRIORITIES for q in queues]
+        self._all_stream_set = frozenset(self._all_streams)
         self._refreshed_at = time.monotonic()
 
     async def _consume(self) -> None:
@@ -466,7 +470,7 @@ class Worker:
             await self._pause(interval)
             if self._stopping:
                 return
-            for stream in list(self._all_streams) if self._may_reclaim() else []:
+            for stream in await self._reap_streams() if self._may_reclaim() else []:
                 free = self._free_slots()
                 if free <= 0 or self._stopping:  # a draining worker takes no reclaimed work either
                     break
@@ -484,6 +488,27 @@ class Worker:
             if time.monotonic() - last_prune > 30:
                 last_prune = time.monotonic()
                 await self.store.prune_workers(max(300.0, self.config.visibility_timeout_s * 10))
+
+    async def _reap_streams(self) -> list[str]:
+        """The streams the reaper looks at this round, so that its cost does not grow with the
+        number of queues:
+
+        1. those of the tasks in the running index, where every entry a worker claimed and has not
+           acknowledged belongs (what a crashed worker leaves behind);
+        2. the next SWEEP_STREAMS of all served streams, round robin, for pending entries no index
+           names (a task hash written or deleted by a tool, state older than the index): with few
+           queues every round still looks at every stream.
+        """
+        streams, n = self._all_streams, len(self._all_streams)
+        chosen = [s for s in await self.store.in_flight_streams() if s in self._all_stream_set]
+        if n <= SWEEP_STREAMS:
+            sweep = streams
+        else:
+            start = self._sweep_at % n
+            sweep = [streams[(start + i) % n] for i in range(SWEEP_STREAMS)]
+            self._sweep_at = start + SWEEP_STREAMS
+        taken = set(chosen)
+        return chosen + [s for s in sweep if s not in taken]
 
     async def _timeout_loop(self) -> None:
         while True:

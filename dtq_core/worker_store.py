@@ -23,7 +23,7 @@ from . import faults
 from .clock import Clock, iso
 from .config import DtqConfig
 from .executor import Completion, Row
-from .keys import Keys
+from .keys import PRIORITIES, Keys
 from .scripts import SOURCES, Scripts
 from .wire import Line, pack
 
@@ -208,6 +208,18 @@ class WorkerStore:
             return []
         reply = await self.scripts("claimEntries", keys=self._claim_keys(), args=[*self._claim_args(), *quads])
         return self._runnable(reply)
+
+    async def in_flight_streams(self, limit: int = 5000) -> list[str]:
+        """The streams of the RUNNING tasks in the running index (least recently seen first, up to
+        `limit` tasks), in priority order: where entries idle past the visibility timeout can be."""
+        ids = await self.client.zrange(self.keys.running(), 0, limit - 1)
+        if not ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hmget(self.keys.task(task_id), ["queue", "priority"])
+        found = {(p, q) for q, p in await pipe.execute() if q and p in PRIORITIES}
+        return [self.keys.stream(q, p) for p, q in sorted(found, key=lambda pq: (PRIORITIES.index(pq[0]), pq[1]))]
 
     async def _give_back(self, stream: str, entries: Sequence[tuple[str, dict[str, str]]]) -> None:
         """Hand entries taken by XAUTOCLAIM back to the workers their RUNNING tasks name."""

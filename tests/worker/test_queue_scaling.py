@@ -50,35 +50,40 @@ def _worker(server: RedisServer, tmp_path: Path, *args: str, **env: object) -> W
                          tmp_path / "worker.log")
 
 
-def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[int, float]:
-    """XREADGROUP calls an idle worker serving every queue makes in 3 s, and one task's latency
-    from submit to SUCCEEDED."""
+def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[int, int, float]:
+    """XREADGROUP and XAUTOCLAIM calls an idle worker serving every queue makes in 3 s, and one
+    task's latency from submit to SUCCEEDED."""
     client = redis.Redis.from_url(server.url, decode_responses=True)
     engine = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX))
     names = [f"junk-{n:05d}" for n in range(queues)]
     _make_queues(client, engine.keys, names)
-    worker = _worker(server, tmp_path)
+    # A reaper round every 0.5 s.
+    worker = _worker(server, tmp_path, DTQ_VISIBILITY_TIMEOUT_S=2, DTQ_HEARTBEAT_INTERVAL_S=0.5)
     try:
         # It waits on a wake list only after a fetch came up short: from then on it is idle.
-        wait_for(lambda: _calls(client, "blpop") >= 2, timeout=60, message=worker.output)
+        wait_for(lambda: _calls(client, "blpop") >= 2 and _calls(client, "xautoclaim") >= 1, timeout=60,
+                 message=worker.output)
         client.config_resetstat()
         time.sleep(3)  # the measurement window, not a synchronisation
-        reads = _calls(client, "xreadgroup")
+        reads, reclaims = _calls(client, "xreadgroup"), _calls(client, "xautoclaim")
         started = time.monotonic()
         task_id = engine.enqueue("dtq.echo", queue=names[len(names) // 2]).id
         wait_for(lambda: engine.get_task(task_id)["status"] == "SUCCEEDED", timeout=30, interval=0.005,
                  message=worker.output)
-        return reads, time.monotonic() - started
+        return reads, reclaims, time.monotonic() - started
     finally:
         worker.kill()
 
 
 @pytest.mark.slow
 def test_an_idle_worker_reads_nothing_however_many_queues_exist(private_redis: RedisServer, tmp_path: Path) -> None:
-    reads, latency = _idle_reads(private_redis, tmp_path, 2000)
+    reads, reclaims, latency = _idle_reads(private_redis, tmp_path, 2000)
     # One wait-then-fetch round per second (BLOCK_MS), each reading no stream: before, every
-    # round read all 6,000 streams.
+    # round read all 6,000 streams. The reaper looks only at streams with tasks in flight
+    # (none) and a round-robin slice of 30 others: before, each of its rounds (every 0.5 s here)
+    # sent an XAUTOCLAIM to every stream.
     assert reads <= 10, reads
+    assert reclaims <= 8 * 30, reclaims
     assert latency < 2.0, latency
 
 
