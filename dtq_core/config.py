@@ -8,6 +8,7 @@ stops at start with one clear line naming the bad variable instead of a tracebac
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class DtqConfig:
 
     def __post_init__(self) -> None:
         _check_url(self.redis_url)
+        numeric = [f.name for f in dataclasses.fields(self) if type(f.default) in (int, float)]
+        for name in numeric:  # every numeric setting, including ones added later
+            _check_finite(env_name(name), getattr(self, name))
         positive = (
             "visibility_timeout_s", "heartbeat_interval_s", "task_retention_s",
             "result_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen", "audit_maxlen",
@@ -67,7 +71,7 @@ class DtqConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{env_name(name)} must be greater than 0 (got {getattr(self, name)})")
-        for name in ("drain_timeout_s", "max_queue_depth", "max_queues"):
+        for name in numeric:  # no dtq duration, size or count means anything below 0
             if getattr(self, name) < 0:
                 raise ConfigError(f"{env_name(name)} must be 0 or more (got {getattr(self, name)})")
         if self.heartbeat_interval_s >= self.visibility_timeout_s:
@@ -110,6 +114,16 @@ class DtqConfig:
 
 def env_name(field: str) -> str:
     return "DTQ_" + field.upper()
+
+
+def _check_finite(name: str, value: object) -> None:
+    """A numeric setting must be a finite number: NaN compares false with everything, so range
+    rules alone let it through (a NaN visibility timeout means no entry is ever reclaimed), and
+    no dtq duration, size or count is infinite."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number (got {value!r})")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number (got {value!r})")
 
 
 def _check_url(url: str) -> None:

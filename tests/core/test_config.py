@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
-from dtq_core.config import ConfigError, DtqConfig, read_env
+from dtq_core.config import ConfigError, DtqConfig, env_name, read_env
 
 from ..conftest import ROOT
+from ..redis_server import free_port
 
 
 def test_defaults_match_the_contract() -> None:
@@ -88,3 +90,52 @@ def test_a_retention_shorter_than_the_idempotency_ttl_is_warned_about(settings: 
     assert KEYS_OUTLIVE_RECORDS in {m.id for m in run_checks(tags=["dtq"])}
     settings.DTQ = {**settings.DTQ, "TASK_RETENTION_S": 86400}
     assert KEYS_OUTLIVE_RECORDS not in {m.id for m in run_checks(tags=["dtq"])}
+
+
+# Every numeric DTQ_ setting, read off the dataclass so that settings added later are covered too.
+NUMERIC = [f.name for f in dataclasses.fields(DtqConfig) if type(f.default) in (int, float)]
+
+
+def test_the_numeric_settings_are_all_there() -> None:
+    assert {"visibility_timeout_s", "drain_timeout_s", "max_queue_depth", "redis_timeout_s"} <= set(NUMERIC)
+
+
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1"])
+@pytest.mark.parametrize("field", NUMERIC)
+def test_every_numeric_setting_refuses_non_finite_and_negative_values(field: str, raw: str) -> None:
+    # A NaN visibility timeout compares false with everything: no entry was ever reclaimed.
+    name = env_name(field)
+    default_type = type(next(f.default for f in dataclasses.fields(DtqConfig) if f.name == field))
+    with pytest.raises(ConfigError, match=f"^{name} must be "):
+        read_env({name: raw}.get)
+    if default_type is float:
+        with pytest.raises(ConfigError, match=f"^{name} must be "):
+            DtqConfig.from_mapping({field.upper(): float(raw)})  # settings.DTQ written by hand
+
+
+@pytest.mark.parametrize("field", NUMERIC)
+def test_a_non_number_in_settings_dtq_names_the_setting(field: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{env_name(field)} must be a number"):
+        DtqConfig.from_mapping({field.upper(): "30"})
+
+
+def _entry_point(command: str) -> list[str]:
+    return {
+        "runworker_dtq": [sys.executable, "manage.py", "runworker_dtq"],
+        "check": [sys.executable, "manage.py", "check"],
+        "daphne": [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", "0", "dtq_site.asgi:application"],
+        "bin/dtq": ["bin/dtq", "queues"],
+        "make run": [sys.executable, "scripts/run.py"],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ["runworker_dtq", "check", "daphne", "bin/dtq", "make run"])
+@pytest.mark.parametrize("raw", ["nan", "inf"])
+def test_a_non_finite_visibility_timeout_stops_every_entry_point_with_one_line(command: str, raw: str) -> None:
+    # The URL points at a closed port: should the value get through, nothing touches a real Redis.
+    env = {"PATH": "/usr/bin:/bin", "DTQ_VISIBILITY_TIMEOUT_S": raw, "DTQ_REDIS_URL": "redis://127.0.0.1:1/0",
+           "PORT": str(free_port())}
+    proc = subprocess.run(_entry_point(command), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert lines == [f"dtq: invalid configuration: DTQ_VISIBILITY_TIMEOUT_S must be a finite number (got {raw})"]
