@@ -272,11 +272,16 @@ def health(request: HttpRequest) -> JsonResponse:
 
 @csrf_exempt
 def ready(request: HttpRequest) -> JsonResponse:
-    """Readiness: 503 REDIS_UNAVAILABLE when Redis does not answer within the client timeout."""
+    """Readiness: 503 REDIS_UNAVAILABLE when Redis does not answer within the client timeout (or
+    still loads its dataset)."""
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed(request)
+    engine = get_engine()
     try:
-        get_engine().ping()
+        engine.ping()
+    except redis.exceptions.BusyLoadingError:  # restarted on existing data: ready once it is in memory
+        return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is loading its dataset into memory", request),
+                            status=503)
     except UNAVAILABLE_ERRORS:
         return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is unavailable", request), status=503)
     except redis.exceptions.ResponseError as exc:

@@ -34,6 +34,7 @@ logger = logging.getLogger("dtq.worker")
 BLOCK_MS = 1000  # longest blocking read; bounds how long a stop request waits for the consumer
 QUEUE_REFRESH_S = 1.0
 MAX_BACKOFF_S = 10.0
+LOADING_BACKOFF_S = 1.0  # a loading Redis is polled at least this often: start soon after it is ready
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
 SWEEP_STREAMS = 30  # streams per reaper round looked at beyond those with tasks in flight
 
@@ -105,7 +106,8 @@ class Worker:
         self.runner = AttemptRunner(self.config, self.clock, self.pool, self.worker_id,
                                     thread_released=self._slot_freed.set)
         try:
-            await self._register()
+            if not await self._register():
+                return 0  # stopped while Redis was still loading: nothing was started
             self.state = "running"
             logger.info("worker_id=%s started queues=%s concurrency=%d", self.worker_id,
                         ",".join(self.fixed_queues or ["*"]), self.concurrency)
@@ -124,7 +126,31 @@ class Worker:
             await self.store.aclose()
         return 0
 
-    async def _register(self) -> None:
+    async def _register(self) -> bool:
+        """Register, waiting out a Redis that is still loading its dataset (a restart on existing
+        data answers LOADING until it is in memory; that ends by itself, so the worker waits rather
+        than exits); False when stopped meanwhile. Other errors propagate: at start, an unreachable
+        Redis is a wrong URL more often than an outage, and the command says so in one line."""
+        delay, waiting_since = 0.1, 0.0
+        while True:
+            try:
+                await self._register_once()
+            except redis.exceptions.BusyLoadingError:
+                if not waiting_since:
+                    waiting_since = time.monotonic()
+                    logger.warning("worker_id=%s Redis is loading its dataset into memory; waiting for it "
+                                   "before starting", self.worker_id)
+                await self._pause(delay)
+                if self._stopping:
+                    return False
+                delay = min(delay * 2, LOADING_BACKOFF_S)
+                continue
+            if waiting_since:
+                logger.info("worker_id=%s Redis finished loading after %.1fs", self.worker_id,
+                            time.monotonic() - waiting_since)
+            return True
+
+    async def _register_once(self) -> None:
         age = await self.store.live_worker_age_s(self.worker_id)
         if age is not None and age < self.config.visibility_timeout_s:
             raise WorkerNameTaken(

@@ -19,14 +19,20 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 PY = sys.executable
 # Overridable so the suite can run this script without touching a developer's port 6380.
 REDIS_PORT = int(os.environ.get("DTQ_LOCAL_REDIS_PORT", "6380"))
 STATE_DIR = Path(os.environ.get("DTQ_LOCAL_STATE_DIR") or ROOT / "var")  # as dtq_site.settings reads it
 REDIS_DIR = Path(os.environ.get("DTQ_LOCAL_REDIS_DIR") or STATE_DIR / "redis")
+
+from dtq_core.conf import read_environment  # noqa: E402 - needs ROOT on sys.path
+from dtq_core.config import ConfigError  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -76,10 +82,69 @@ def stop(proc: subprocess.Popen[bytes] | None, name: str, timeout: float) -> Non
         proc.wait(5)
 
 
+def wait_for_redis(url: str, proc: subprocess.Popen[bytes] | None, stopping: Callable[[], bool]) -> bool:
+    """Wait until Redis answers PING; False if it never will (our redis-server exited or never
+    opened its port, or Ctrl-C). A Redis restarted on existing data answers LOADING until its
+    dataset is in memory, which takes as long as it takes: starting the worker and daphne then
+    would only have them fail."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    deadline = time.monotonic() + 10  # to open its port; loading has no deadline
+    loading_since = next_progress = 0.0
+    try:
+        while not stopping():
+            try:
+                client.ping()
+                if loading_since:
+                    say(f"redis finished loading its dataset after {time.monotonic() - loading_since:.0f}s")
+                return True
+            except redis.exceptions.BusyLoadingError:
+                now = time.monotonic()
+                if not loading_since:
+                    loading_since, next_progress = now, now + 10
+                    say(f"redis is loading its dataset into memory ({loading_progress(client)}); "
+                        "daphne and the worker start once it has")
+                elif now >= next_progress:
+                    next_progress = now + 10
+                    say(f"redis is still loading its dataset ({loading_progress(client)})")
+            except redis.exceptions.RedisError:
+                if proc is None:
+                    return True  # someone else's Redis: the worker and /ready say what is wrong with it
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    return False
+            time.sleep(0.1)
+        return False
+    finally:
+        client.close()
+
+
+def loading_progress(client: Any) -> str:
+    try:
+        info = client.info("persistence")
+        done, total = float(info.get("loading_loaded_perc", 0)), int(info.get("loading_total_bytes", 0))
+        return f"{done:.0f}% of {total / 2**20:.0f} MB"
+    except Exception:  # noqa: BLE001 - progress is a nicety
+        return "progress unknown"
+
+
 def main() -> int:
     env = dict(os.environ)
+    try:
+        config = read_environment()  # the one line naming a bad DTQ_* variable, before anything starts
+    except ConfigError as exc:
+        sys.stderr.write(f"dtq: invalid configuration: {exc}\n")
+        return 2
     port = int(env.get("PORT", "8000"))
     redis_proc = None
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     if not env.get("DTQ_REDIS_URL"):
         binary = shutil.which("redis-server")
         if binary is None:
@@ -94,14 +159,13 @@ def main() -> int:
         redis_proc = start([binary, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--dir", str(data),
                             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
                             "--logfile", str(data / "redis.log")], env)
-        deadline = time.monotonic() + 10
-        while not port_open(REDIS_PORT):
-            if redis_proc.poll() is not None or time.monotonic() > deadline:
-                say(f"redis-server failed to start; see {data / 'redis.log'}")
-                return 1
-            time.sleep(0.05)
         env["DTQ_REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
         say(f"persistent redis on 127.0.0.1:{REDIS_PORT} (AOF everysec, data in {data}) pid {redis_proc.pid}")
+    if not wait_for_redis(env["DTQ_REDIS_URL"], redis_proc, lambda: stopping):
+        if not stopping:
+            say(f"redis-server failed to start; see {REDIS_DIR / 'redis.log'}")
+        stop(redis_proc, "redis-server", 15)
+        return 0 if stopping else 1
     write_private(STATE_DIR / "redis.url", env["DTQ_REDIS_URL"])  # bin/dtq and manage.py read this Redis too
     if not env.get("DJANGO_SECRET_KEY"):
         env["DJANGO_SECRET_KEY"] = local_secret(STATE_DIR / "secret_key")
@@ -124,14 +188,6 @@ def main() -> int:
     say(f"operator   bin/dtq queue list   (reads this Redis through {STATE_DIR / 'redis.url'})")
     say("staff user: .venv/bin/python manage.py createsuperuser   (Ctrl-C stops everything)")
 
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     code = 0
     while not stopping:
         for proc, name in ((daphne, "daphne"), (worker, "worker"), (redis_proc, "redis-server")):
@@ -140,8 +196,7 @@ def main() -> int:
                 stopping, code = True, 1
         time.sleep(0.2)
     say("stopping: worker drains, then daphne, then redis")
-    drain = float(env.get("DTQ_DRAIN_TIMEOUT_S", "30") or 30)
-    stop(worker, "worker", drain + 5)
+    stop(worker, "worker", config.drain_timeout_s + 5)
     stop(daphne, "daphne", 10)
     stop(redis_proc, "redis-server", 15)
     return code

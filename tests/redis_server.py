@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -20,13 +21,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, directory: Path, *, appendonly: bool = True, port: int | None = None) -> None:
+    def __init__(self, directory: Path, *, appendonly: bool = True, port: int | None = None,
+                 args: Sequence[str] = ()) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server not found: apt-get install redis-server")
         self.binary = binary
         self.directory = directory
         self.appendonly = appendonly
+        self.args = list(args)  # more redis-server options, e.g. ["--maxmemory-policy", "allkeys-lru"]
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -34,13 +37,16 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
+    def start(self, *, wait: bool = True) -> RedisServer:
+        """Start it; with wait=False, return before it answers (e.g. while it loads its data)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
-                "--daemonize", "no", "--logfile", str(self.directory / "redis.log"), "--protected-mode", "yes"]
+                "--daemonize", "no", "--logfile", str(self.directory / "redis.log"), "--protected-mode", "yes",
+                *self.args]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
         return self
 
     def wait_ready(self, timeout: float = 10.0) -> None:
