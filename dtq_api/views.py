@@ -20,7 +20,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dtq_core.admin import DlqSelection
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
+from dtq_core.connection import (
+    EVICTION_POLICY,
+    UNAVAILABLE_ERRORS,
+    WRONG_DATABASE,
+    eviction_problem,
+    wrong_database,
+)
 from dtq_core.engine import get_engine
 from dtq_core.errors import ValidationError
 from dtq_core.task import Status
@@ -273,12 +279,13 @@ def health(request: HttpRequest) -> JsonResponse:
 @csrf_exempt
 def ready(request: HttpRequest) -> JsonResponse:
     """Readiness: 503 REDIS_UNAVAILABLE when Redis does not answer within the client timeout (or
-    still loads its dataset)."""
+    still loads its dataset); a warning in the body when its maxmemory-policy may evict dtq's keys."""
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed(request)
     engine = get_engine()
     try:
         engine.ping()
+        policy = engine.eviction_policy()
     except redis.exceptions.BusyLoadingError:  # restarted on existing data: ready once it is in memory
         return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is loading its dataset into memory", request),
                             status=503)
@@ -288,7 +295,13 @@ def ready(request: HttpRequest) -> JsonResponse:
         if not wrong_database(exc):
             raise
         return JsonResponse(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)
-    return JsonResponse({"status": "ready"})
+    problem = eviction_problem(policy)
+    if problem is None:
+        return JsonResponse({"status": "ready"})
+    # Still ready (it serves, and every replica would drop out of rotation at once over a setting),
+    # but said on every probe: docs/api.md, docs/deployment.md.
+    return JsonResponse({"status": "ready", "warnings": [{"code": EVICTION_POLICY, "message": problem,
+                                                          "maxmemory_policy": policy}]})
 
 
 # csrf_exempt: it changes nothing, so a POST/PUT/DELETE gets this 404, not CSRF's HTML 403.

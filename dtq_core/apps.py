@@ -7,9 +7,10 @@ class DtqCoreConfig(AppConfig):
     verbose_name = "dtq engine"
 
     def ready(self) -> None:
-        from .checks import idempotency_keys_outlive_records
+        from .checks import idempotency_keys_outlive_records, redis_eviction_policy
         from .conf import connect_signals, stop_if_invalid
 
         connect_signals()
         stop_if_invalid()
         checks.register(idempotency_keys_outlive_records, "dtq")
+        checks.register(redis_eviction_policy, "dtq", deploy=True)

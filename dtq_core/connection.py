@@ -60,3 +60,56 @@ def async_client(config: DtqConfig, *, read_timeout_s: float) -> aioredis.Redis:
         retry_on_error=[],
         max_connections=64,
     )
+
+
+# -- maxmemory-policy ---------------------------------------------------------------------------
+# docs/deployment.md: an evicted task hash, stream or lock is a task lost without a word, so Redis
+# must refuse writes when full (noeviction) rather than drop keys. Checked where dtq connects:
+# worker start (ERROR line), /ready (a warning in the body) and `manage.py check --deploy`.
+NOEVICTION = "noeviction"
+EVICTION_POLICY = "REDIS_EVICTION_POLICY"
+
+
+def eviction_policy(client: redis.Redis) -> str | None:
+    """Redis's maxmemory-policy, or None when it cannot be read.
+
+    Managed Redis often disables or renames CONFIG (or an ACL forbids it): INFO memory carries
+    the same value as maxmemory_policy. Connection errors propagate.
+    """
+    try:
+        value = client.config_get("maxmemory-policy").get("maxmemory-policy")
+        if value:
+            return str(value)
+    except redis.exceptions.ResponseError:  # unknown command, or NOPERM
+        pass
+    try:
+        return str(client.info("memory").get("maxmemory_policy") or "") or None
+    except redis.exceptions.ResponseError:
+        return None
+
+
+async def eviction_policy_async(client: aioredis.Redis) -> str | None:
+    """eviction_policy for the worker's asyncio client."""
+    try:
+        value = (await client.config_get("maxmemory-policy")).get("maxmemory-policy")
+        if value:
+            return str(value)
+    except redis.exceptions.ResponseError:
+        pass
+    try:
+        return str((await client.info("memory")).get("maxmemory_policy") or "") or None
+    except redis.exceptions.ResponseError:
+        return None
+
+
+def eviction_problem(policy: str | None) -> str | None:
+    """What is wrong with a maxmemory-policy, in one line; None when it is noeviction."""
+    if policy == NOEVICTION:
+        return None
+    if policy is None:
+        return ("could not verify Redis's maxmemory-policy (CONFIG GET and INFO memory were both refused); "
+                "it must be noeviction, or a full Redis evicts task records, streams and locks: tasks lost "
+                "without a trace")
+    return (f"Redis's maxmemory-policy is {policy}, not noeviction: a full Redis evicts keys, and an evicted "
+            "task record, stream or lock is a task lost without a trace; set maxmemory-policy noeviction "
+            "(docs/deployment.md)")

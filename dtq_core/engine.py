@@ -16,7 +16,7 @@ from . import codec
 from .admin import AdminMixin
 from .clock import Clock, SystemClock, iso
 from .config import DtqConfig
-from .connection import sync_client
+from .connection import eviction_policy, sync_client
 from .errors import CancelRequested, QueueFull, QueueLimitReached, TaskNotFound, TaskTerminal
 from .inspect import InspectMixin
 from .keys import PRIORITIES, Keys
@@ -162,6 +162,10 @@ class Engine(InspectMixin, AdminMixin):
     # -- health -------------------------------------------------------------------------------
     def ping(self) -> bool:
         return bool(self.client.ping())
+
+    def eviction_policy(self) -> str | None:
+        """Redis's maxmemory-policy (None: could not be read); dtq needs noeviction."""
+        return eviction_policy(self.client)
 
 
 def _pairs(flat: list[Any]) -> dict[str, str]:

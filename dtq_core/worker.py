@@ -22,7 +22,7 @@ import redis
 from . import faults
 from .clock import Clock, SystemClock
 from .config import DtqConfig
-from .connection import async_client
+from .connection import async_client, eviction_policy_async, eviction_problem
 from .errors import WorkerNameTaken
 from .executor import TIMEOUT_CHECK_S, AttemptRunner, Completion, Execution, Row, expire_overdue
 from .keys import PRIORITIES, Keys
@@ -148,7 +148,21 @@ class Worker:
             if waiting_since:
                 logger.info("worker_id=%s Redis finished loading after %.1fs", self.worker_id,
                             time.monotonic() - waiting_since)
+            await self._check_eviction_policy()
             return True
+
+    async def _check_eviction_policy(self) -> None:
+        """Say loudly, once at start, when Redis may evict dtq's keys (docs/deployment.md)."""
+        try:
+            policy = await eviction_policy_async(self.client)
+        except Exception as exc:  # noqa: BLE001 - a check must not stop the worker
+            logger.warning("worker_id=%s could not verify Redis's maxmemory-policy (%s: %s)", self.worker_id,
+                           type(exc).__name__, exc)
+            return
+        problem = eviction_problem(policy)
+        if problem is not None:
+            # ERROR for a policy that evicts; a WARNING when it could not be read (managed Redis).
+            logger.log(logging.ERROR if policy else logging.WARNING, "worker_id=%s %s", self.worker_id, problem)
 
     async def _register_once(self) -> None:
         age = await self.store.live_worker_age_s(self.worker_id)
