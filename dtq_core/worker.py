@@ -81,6 +81,7 @@ class Worker:
         self._healthy_since = float("-inf")
         self._stop = asyncio.Event()
         self._beat_failed = False
+        self._loading_said = False  # a loading Redis is logged once per outage, not once per loop restart
         self._redis_back = asyncio.Event()  # set (and replaced) by a heartbeat that lands after failing
         self._slot_freed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
@@ -254,8 +255,17 @@ class Worker:
                     failures = 0
                 failures += 1
                 delay = min(max_backoff, 0.1 * 2 ** min(failures, 10))
-                logger.warning("worker_id=%s loop=%s failed (%s: %s); restarting in %.1fs", self.worker_id, name,
-                               type(exc).__name__, exc, delay)
+                if isinstance(exc, redis.exceptions.BusyLoadingError):
+                    # Every loop fails this way, over and over, for as long as the load takes.
+                    if not self._loading_said:
+                        self._loading_said = True
+                        logger.warning("worker_id=%s Redis is loading its dataset into memory; every loop retries "
+                                       "with backoff until it has", self.worker_id)
+                    logger.debug("worker_id=%s loop=%s: Redis still loading; restarting in %.1fs", self.worker_id,
+                                 name, delay)
+                else:
+                    logger.warning("worker_id=%s loop=%s failed (%s: %s); restarting in %.1fs", self.worker_id,
+                                   name, type(exc).__name__, exc, delay)
                 if name == "heartbeat":
                     self._beat_failed = True
                     await asyncio.sleep(delay)
@@ -463,6 +473,7 @@ class Worker:
             if self._beat_failed:
                 # Wake every loop backing off after an error: this beat says Redis answers again.
                 self._beat_failed = False
+                self._loading_said = False
                 recovered, self._redis_back = self._redis_back, asyncio.Event()
                 recovered.set()
             await asyncio.sleep(self._beat_every_s())

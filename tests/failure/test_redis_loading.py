@@ -39,6 +39,7 @@ pytestmark = pytest.mark.slow
 
 LOAD_SLOWLY = ["--key-load-delay", "2000", "--loading-process-events-interval-bytes", "1024"]  # ~200 s for 100k keys
 LOADING_LINE = "Redis is loading its dataset into memory; waiting for it"
+LOOPS_LOADING_LINE = "Redis is loading its dataset into memory; every loop retries with backoff"
 
 
 def persist_a_dataset(directory: Path, keys: int = 100_000) -> None:
@@ -62,6 +63,12 @@ def loading(port: int) -> bool:
     except redis.exceptions.ConnectionError:
         return False
     return False
+
+
+def loading_refusals(port: int) -> int:
+    """How many commands this redis-server has refused with LOADING (INFO works while loading)."""
+    stats = redis.Redis(port=port, socket_timeout=2).info("errorstats")
+    return int(stats.get("errorstat_LOADING", {}).get("count", 0))
 
 
 def finish_loading(port: int) -> None:
@@ -146,13 +153,18 @@ def test_a_running_worker_rides_out_a_restart_into_a_long_load(tmp_path: Path, s
         server.args = LOAD_SLOWLY
         server.start(wait=False)
         wait_for(lambda: loading(server.port), timeout=10, message="redis-server never answered LOADING")
-        wait_for(lambda: "BusyLoadingError" in worker.output(), timeout=30, message=worker.output)
+        wait_for(lambda: LOOPS_LOADING_LINE in worker.output(), timeout=30, message=worker.output)
+        # Let the worker's loops fail on LOADING many times over (Redis counts each refusal).
+        wait_for(lambda: loading_refusals(server.port) >= 30, timeout=60, message=worker.output)
         assert worker.proc.poll() is None and loading(server.port)
         finish_loading(server.port)
         server.wait_ready(timeout=30)
         task_id = get_engine().enqueue("failure.work", queue="out").id
         wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=30, message=worker.output)
         assert worker.proc.poll() is None
+        # Said once for the whole load, not once per loop restart.
+        assert worker.output().count(LOOPS_LOADING_LINE) == 1, worker.output()
+        assert "BusyLoadingError" not in worker.output(), worker.output()
     finally:
         worker.kill()
         server.stop()
