@@ -105,6 +105,8 @@ def test_a_worker_started_while_redis_loads_waits_then_serves(loading_redis: tup
         assert time.monotonic() - started < 2
         assert response.status_code == 503 and response.json()["error"]["code"] == "REDIS_UNAVAILABLE"
         assert "loading" in response.json()["error"]["message"]
+        submit = Client().post("/api/v1/tasks", {"type": "failure.work"}, content_type="application/json")
+        assert submit.status_code == 503 and submit.json()["error"]["code"] == "REDIS_UNAVAILABLE"
         assert loading(server.port)  # the window was still open for all of the above
 
         finish_loading(server.port)
