@@ -158,6 +158,7 @@ def main() -> int:
         data.mkdir(parents=True, exist_ok=True)
         redis_proc = start([binary, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--dir", str(data),
                             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+                            "--maxmemory-policy", "noeviction",
                             "--logfile", str(data / "redis.log")], env)
         env["DTQ_REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"
         say(f"persistent redis on 127.0.0.1:{REDIS_PORT} (AOF everysec, data in {data}) pid {redis_proc.pid}")

@@ -25,6 +25,7 @@ from uuid import uuid4
 
 import pytest
 import redis
+import yaml
 from django.test import Client
 
 from dtq_core.engine import get_engine
@@ -170,6 +171,20 @@ def test_a_running_worker_rides_out_a_restart_into_a_long_load(tmp_path: Path, s
     finally:
         worker.kill()
         server.stop()
+
+
+def test_the_compose_redis_healthcheck_fails_while_redis_loads(loading_redis: tuple[RedisServer, Keys]) -> None:
+    # compose starts the API and the workers once Redis is "healthy": not while it still loads.
+    server, _ = loading_redis
+    kind, *check = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["redis"]["healthcheck"]["test"]
+    # As the container runs it, against this test's port.
+    command = ["sh", "-c", check[0].replace("redis-cli", f"redis-cli -p {server.port}")] if kind == "CMD-SHELL" \
+        else [check[0], "-p", str(server.port), *check[1:]]
+    assert subprocess.run(command, capture_output=True, timeout=30).returncode != 0
+    assert loading(server.port)  # the check above ran while it loaded
+    finish_loading(server.port)
+    server.wait_ready(timeout=30)
+    assert subprocess.run(command, capture_output=True, timeout=30).returncode == 0
 
 
 def test_make_run_waits_for_a_loading_redis_before_starting_daphne_and_the_worker(tmp_path: Path) -> None:
