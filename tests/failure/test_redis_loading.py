@@ -199,8 +199,9 @@ def test_make_run_waits_for_a_loading_redis_before_starting_daphne_and_the_worke
     wrapper.write_text(f'#!/bin/sh\nexec {real} "$@" {" ".join(LOAD_SLOWLY)}\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     port, redis_port = free_port(), free_port()
-    run_env = {k: v for k, v in os.environ.items() if not k.startswith("DTQ_")}
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("DTQ_", "DJANGO_"))}
     run_env.update(PORT=str(port), DTQ_LOCAL_REDIS_PORT=str(redis_port), DTQ_LOCAL_REDIS_DIR=str(tmp_path / "redis"),
+                   DTQ_LOCAL_STATE_DIR=str(tmp_path / "state"),
                    DTQ_DRAIN_TIMEOUT_S="5", DTQ_KEY_PREFIX="dtqtest-loading", PYTHONUNBUFFERED="1",
                    PATH=f"{bin_dir}:{os.environ['PATH']}")
     log_path = tmp_path / "run.log"
