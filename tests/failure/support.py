@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import time
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from dtq_core.keys import Keys
@@ -133,3 +138,85 @@ class Events:
 
     def count(self, etype: str, task_id: str) -> int:
         return sum(1 for e in self.seen if e.get("type") == etype and e.get("task_id") == task_id)
+
+
+# -- injected infrastructure faults (network partition, full disk) ----------------------------
+
+def drain_events(pubsub: Any, quiet_s: float = 1.0, limit: int = 100_000) -> list[dict[str, Any]]:
+    """Every event a subscribed pubsub has buffered, until none arrives for quiet_s."""
+    events: list[dict[str, Any]] = []
+    quiet_until = time.monotonic() + quiet_s
+    while len(events) < limit and time.monotonic() < quiet_until:
+        # None also stands for a subscribe confirmation: only time without messages ends this.
+        message = pubsub.get_message(timeout=0.1)
+        if message is not None and message.get("type") == "message":
+            events.append(json.loads(message["data"]))
+            quiet_until = time.monotonic() + quiet_s
+    return events
+
+
+def run_root(*args: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+class Partition:
+    """Drops every packet a process group (matched by its gid, `meta skgid`) sends to one local TCP
+    port, with an nftables table of its own: the worker stays up but cannot reach Redis, and
+    Redis cannot hear it. Only this table is ever touched; close() deletes it."""
+
+    def __init__(self, gid: int, port: int) -> None:
+        self.gid, self.port = gid, port
+        self.table = f"dtq_test_partition_{os.getpid()}_{port}"
+        self.created = False
+
+    def open(self) -> None:
+        """Create the table (no rule yet), or pytest.skip with the reason nft gives."""
+        if os.geteuid() != 0:
+            pytest.skip("partition tests need root (nftables)")
+        if shutil.which("nft") is None:
+            pytest.skip("nft not found: apt-get install nftables")
+        done = run_root("nft", "add", "table", "inet", self.table)
+        if done.returncode != 0:
+            pytest.skip(f"the kernel refused an nftables table: {done.stderr.strip()}")
+        self.created = True
+        done = run_root("nft", "add", "chain", "inet", self.table, "out",
+                        "{ type filter hook output priority 0 ; policy accept ; }")
+        if done.returncode != 0:
+            self.close()
+            pytest.skip(f"the kernel refused an nftables output chain: {done.stderr.strip()}")
+
+    def cut(self) -> None:
+        done = run_root("nft", "add", "rule", "inet", self.table, "out", "meta", "skgid", str(self.gid),
+                        "tcp", "dport", str(self.port), "drop")
+        assert done.returncode == 0, done.stderr
+
+    def heal(self) -> None:
+        done = run_root("nft", "flush", "chain", "inet", self.table, "out")
+        assert done.returncode == 0, done.stderr
+
+    def close(self) -> None:
+        if self.created:
+            run_root("nft", "delete", "table", "inet", self.table)
+            self.created = False
+
+
+class TmpfsMount:
+    """A small tmpfs mounted on a directory (Redis's dir), unmounted by close()."""
+
+    def __init__(self, path: Path, size: str) -> None:
+        self.path, self.size = path, size
+        self.mounted = False
+
+    def mount(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        done = run_root("mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.path))
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        self.mounted = True
+
+    def close(self) -> None:
+        if self.mounted:
+            done = run_root("umount", str(self.path))
+            if done.returncode != 0:
+                run_root("umount", "-l", str(self.path))
+            self.mounted = False
