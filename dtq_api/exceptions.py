@@ -11,7 +11,7 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, write_refused, wrong_database
 from dtq_core.errors import DtqError, ValidationError
 
 from .middleware import request_id_of
@@ -47,6 +47,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return Response(envelope("REDIS_UNAVAILABLE", "Redis is unavailable; try again shortly", request),
                         status=503)
+    if write_refused(exc):
+        # Not a bad request and not our bug: the client should retry once the operator frees
+        # disk or memory. Redis's own words say which ("...No space left on device").
+        reason = str(exc).split(" script: ")[0]
+        return Response(envelope("REDIS_WRITE_FAILED", f"Redis refused the write; try again shortly ({reason})",
+                                 request), status=503)
     if wrong_database(exc):
         return Response(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)
     if isinstance(exc, RequestDataTooBig):  # a body past DATA_UPLOAD_MAX_MEMORY_SIZE: 413, not Django's HTML 400

@@ -25,6 +25,7 @@ from dtq_core.connection import (
     UNAVAILABLE_ERRORS,
     WRONG_DATABASE,
     eviction_problem,
+    write_refused,
     wrong_database,
 )
 from dtq_core.engine import get_engine
@@ -292,6 +293,9 @@ def ready(request: HttpRequest) -> JsonResponse:
     except UNAVAILABLE_ERRORS:
         return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is unavailable", request), status=503)
     except redis.exceptions.ResponseError as exc:
+        if write_refused(exc):  # Redis refuses PING too while it cannot write (MISCONF)
+            return JsonResponse(envelope("REDIS_WRITE_FAILED", f"Redis refuses writes ({exc})", request),
+                                status=503)
         if not wrong_database(exc):
             raise
         return JsonResponse(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)

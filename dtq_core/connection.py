@@ -31,6 +31,15 @@ REDIS_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 WRONG_DATABASE = "DTQ_REDIS_URL names a database this Redis does not have (DB index is out of range)"
 
 
+def write_refused(exc: BaseException) -> bool:
+    """Redis answers but refuses writes: its disk is full or failing (MISCONF: the AOF or RDB
+    write failed) or it is at maxmemory (OOM). Transient for the caller, like an outage."""
+    if not isinstance(exc, redis.exceptions.ResponseError):
+        return False
+    reply = str(exc).split("caused error: ", 1)[-1].lstrip("('\"")  # a pipeline's wraps Redis's reply
+    return reply.startswith(("MISCONF", "OOM"))
+
+
 def wrong_database(exc: BaseException) -> bool:
     """Redis refused the SELECT of the URL's database: a configuration error, found on connect."""
     return isinstance(exc, redis.exceptions.ResponseError) and "DB index is out of range" in str(exc)

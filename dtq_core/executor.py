@@ -24,7 +24,7 @@ from . import registry
 from .clock import Clock
 from .codec import encode_result, truncate_result, valid_utf8
 from .config import DtqConfig
-from .connection import REDIS_CONNECTION_ERRORS
+from .connection import REDIS_CONNECTION_ERRORS, write_refused
 from .task import Outcome, RetryPolicy, next_attempt_at
 
 BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -245,8 +245,9 @@ class AttemptRunner:
 
     def _failed(self, row: Row, exc: BaseException, duration: float, *, frames: str = "") -> Completion:
         """frames: for a timeout (never raised where the handler was), the stack it was cut off in."""
-        retryable = isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS)) and not \
-            isinstance(exc, (UnknownTaskType, PayloadDecodeError))
+        # Redis refusing writes (disk full, maxmemory) is an outage, not the task's fault: retry it.
+        retryable = (isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS))
+                     or write_refused(exc)) and not isinstance(exc, (UnknownTaskType, PayloadDecodeError))
         error_class = error_name(exc)
         if frames:
             text = f"Traceback (most recent call last):\n{frames}{''.join(traceback.format_exception_only(exc))}"

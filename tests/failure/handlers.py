@@ -148,3 +148,13 @@ def gated(payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("fail"):
         raise RuntimeError(payload["fail"])
     return {"gate": payload["gate"]}
+
+
+@dtq_tasks.task("failure.write_late")
+def write_late(payload: dict[str, Any]) -> dict[str, Any]:
+    """Record the run, sleep (per attempt when asked), then write to Redis: a handler whose own
+    write meets whatever happened to Redis meanwhile (a full disk)."""
+    task_id, attempt = _record()
+    time.sleep(_seconds(payload, attempt))
+    get_engine().client.hincrby(log_key("effects"), task_id, 1)
+    return {"attempt": attempt, "pid": os.getpid()}
