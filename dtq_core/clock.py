@@ -22,6 +22,37 @@ class SystemClock:
         return time.monotonic()
 
 
+class RedisAlignedClock:
+    """The system clock moved onto Redis's: what a worker writes and compares with other hosts'
+    times (retry and delay due times, heartbeats, claim and lock ages, ttl_seconds) then agrees
+    with its peers' even when its host's clock is off, as long as theirs follow Redis's too."""
+
+    # Offsets measured within this of the one in use are round-trip noise: keep time steady.
+    NOISE_MS = 100
+
+    def __init__(self) -> None:
+        self.offset_ms = 0  # Redis's clock minus ours
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    @staticmethod
+    def system_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    def align(self, sent_ms: int, redis_ms: int, received_ms: int) -> bool:
+        """Take Redis's TIME read between sent_ms and received_ms (our clock); True when the offset
+        moved (by more than round-trip noise)."""
+        offset = redis_ms - (sent_ms + received_ms) // 2
+        if abs(offset - self.offset_ms) <= max(self.NOISE_MS, received_ms - sent_ms):
+            return False
+        self.offset_ms = offset
+        return True
+
+
 class FakeClock:
     """A clock tests move by hand: `clock.advance(30)`."""
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from . import faults
-from .clock import Clock, SystemClock
+from .clock import Clock, RedisAlignedClock
 from .config import DtqConfig
 from .connection import async_client, eviction_policy_async, eviction_problem
 from .errors import WorkerNameTaken
@@ -58,7 +58,8 @@ class Worker:
         self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}"
         self.burst = burst
         self.max_tasks = max_tasks
-        self.clock = clock or SystemClock()
+        # Without a clock given, the worker keeps time by Redis's (see _align_clock).
+        self.clock = clock or RedisAlignedClock()
         self.processed = 0
         self.is_leader = False
         self.state = "starting"
@@ -166,6 +167,7 @@ class Worker:
             logger.log(logging.ERROR if policy else logging.WARNING, "worker_id=%s %s", self.worker_id, problem)
 
     async def _register_once(self) -> None:
+        await self._align_clock()
         age = await self.store.live_worker_age_s(self.worker_id)
         if age is not None and age < self.config.visibility_timeout_s:
             raise WorkerNameTaken(
@@ -468,6 +470,7 @@ class Worker:
         while True:  # beat first: restarted after a failure (see _supervise), it beats at once
             entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
             entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
+            await self._align_clock()
             await self.store.heartbeat(self._info(), entries)
             self._beat_done()
             if self._beat_failed:
@@ -477,6 +480,22 @@ class Worker:
                 recovered, self._redis_back = self._redis_back, asyncio.Event()
                 recovered.set()
             await asyncio.sleep(self._beat_every_s())
+
+    async def _align_clock(self) -> None:
+        """Measure this host's clock against Redis's. Every worker writing and comparing times on
+        Redis's clock keeps a host whose clock is off from promoting delayed tasks and retries
+        early or late, expiring tasks early, or making its peers (or itself) look stale."""
+        clock = self.clock
+        if not isinstance(clock, RedisAlignedClock):
+            return  # a clock given by the caller (tests) is kept as it is
+        sent = clock.system_ms()
+        seconds, micros = await self.client.time()
+        received = clock.system_ms()
+        if received - sent > 1000:
+            return  # a reading that slow says little
+        if clock.align(sent, int(seconds) * 1000 + int(micros) // 1000, received) and abs(clock.offset_ms) > 1000:
+            logger.warning("worker_id=%s this host's clock is %+.1fs off Redis's; keeping time by Redis's "
+                           "(run NTP on every host)", self.worker_id, -clock.offset_ms / 1000)
 
     def _beat_every_s(self) -> float:
         return self.config.heartbeat_every_s  # see DtqConfig.heartbeat_every_s and _beat_gap_s

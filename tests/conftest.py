@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -104,11 +104,11 @@ class WorkerProcess:
     """A real `manage.py runworker_dtq` process."""
 
     def __init__(self, args: list[str], env: dict[str, str], log: Path, *,
-                 prefix: Sequence[str] = (), preexec_fn: Callable[[], Any] | None = None) -> None:
-        """prefix: a command to run it under (e.g. faketime); preexec_fn: run in the child (e.g. setgid)."""
+                 preexec_fn: Callable[[], Any] | None = None) -> None:
+        """preexec_fn: run in the child before the worker starts (e.g. to change its group)."""
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()/kill()
-        self.proc = subprocess.Popen([*prefix, sys.executable, "manage.py", "runworker_dtq", *args], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "runworker_dtq", *args], cwd=ROOT,
                                      env=env, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
 
     @property

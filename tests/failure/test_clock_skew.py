@@ -1,0 +1,117 @@
+"""Clock skew between hosts, injected for real: two of three worker processes run under
+libfaketime (Debian's `faketime` package), one 30 s ahead and one 30 s behind, with the
+scheduler lock held by a skewed one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from dtq_core.engine import Engine
+
+from ..conftest import WorkerProcess, wait_for
+from .support import counter, drain_events, env, execs, pending, statuses, task
+
+pytestmark = pytest.mark.slow
+
+SKEW_S = 30
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+                        + sorted(Path("/usr/lib").glob("faketime/libfaketime.so.1"))), None)
+
+
+def _skewed(offset_s: int) -> dict[str, str]:
+    """Environment that shifts a process's wall clock (CLOCK_REALTIME) by offset_s, as a host
+    whose clock is off would be; its monotonic clock stays true, as it does on such a host.
+
+    libfaketime 0.9.10 (Debian 12) and Python 3.11 agree only this way, and not entirely: with the
+    monotonic clock faked too, thread waits with a timeout (Lock.acquire, Queue.get) hang; with it
+    kept true, time.sleep fails with EINVAL (its absolute clock_nanosleep is shifted anyway). So the
+    skewed workers here run async handlers, which sleep on the event loop (epoll timeouts)."""
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{offset_s:+d}s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+PROBE = """
+import asyncio, queue, time
+wall, mono = time.time(), time.monotonic()
+try:
+    queue.Queue().get(timeout=0.1)
+except queue.Empty:
+    pass
+asyncio.run(asyncio.sleep(0.1))
+print(wall, mono, time.monotonic() - mono)
+"""
+
+
+@pytest.mark.parametrize("leader", ["ahead", "behind"])
+def test_workers_30s_off_run_every_task_once_on_time_and_reclaim_nothing_alive(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess], leader: str) -> None:
+    # It should survive: every task (plain, longer than the visibility timeout, retried and
+    # delayed) ends SUCCEEDED exactly once, retries and delays come due on time whoever writes
+    # or promotes them, and no worker takes a task a live peer is running.
+    if LIBFAKETIME is None:
+        pytest.skip("libfaketime not found: apt-get install faketime")
+    engine = Engine(engine.config)  # on the system clock: delays count from now
+    keys = engine.keys
+    offsets = {"ahead": SKEW_S, "behind": -SKEW_S, "normal": 0}
+    # The fault works here: Python's wall clock under libfaketime is off by the offset; its
+    # monotonic clock, thread waits and asyncio's sleeps are not.
+    for offset in (SKEW_S, -SKEW_S):
+        probe = subprocess.run([sys.executable, "-c", PROBE], env={**os.environ, **_skewed(offset)},
+                               capture_output=True, text=True, timeout=30, check=False)
+        assert probe.returncode == 0, probe.stderr
+        wall, mono, waited = map(float, probe.stdout.split())
+        assert abs(wall - time.time() - offset) < 5 and abs(mono - time.monotonic()) < 5, (offset, probe.stdout)
+        assert 0.19 <= waited < 5, probe.stdout
+    procs: dict[str, WorkerProcess] = {}
+
+    def logs() -> str:
+        return "\n".join(f"--- {name}\n{proc.output()}" for name, proc in procs.items())
+
+    # The skewed leader starts first and takes the scheduler lock; the others join after it.
+    for name in [leader, *(n for n in offsets if n != leader)]:
+        procs[name] = start_worker("--name", name, "--queues", "skew", "--concurrency", "4",
+                                   **env(**(_skewed(offsets[name]) if offsets[name] else {})))
+        wait_for(lambda name=name: redis_client.zscore(keys.workers(), name) is not None, timeout=30, message=logs)
+        if name == leader:
+            wait_for(lambda: redis_client.get(keys.scheduler_lock()) == leader, timeout=10, message=logs)
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(keys.events())
+    plain = [engine.enqueue("failure.awork", {"seconds": 0.05}, queue="skew").id for _ in range(8)]
+    long = [engine.enqueue("failure.awork", {"seconds": 3}, queue="skew").id for _ in range(4)]
+    flaky = [engine.enqueue("failure.flaky", {"retry_after": {"1": 0.3}}, queue="skew").id for _ in range(6)]
+    submitted = time.time()
+    delayed = [engine.enqueue("failure.awork", {"seconds": 0}, queue="skew", delay_seconds=4).id for _ in range(4)]
+    ids = plain + long + flaky + delayed
+    # Delayed tasks do not start early, whichever clock the leader has.
+    while time.time() < submitted + 3:
+        assert set(statuses(redis_client, keys, delayed)) == {"PENDING"}, logs()
+        time.sleep(0.1)
+    # On time: the longest path is a 4 s delay, or a retry after up to 0.5 s of backoff.
+    wait_for(lambda: all(s == "SUCCEEDED" for s in statuses(redis_client, keys, ids)), timeout=20,
+             message=lambda: f"{dict(zip(ids, statuses(redis_client, keys, ids), strict=True))}\n{logs()}")
+
+    for tid in ids:
+        runs = 2 if tid in flaky else 1
+        assert execs(redis_client, keys, tid) == runs, (tid, task(redis_client, keys, tid))
+        assert engine.get_task(tid)["attempt"] == runs
+    assert counter(redis_client, keys, "redeliveries") == 0, logs()  # nothing alive was reclaimed
+    assert counter(redis_client, keys, "fenced") == 0
+    stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}
+    succeeded = sum(n for field, n in stats.items() if field.startswith("skew|") and field.endswith("|succeeded"))
+    assert succeeded == len(ids), stats
+    terminal = Counter(e["task_id"] for e in drain_events(pubsub) if e["status"] == "SUCCEEDED")
+    pubsub.close()
+    assert terminal == dict.fromkeys(ids, 1)
+    assert pending(redis_client, keys, ["skew"]) == 0 and redis_client.zcard(keys.running()) == 0
+    assert all(proc.proc.poll() is None for proc in procs.values()), logs()
+    for name, offset in offsets.items():
+        said = f"this host's clock is {offset:+.1f}"  # e.g. "+30.0s off Redis's"
+        assert (said in procs[name].output()) == (offset != 0), logs()
