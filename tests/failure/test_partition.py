@@ -54,6 +54,8 @@ def test_a_partitioned_worker_loses_its_tasks_to_a_peer_and_its_late_completions
     try:
         peer = start_worker("--name", "peer", "--queues", "part", "--concurrency", "4", **env())
         logs = lambda: f"--- cut\n{cut_off.output()}\n--- peer\n{peer.output()}"  # noqa: E731
+        wait_for(lambda: all(redis_client.zscore(keys.workers(), n) is not None for n in ("cut", "peer")),
+                 timeout=30, message=logs)
         pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(keys.events())
         # Eight slots for eight tasks: once all run, the cut-off worker holds exactly four.
