@@ -5,6 +5,7 @@ scheduler lock held by a skewed one."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -112,6 +113,6 @@ def test_workers_30s_off_run_every_task_once_on_time_and_reclaim_nothing_alive(
     assert terminal == dict.fromkeys(ids, 1)
     assert pending(redis_client, keys, ["skew"]) == 0 and redis_client.zcard(keys.running()) == 0
     assert all(proc.proc.poll() is None for proc in procs.values()), logs()
-    for name, offset in offsets.items():
-        said = f"this host's clock is {offset:+.1f}"  # e.g. "+30.0s off Redis's"
-        assert (said in procs[name].output()) == (offset != 0), logs()
+    for name, offset in offsets.items():  # each skewed worker noticed, e.g. "...clock is +30.0s off Redis's"
+        said = [float(m) for m in re.findall(r"this host's clock is ([+-][\d.]+)s off", procs[name].output())]
+        assert (bool(said) and all(abs(v - offset) < 2 for v in said)) if offset else not said, logs()
