@@ -41,7 +41,8 @@ from .pagination import PAGE_PARAMETERS, page_params, page_response, text_param
 from .permissions import DestructiveMixin
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
-    400: "VALIDATION_ERROR or MALFORMED_JSON", 404: "not found", 503: "REDIS_UNAVAILABLE"}.items()}
+    400: "VALIDATION_ERROR or MALFORMED_JSON", 404: "not found",
+    503: "REDIS_UNAVAILABLE or REDIS_WRITE_FAILED"}.items()}
 DESTRUCTIVE_ERRORS = {
     **ERRORS,
     401: OpenApiResponse(s.ErrorSerializer, description="API_KEY_REQUIRED or AUTHENTICATION_REQUIRED"),
@@ -280,7 +281,8 @@ def health(request: HttpRequest) -> JsonResponse:
 @csrf_exempt
 def ready(request: HttpRequest) -> JsonResponse:
     """Readiness: 503 REDIS_UNAVAILABLE when Redis does not answer within the client timeout (or
-    still loads its dataset); a warning in the body when its maxmemory-policy may evict dtq's keys."""
+    still loads its dataset), REDIS_WRITE_FAILED while it refuses writes; a warning in the body when
+    its maxmemory-policy may evict dtq's keys."""
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed(request)
     engine = get_engine()
