@@ -11,7 +11,7 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, write_refused, wrong_database
+from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, refusal, write_refused, wrong_database
 from dtq_core.errors import DtqError, ValidationError
 
 from .middleware import request_id_of
@@ -50,8 +50,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if write_refused(exc):
         # Not a bad request and not our bug: the client should retry once the operator frees
         # disk or memory. Redis's own words say which ("...No space left on device").
-        reason = str(exc).split(" script: ")[0]
-        return Response(envelope("REDIS_WRITE_FAILED", f"Redis refused the write; try again shortly ({reason})",
+        return Response(envelope("REDIS_WRITE_FAILED", f"Redis refused the write; try again shortly ({refusal(exc)})",
                                  request), status=503)
     if wrong_database(exc):
         return Response(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)

@@ -25,6 +25,7 @@ from dtq_core.connection import (
     UNAVAILABLE_ERRORS,
     WRONG_DATABASE,
     eviction_problem,
+    refusal,
     write_refused,
     wrong_database,
 )
@@ -296,7 +297,7 @@ def ready(request: HttpRequest) -> JsonResponse:
         return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is unavailable", request), status=503)
     except redis.exceptions.ResponseError as exc:
         if write_refused(exc):  # Redis refuses PING too while it cannot write (MISCONF)
-            return JsonResponse(envelope("REDIS_WRITE_FAILED", f"Redis refuses writes ({exc})", request),
+            return JsonResponse(envelope("REDIS_WRITE_FAILED", f"Redis refuses writes ({refusal(exc)})", request),
                                 status=503)
         if not wrong_database(exc):
             raise

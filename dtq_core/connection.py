@@ -34,10 +34,18 @@ WRONG_DATABASE = "DTQ_REDIS_URL names a database this Redis does not have (DB in
 def write_refused(exc: BaseException) -> bool:
     """Redis answers but refuses writes: its disk is full or failing (MISCONF: the AOF or RDB
     write failed) or it is at maxmemory (OOM). Transient for the caller, like an outage."""
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):  # redis-py strips its "OOM " prefix
+        return True
     if not isinstance(exc, redis.exceptions.ResponseError):
         return False
     reply = str(exc).split("caused error: ", 1)[-1].lstrip("('\"")  # a pipeline's wraps Redis's reply
-    return reply.startswith(("MISCONF", "OOM"))
+    return reply.startswith("MISCONF")
+
+
+def refusal(exc: BaseException) -> str:
+    """Redis's own words for a refused write, for the client (without the script's location)."""
+    text = str(exc).split(" script: ", 1)[0]
+    return f"OOM {text}" if isinstance(exc, redis.exceptions.OutOfMemoryError) else text
 
 
 def wrong_database(exc: BaseException) -> bool:

@@ -1,5 +1,6 @@
 """A full disk under Redis, injected for real: Redis's directory is a small tmpfs that the test
-fills with a file until the kernel answers ENOSPC, then frees."""
+fills with a file until the kernel answers ENOSPC, then frees. And its sibling, Redis at
+`maxmemory`, which refuses writes the same way."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import redis
 from django.test import Client
 
+from dtq_core.connection import write_refused
 from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for, worker_env
@@ -132,3 +134,32 @@ def test_a_full_disk_fails_submits_with_503_loses_nothing_acknowledged_and_recov
     written = task(rc, keys, writer)
     assert written["attempt"] == "2" and "No space left on device" in written["errors"], written
     rc.close()
+
+
+def test_redis_at_maxmemory_refuses_writes_with_503_and_workers_retry_them(tmp_path: Path, settings: Any) -> None:
+    # Redis at `maxmemory` (noeviction) refuses writes with OOM as a full disk does with MISCONF:
+    # the API answers 503 REDIS_WRITE_FAILED, a handler's refused write (a pipeline's error wraps
+    # Redis's reply) is retryable, and raising the limit lets writes through again.
+    server = RedisServer(tmp_path / "redis", appendonly=False).start()
+    try:
+        prefix = f"dtqtest:{uuid4().hex[:12]}"
+        settings.DTQ = {**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": prefix}
+        client = Client()
+        rc = redis.Redis.from_url(server.url, decode_responses=True)
+        acked = _submit(client, payload={"seconds": 0}).json()["id"]
+        rc.config_set("maxmemory-policy", "noeviction")
+        rc.config_set("maxmemory", int(rc.info("memory")["used_memory"]) - 1024)
+        refused = _submit(client, payload={"seconds": 0})
+        assert refused.status_code == 503, refused.content
+        assert refused.json()["error"]["code"] == "REDIS_WRITE_FAILED"
+        assert "OOM" in refused.json()["error"]["message"]
+        with pytest.raises(redis.ResponseError) as caught:
+            rc.pipeline(transaction=False).hincrby(f"{prefix}:testlog:effects", "x", 1).execute()
+        assert write_refused(caught.value), caught.value
+        assert not write_refused(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"))
+        rc.config_set("maxmemory", 0)
+        assert _submit(client, payload={"seconds": 0}).status_code == 201
+        assert statuses(rc, Keys(prefix), [acked]) == ["QUEUED"]
+        rc.close()
+    finally:
+        server.stop()
