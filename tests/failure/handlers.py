@@ -158,4 +158,3 @@ def write_late(payload: dict[str, Any]) -> dict[str, Any]:
     time.sleep(_seconds(payload, attempt))
     get_engine().client.hincrby(log_key("effects"), task_id, 1)
     return {"attempt": attempt, "pid": os.getpid()}
-

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -141,19 +140,6 @@ class Events:
 
 
 # -- injected infrastructure faults (network partition, full disk) ----------------------------
-
-def drain_events(pubsub: Any, quiet_s: float = 1.0, limit: int = 100_000) -> list[dict[str, Any]]:
-    """Every event a subscribed pubsub has buffered, until none arrives for quiet_s."""
-    events: list[dict[str, Any]] = []
-    quiet_until = time.monotonic() + quiet_s
-    while len(events) < limit and time.monotonic() < quiet_until:
-        # None also stands for a subscribe confirmation: only time without messages ends this.
-        message = pubsub.get_message(timeout=0.1)
-        if message is not None and message.get("type") == "message":
-            events.append(json.loads(message["data"]))
-            quiet_until = time.monotonic() + quiet_s
-    return events
-
 
 def run_root(*args: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)

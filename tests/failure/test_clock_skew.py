@@ -19,7 +19,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import counter, drain_events, env, execs, pending, statuses, task
+from .support import Events, counter, env, execs, pending, statuses, task
 
 pytestmark = pytest.mark.slow
 
@@ -83,33 +83,32 @@ def test_workers_30s_off_run_every_task_once_on_time_and_reclaim_nothing_alive(
         wait_for(lambda name=name: redis_client.zscore(keys.workers(), name) is not None, timeout=30, message=logs)
         if name == leader:
             wait_for(lambda: redis_client.get(keys.scheduler_lock()) == leader, timeout=10, message=logs)
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(keys.events())
-    plain = [engine.enqueue("failure.awork", {"seconds": 0.05}, queue="skew").id for _ in range(8)]
-    long = [engine.enqueue("failure.awork", {"seconds": 3}, queue="skew").id for _ in range(4)]
-    flaky = [engine.enqueue("failure.flaky", {"retry_after": {"1": 0.3}}, queue="skew").id for _ in range(6)]
-    submitted = time.time()
-    delayed = [engine.enqueue("failure.awork", {"seconds": 0}, queue="skew", delay_seconds=4).id for _ in range(4)]
-    ids = plain + long + flaky + delayed
-    # Delayed tasks do not start early, whichever clock the leader has.
-    while time.time() < submitted + 3:
-        assert set(statuses(redis_client, keys, delayed)) == {"PENDING"}, logs()
-        time.sleep(0.1)
-    # On time: the longest path is a 4 s delay, or a retry after up to 0.5 s of backoff.
-    wait_for(lambda: all(s == "SUCCEEDED" for s in statuses(redis_client, keys, ids)), timeout=20,
-             message=lambda: f"{dict(zip(ids, statuses(redis_client, keys, ids), strict=True))}\n{logs()}")
+    with Events(redis_client, keys) as events:
+        plain = [engine.enqueue("failure.awork", {"seconds": 0.05}, queue="skew").id for _ in range(8)]
+        long = [engine.enqueue("failure.awork", {"seconds": 3}, queue="skew").id for _ in range(4)]
+        flaky = [engine.enqueue("failure.flaky", {"retry_after": {"1": 0.3}}, queue="skew").id for _ in range(6)]
+        submitted = time.time()
+        delayed = [engine.enqueue("failure.awork", {"seconds": 0}, queue="skew", delay_seconds=4).id for _ in range(4)]
+        ids = plain + long + flaky + delayed
+        # Delayed tasks do not start early, whichever clock the leader has.
+        while time.time() < submitted + 3:
+            assert set(statuses(redis_client, keys, delayed)) == {"PENDING"}, logs()
+            time.sleep(0.1)
+        # On time: the longest path is a 4 s delay, or a retry after up to 0.5 s of backoff.
+        wait_for(lambda: all(s == "SUCCEEDED" for s in statuses(redis_client, keys, ids)), timeout=20,
+                 message=lambda: f"{dict(zip(ids, statuses(redis_client, keys, ids), strict=True))}\n{logs()}")
 
-    for tid in ids:
-        runs = 2 if tid in flaky else 1
-        assert execs(redis_client, keys, tid) == runs, (tid, task(redis_client, keys, tid))
-        assert engine.get_task(tid)["attempt"] == runs
-    assert counter(redis_client, keys, "redeliveries") == 0, logs()  # nothing alive was reclaimed
-    assert counter(redis_client, keys, "fenced") == 0
-    stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}
-    succeeded = sum(n for field, n in stats.items() if field.startswith("skew|") and field.endswith("|succeeded"))
-    assert succeeded == len(ids), stats
-    terminal = Counter(e["task_id"] for e in drain_events(pubsub) if e["status"] == "SUCCEEDED")
-    pubsub.close()
+        for tid in ids:
+            runs = 2 if tid in flaky else 1
+            assert execs(redis_client, keys, tid) == runs, (tid, task(redis_client, keys, tid))
+            assert engine.get_task(tid)["attempt"] == runs
+        assert counter(redis_client, keys, "redeliveries") == 0, logs()  # nothing alive was reclaimed
+        assert counter(redis_client, keys, "fenced") == 0
+        stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}
+        succeeded = sum(n for field, n in stats.items() if field.startswith("skew|") and field.endswith("|succeeded"))
+        assert succeeded == len(ids), stats
+        events.sync()  # every event published so far has been read
+        terminal = Counter(e["task_id"] for e in events.seen if e.get("type") == "task.succeeded")
     assert terminal == dict.fromkeys(ids, 1)
     assert pending(redis_client, keys, ["skew"]) == 0 and redis_client.zcard(keys.running()) == 0
     assert all(proc.proc.poll() is None for proc in procs.values()), logs()

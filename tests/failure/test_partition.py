@@ -17,7 +17,7 @@ from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
-from .support import Partition, counter, drain_events, env, execs, pending, started, statuses, task
+from .support import Events, Partition, counter, env, execs, pending, started, statuses, task
 
 pytestmark = pytest.mark.slow
 
@@ -56,41 +56,40 @@ def test_a_partitioned_worker_loses_its_tasks_to_a_peer_and_its_late_completions
         logs = lambda: f"--- cut\n{cut_off.output()}\n--- peer\n{peer.output()}"  # noqa: E731
         wait_for(lambda: all(redis_client.zscore(keys.workers(), n) is not None for n in ("cut", "peer")),
                  timeout=30, message=logs)
-        pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(keys.events())
-        # Eight slots for eight tasks: once all run, the cut-off worker holds exactly four.
-        ids = [engine.enqueue("failure.awork", {"by_attempt": {"1": 5, "2": 0.2}}, queue="part").id
-               for _ in range(8)]
-        wait_for(lambda: started(redis_client, keys, *ids), timeout=30, message=logs)
-        held = [t for t in ids if task(redis_client, keys, t)["worker_id"] == "cut"]
-        assert len(held) == 4, logs()
-        partition.cut()
-        try:
-            # The peer finishes its own four, then reclaims the four whose owner went silent.
-            wait_for(lambda: all(s == "SUCCEEDED" for s in statuses(redis_client, keys, ids)), timeout=40,
-                     message=logs)
-            for tid in held:
-                assert task(redis_client, keys, tid)["worker_id"] == "peer"
-            # The cut-off worker's handlers ran to their end meanwhile; its completions wait in memory.
-            assert counter(redis_client, keys, "fenced") == 0
-            assert cut_off.proc.poll() is None
-        finally:
-            partition.heal()
-        wait_for(lambda: counter(redis_client, keys, "fenced") == 4, timeout=30, message=logs)
-        wait_for(lambda: "result discarded: a newer attempt owns it" in cut_off.output(), timeout=10, message=logs)
+        with Events(redis_client, keys) as events:
+            # Eight slots for eight tasks: once all run, the cut-off worker holds exactly four.
+            ids = [engine.enqueue("failure.awork", {"by_attempt": {"1": 5, "2": 0.2}}, queue="part").id
+                   for _ in range(8)]
+            wait_for(lambda: started(redis_client, keys, *ids), timeout=30, message=logs)
+            held = [t for t in ids if task(redis_client, keys, t)["worker_id"] == "cut"]
+            assert len(held) == 4, logs()
+            partition.cut()
+            try:
+                # The peer finishes its own four, then reclaims the four whose owner went silent.
+                wait_for(lambda: all(s == "SUCCEEDED" for s in statuses(redis_client, keys, ids)), timeout=40,
+                         message=logs)
+                for tid in held:
+                    assert task(redis_client, keys, tid)["worker_id"] == "peer"
+                # The cut-off worker's handlers ran to their end meanwhile; its completions wait in memory.
+                assert counter(redis_client, keys, "fenced") == 0
+                assert cut_off.proc.poll() is None
+            finally:
+                partition.heal()
+            wait_for(lambda: counter(redis_client, keys, "fenced") == 4, timeout=30, message=logs)
+            wait_for(lambda: "result discarded: a newer attempt owns it" in cut_off.output(), timeout=10, message=logs)
 
-        for tid in ids:
-            final = engine.get_task(tid)
-            assert final["status"] == "SUCCEEDED" and final["worker_id"] == "peer", final
-            assert final["result"]["pid"] == peer.pid, final  # the winning attempt's result
-            expected = 2 if tid in held else 1
-            assert final["attempt"] == expected and final["result"]["attempt"] == expected, final
-            assert execs(redis_client, keys, tid) == expected
-        stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}
-        assert stats.get("part|failure.awork|succeeded") == 8, stats
-        assert counter(redis_client, keys, "redeliveries") == 4
-        terminal = Counter(e["task_id"] for e in drain_events(pubsub) if e["status"] == "SUCCEEDED")
-        pubsub.close()
+            for tid in ids:
+                final = engine.get_task(tid)
+                assert final["status"] == "SUCCEEDED" and final["worker_id"] == "peer", final
+                assert final["result"]["pid"] == peer.pid, final  # the winning attempt's result
+                expected = 2 if tid in held else 1
+                assert final["attempt"] == expected and final["result"]["attempt"] == expected, final
+                assert execs(redis_client, keys, tid) == expected
+            stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}
+            assert stats.get("part|failure.awork|succeeded") == 8, stats
+            assert counter(redis_client, keys, "redeliveries") == 4
+            events.sync()  # every event published so far has been read
+            terminal = Counter(e["task_id"] for e in events.seen if e.get("type") == "task.succeeded")
         assert terminal == dict.fromkeys(ids, 1)
         assert pending(redis_client, keys, ["part"]) == 0 and redis_client.zcard(keys.running()) == 0
         # Healed, the worker is back: registered with a fresh heartbeat, and it takes new work.
