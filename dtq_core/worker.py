@@ -37,6 +37,7 @@ MAX_BACKOFF_S = 10.0
 LOADING_BACKOFF_S = 1.0  # a loading Redis is polled at least this often: start soon after it is ready
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
 SWEEP_STREAMS = 30  # streams per reaper round looked at beyond those with tasks in flight
+CLOCK_ALIGN_S = 10.0  # how often a worker re-measures its host's clock against Redis's
 
 
 class Worker:
@@ -60,6 +61,7 @@ class Worker:
         self.max_tasks = max_tasks
         # Without a clock given, the worker keeps time by Redis's (see _align_clock).
         self.clock = clock or RedisAlignedClock()
+        self._aligned_at = float("-inf")
         self.processed = 0
         self.is_leader = False
         self.state = "starting"
@@ -488,11 +490,14 @@ class Worker:
         clock = self.clock
         if not isinstance(clock, RedisAlignedClock):
             return  # a clock given by the caller (tests) is kept as it is
+        if time.monotonic() - self._aligned_at < CLOCK_ALIGN_S:
+            return  # clocks drift slowly: a heartbeat stays one round trip in between
         sent = clock.system_ms()
         seconds, micros = await self.client.time()
         received = clock.system_ms()
         if received - sent > 1000:
             return  # a reading that slow says little
+        self._aligned_at = time.monotonic()
         if clock.align(sent, int(seconds) * 1000 + int(micros) // 1000, received) and abs(clock.offset_ms) > 1000:
             logger.warning("worker_id=%s this host's clock is %+.1fs off Redis's; keeping time by Redis's "
                            "(run NTP on every host)", self.worker_id, -clock.offset_ms / 1000)
