@@ -17,7 +17,6 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from dtq_core.admin import DlqSelection
 from dtq_core.connection import (
@@ -35,6 +34,7 @@ from dtq_core.task import Status
 
 from . import serializers as s
 from .auth import actor_for
+from .base import APIView
 from .batch import submit_batch
 from .exceptions import envelope
 from .middleware import request_id_of
@@ -66,7 +66,7 @@ class TaskListView(APIView):
         data = s.SubmitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         engine = get_engine()
-        enqueued = engine.enqueue(request_id=request._request.request_id, **data.validated_data)
+        enqueued = engine.enqueue(request_id=request_id_of(request._request), **data.validated_data)
         if enqueued.task is None and not enqueued.created and enqueued.status == "UNKNOWN":
             # The idempotency key outlived its task's record: the id is all that is known.
             return Response({"id": enqueued.id, "status": enqueued.status}, status=status.HTTP_200_OK)
