@@ -12,6 +12,8 @@ from dtq_core.conf import get_config
 
 OPEN_DESTRUCTIVE = "dtq.W001"
 PUBLIC_SECRET_KEY = "dtq.E002"
+NO_REQUEST_ID_MIDDLEWARE = "dtq.W801"
+REQUEST_ID_MIDDLEWARE = "dtq_api.middleware.RequestIdMiddleware"
 
 # dtq_site's default DJANGO_SECRET_KEY, and the placeholder docker-compose.yml used to default to:
 # both are in this public repository, so anyone can forge sessions and CSRF tokens signed with them.
@@ -48,4 +50,16 @@ def destructive_operations_open(app_configs: Any = None, **kwargs: Any) -> list[
         hint="Unset it and set DTQ_API_KEY to a long random value (e.g. `python -c 'import secrets; "
              "print(secrets.token_hex(32))'`), sent as the X-API-Key header; or use a staff session.",
         id=OPEN_DESTRUCTIVE,
+    )]
+
+
+def request_id_middleware_missing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The API works without it (ids are made per request), but answers carry no X-Request-ID."""
+    if REQUEST_ID_MIDDLEWARE in (getattr(settings, "MIDDLEWARE", None) or ()):
+        return []
+    return [Warning(
+        "dtq_api.middleware.RequestIdMiddleware is not in MIDDLEWARE: API and console responses carry no "
+        "X-Request-ID header, and a client's X-Request-ID is not used in errors and the audit log.",
+        hint=f'Add "{REQUEST_ID_MIDDLEWARE}" as the first entry of MIDDLEWARE.',
+        id=NO_REQUEST_ID_MIDDLEWARE,
     )]

@@ -12,7 +12,12 @@ _SAFE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def request_id_of(request: HttpRequest) -> str:
-    return getattr(request, "request_id", "")
+    """The request's id; made here when RequestIdMiddleware is not installed (then no X-Request-ID
+    header goes back, which check dtq.W801 says, but audit entries and errors still carry one)."""
+    request = getattr(request, "_request", request)  # DRF's Request: the id lives on Django's
+    if not getattr(request, "request_id", ""):
+        request.request_id = uuid.uuid4().hex  # type: ignore[attr-defined]
+    return request.request_id  # type: ignore[attr-defined]
 
 
 class RequestIdMiddleware:

@@ -12,9 +12,11 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
+from dtq_api.middleware import request_id_of
 from dtq_core.admin import Actor
 from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, TaskNotFound, ValidationError
@@ -25,6 +27,11 @@ from .permissions import can_act, can_view_console
 logger = logging.getLogger(__name__)
 View = Callable[..., HttpResponse]
 NOT_FOUND = (TaskNotFound, QueueNotFound, DeadLetterNotFound)
+
+
+def to_login(back: str) -> HttpResponse:
+    """The console's login page, not settings.LOGIN_URL: a project's may be another app's (or unset)."""
+    return redirect_to_login(back, login_url=reverse("dtq_dashboard:login"))
 
 
 def unavailable(request: HttpRequest, exc: BaseException | None = None) -> HttpResponse:
@@ -44,7 +51,7 @@ def console_page(view: View) -> View:
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not can_view_console(request.user):
-            return redirect_to_login(request.get_full_path())
+            return to_login(request.get_full_path())
         try:
             return view(request, *args, **kwargs)
         except UNAVAILABLE_ERRORS:
@@ -114,7 +121,7 @@ def console_action(codename: str, *, default_next: Callable[..., str]) -> Callab
                 return response
             back = safe_next(request, default_next(*args, **kwargs))
             if not request.user.is_authenticated:
-                return redirect_to_login(back)
+                return to_login(back)
             if not can_act(request.user, codename):
                 logger.info("console action refused user=%s permission=%s path=%s",
                             request.user.get_username(), codename, request.path)
@@ -124,7 +131,7 @@ def console_action(codename: str, *, default_next: Callable[..., str]) -> Callab
                               "permission. Nothing was changed.",
                 }, status=403)
             actor = Actor.user(request.user.get_username(), source="console",
-                               request_id=getattr(request, "request_id", ""))
+                               request_id=request_id_of(request))
             try:
                 return view(request, actor, back, *args, **kwargs)
             except UNAVAILABLE_ERRORS:
