@@ -1,12 +1,28 @@
-"""WebSocket routes: the live event feed at /ws/events; any other path is refused."""
+"""WebSocket routes: the live event feed at <console prefix>ws/events; any other path is refused."""
 
 from __future__ import annotations
 
-from django.urls import path, re_path
+from django.urls import path, re_path, reverse
 
 from .consumers import EventsConsumer, NoRouteConsumer
 
+EVENTS = "ws/events"
+
+# The console mounted at the root (dtq's own site): /ws/events.
 websocket_urlpatterns = [
-    path("ws/events", EventsConsumer.as_asgi()),
+    path(EVENTS, EventsConsumer.as_asgi()),
     re_path(r"", NoRouteConsumer.as_asgi()),  # last: every other path
 ]
+
+
+def console_events_path() -> str:
+    """The feed's path: beside the console's pages, wherever the project include()s them."""
+    return reverse("dtq_dashboard:overview") + EVENTS
+
+
+def console_websocket_urlpatterns() -> list:
+    """The routes for where the console is mounted now (needs the URLconf: call after setup)."""
+    return [
+        path(console_events_path().lstrip("/"), EventsConsumer.as_asgi()),
+        re_path(r"", NoRouteConsumer.as_asgi()),
+    ]

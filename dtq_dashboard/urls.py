@@ -30,6 +30,10 @@ urlpatterns = [
     path("schedule/", views.schedule, name="schedule"),
     path("workers/", views.workers, name="workers"),
     path("audit/", views.audit, name="audit"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The console's own template and landing page: a project's LOGIN_URL, LOGIN_REDIRECT_URL and
+    # registration/login.html (if any) are its own, and may not be the console's.
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True,
+                                                template_name="dtq_dashboard/login.html",
+                                                next_page="dtq_dashboard:overview"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="dtq_dashboard:overview"), name="logout"),
 ]

@@ -8,17 +8,7 @@ from dtq_site.handlers import get_sync_chain_asgi_application
 
 django_asgi_app = get_sync_chain_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from dtq_dashboard.asgi import websocket_application  # noqa: E402
 
-from dtq_dashboard.backpressure import SendBackpressure  # noqa: E402
-from dtq_dashboard.origin import SameOriginWebSocket  # noqa: E402
-from dtq_dashboard.routing import websocket_urlpatterns  # noqa: E402
-
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        # SendBackpressure first: it must see daphne's own `send`, before any middleware wraps it.
-        "websocket": SendBackpressure(SameOriginWebSocket(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
-    }
-)
+# The same one line a user's project adds (docs/install.md): the console is at /, its feed at /ws/events.
+application = websocket_application(django_asgi_app)

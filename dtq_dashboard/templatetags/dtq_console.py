@@ -90,11 +90,55 @@ def task_url(task_id: Any) -> str:
     """Link to a task page; tolerant of records with a missing id (a broken hash must not 500 a page)."""
     from urllib.parse import quote
 
-    return f"/tasks/{quote(str(task_id), safe='')}/" if task_id else "#"
+    return f"{task_base()}{quote(str(task_id), safe='')}/" if task_id else "#"
 
 
 @register.filter
 def queue_url(name: Any) -> str:
     from urllib.parse import quote
 
-    return f"/queues/{quote(str(name), safe='')}/" if name else "#"
+    return f"{queue_base()}{quote(str(name), safe='')}/" if name else "#"
+
+
+# Where the console is mounted is the project's choice (include() under any prefix): every URL
+# the pages and live.js build comes from reverse(), never a hard-coded "/".
+_PLACEHOLDER = "0"
+
+
+def _base(name: str) -> str:
+    """The URL of `name` without its last segment: the prefix a quoted id is appended to.
+
+    Ids are appended quoted (a "/" in a task id becomes %2F), which reverse() itself would refuse.
+    """
+    from django.urls import reverse
+
+    return reverse(name, args=[_PLACEHOLDER])[: -len(_PLACEHOLDER) - 1]
+
+
+@register.simple_tag
+def task_base() -> str:
+    return _base("dtq_dashboard:task")
+
+
+@register.simple_tag
+def queue_base() -> str:
+    return _base("dtq_dashboard:queue")
+
+
+@register.simple_tag
+def events_path() -> str:
+    """The live feed's WebSocket path: under the console's prefix (dtq_dashboard.asgi routes it)."""
+    from dtq_dashboard.routing import console_events_path
+
+    return console_events_path()
+
+
+@register.simple_tag
+def api_url() -> str:
+    """The API's task list when the project mounts dtq_api, else "" (the footer then omits the link)."""
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        return reverse("task-list")
+    except NoReverseMatch:
+        return ""

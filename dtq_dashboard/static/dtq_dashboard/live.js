@@ -1,9 +1,11 @@
-// dtq live feed: one WebSocket to /ws/events. Dedups by event_id, updates counts and rows in
-// place, reconnects with backoff and re-reads state over REST after every (re)connect.
+// dtq live feed: one WebSocket to the page's data-events-path (/ws/events when the console is at
+// the root). Dedups by event_id, updates counts and rows in place, reconnects with backoff and
+// re-reads state over REST after every (re)connect.
 (function () {
   "use strict";
   var script = document.getElementById("live-script");
   var stateUrl = script.dataset.stateUrl, taskUrl = script.dataset.taskUrl, queueUrl = script.dataset.queueUrl;
+  var eventsPath = script.dataset.eventsPath || "/ws/events";  // under the console's prefix, from the page
   var onlyQueue = script.dataset.onlyQueue || null;
   var onlyTask = script.dataset.onlyTask || null;  // a task page: reloaded when its task moves
   var reloadTimer = null;
@@ -179,7 +181,7 @@
   }
 
   function connect() {
-    var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/events";
+    var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + eventsPath;
     socket = new WebSocket(url);
     socket.onopen = function () {
       if (attempt > 0) stats.reconnects += 1;
