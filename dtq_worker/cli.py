@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -36,14 +37,56 @@ def translate(argv: list[str]) -> list[str]:
     return list(argv)
 
 
+def settings_module() -> str | None:
+    """DJANGO_SETTINGS_MODULE; unset, dtq's own site when run from its checkout, else None.
+
+    Also puts the current directory on sys.path, as manage.py has its own directory there, so a
+    project's settings and apps import without PYTHONPATH=. (a console script has only its bin/).
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return os.environ["DJANGO_SETTINGS_MODULE"]
+    if (ROOT / "dtq_site" / "settings.py").is_file():  # a checkout (bin/dtq, pip install -e)
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))  # run from anywhere
+        return "dtq_site.settings"
+    return None
+
+
+def unimportable(module: str) -> str | None:
+    """The part of a dotted settings path that does not exist, or None when it imports.
+
+    Only a missing settings module itself is reported here: an import error inside the settings
+    is the project's own, and Django shows it in full.
+    """
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            return exc.name
+        raise
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)
         return
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # run from anywhere, installed or not
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
+    settings = settings_module()
+    if settings is None:
+        sys.stderr.write("dtq: no Django settings: set DJANGO_SETTINGS_MODULE to your project's settings module "
+                         "(e.g. DJANGO_SETTINGS_MODULE=mysite.settings) and run dtq from the project's directory\n")
+        raise SystemExit(2)
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
+    missing = unimportable(settings)
+    if missing:
+        sys.stderr.write(f"dtq: cannot import the settings module {settings!r} (DJANGO_SETTINGS_MODULE): "
+                         f"no module named {missing!r} in {os.getcwd()}; run dtq from the directory that holds "
+                         f"your manage.py\n")
+        raise SystemExit(2)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(["dtq", *translate(args)])
