@@ -74,6 +74,11 @@ def register(name: str, fn: Handler) -> Handler:
     return fn
 
 
+def names() -> list[str]:
+    """The registered task types, sorted (the worker's start-up line counts them)."""
+    return sorted(_HANDLERS)
+
+
 def _qualname(fn: Handler) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 

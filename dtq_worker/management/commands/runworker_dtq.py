@@ -18,9 +18,11 @@ from django.core import checks
 from django.core.checks.registry import CheckRegistry
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from dtq_core import registry
 from dtq_core.conf import get_config
 from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import WorkerNameTaken
+from dtq_core.logs import TextFormatter
 from dtq_core.registry import TaskModuleError, import_task_modules
 from dtq_core.task import valid_queue_name
 from dtq_core.worker import Worker
@@ -32,6 +34,20 @@ logger = logging.getLogger("dtq.worker")
 # library (DRF, the console), about 0.4 s of start-up and 20 MB of memory per worker process.
 WEB_ONLY_CHECKS = frozenset({checks.Tags.admin, checks.Tags.templates, checks.Tags.urls, checks.Tags.staticfiles})
 _CHECKS_SWAP = threading.Lock()  # Command.check swaps django.core.checks.run_checks while it runs
+
+
+def show_worker_logs() -> None:
+    """A project's LOGGING that leaves dtq's loggers nowhere to go (Django's default: the root has
+    no handler, so INFO is dropped) would hide what the worker serves, and its reclaims and
+    retries: send them to stderr, in dtq's text format, at INFO. A project that routes them is left alone."""
+    dtq = logging.getLogger("dtq")
+    if dtq.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(TextFormatter())
+    dtq.addHandler(handler)
+    if dtq.getEffectiveLevel() > logging.INFO:
+        dtq.setLevel(logging.INFO)
 
 
 def queue_list(raw: str) -> list[str]:
@@ -93,6 +109,11 @@ class Command(BaseCommand):
         except TaskModuleError as exc:
             raise CommandError(str(exc)) from None
         worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks)
+        show_worker_logs()
+        types = registry.names()
+        logger.info("worker_id=%s serving queues=%s concurrency=%d redis=%s task_types=%d (%s)", worker.worker_id,
+                    ",".join(worker.fixed_queues or ["*"]), concurrency, redacted(config.redis_url), len(types),
+                    ", ".join(types[:10]) + (", ..." if len(types) > 10 else ""))
         # Django, DRF and the task modules leave a large heap of objects that live as long as the
         # process: keep them out of the garbage collector's full passes, which would otherwise
         # walk all of them again and again while tasks churn through short-lived objects.
