@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from drf_spectacular import generators, utils
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.views import SpectacularAPIView
 from rest_framework import views
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import AllowAny
@@ -25,3 +27,46 @@ class APIView(views.APIView):
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Any]:
         return exception_handler  # the {"error": {...}} envelope, whatever EXCEPTION_HANDLER says
+
+
+def extend_schema(**kwargs: Any) -> Callable[[Any], Any]:
+    """drf-spectacular's extend_schema, built on its AutoSchema rather than on DEFAULT_SCHEMA_CLASS.
+
+    On a method, extend_schema subclasses REST_FRAMEWORK's DEFAULT_SCHEMA_CLASS as it is when the
+    views are imported: DRF's own AutoSchema in a project without that setting, and then the
+    schema endpoint fails.
+    """
+    decorate = utils.extend_schema(**kwargs)
+
+    def decorator(f: Any) -> Any:
+        if getattr(f, "schema", None) is not None or getattr(f, "kwargs", {}).get("schema"):
+            return decorate(f)  # a class (its own schema), or a method extended before
+        f.schema = AutoSchema  # the first place extend_schema looks for the class to extend
+        try:
+            return decorate(f)
+        finally:
+            del f.schema  # else copies of the method (extend_schema_view) would start over from it
+
+    return decorator
+
+
+class SchemaGenerator(generators.SchemaGenerator):
+    """dtq's endpoints only, wherever the project mounts them: a project's own DRF views belong in
+    its own schema (and may use DRF's default schema class, which drf-spectacular refuses)."""
+
+    def _initialise_endpoints(self) -> None:
+        super()._initialise_endpoints()
+        self.endpoints = [e for e in self.endpoints
+                          if issubclass(getattr(e[3], "cls", object), (APIView, SchemaView))]
+
+
+class SchemaView(SpectacularAPIView):
+    """/api/schema/: described as dtq's API whatever the project's SPECTACULAR_SETTINGS say."""
+
+    generator_class = SchemaGenerator
+    custom_settings = {"TITLE": "dtq API", "DESCRIPTION": "Distributed task queue on Redis Streams",
+                       "VERSION": "1.0.0"}
+
+    @extend_schema(exclude=True)  # not an operation of the API; its path still sets the tags' prefix
+    def get(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().get(request, *args, **kwargs)

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView
 
 from . import schema, views  # noqa: F401  (schema registers the X-API-Key OpenAPI extension)
+from .base import SchemaView
 
 V1 = "api/v1/"
 
@@ -28,8 +28,8 @@ urlpatterns = [
     path(V1 + "audit", views.AuditListView.as_view(), name="audit-list"),
     path(V1 + "workers", views.WorkerListView.as_view(), name="worker-list"),
     path(V1 + "schedule", views.ScheduleListView.as_view(), name="schedule-list"),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/schema", SpectacularAPIView.as_view()),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
+    path("api/schema", SchemaView.as_view()),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),
     re_path(r"^api/", views.api_not_found, name="api-not-found"),

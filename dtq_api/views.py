@@ -13,7 +13,7 @@ import redis
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -34,7 +34,7 @@ from dtq_core.task import Status
 
 from . import serializers as s
 from .auth import actor_for
-from .base import APIView
+from .base import APIView, extend_schema
 from .batch import submit_batch
 from .exceptions import envelope
 from .middleware import request_id_of
