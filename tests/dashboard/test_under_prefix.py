@@ -1,0 +1,92 @@
+"""The console mounted under a prefix of the project's choosing (/ops/), in a project with Django's
+defaults for LOGIN_URL and LOGIN_REDIRECT_URL and no template of dtq's checkout (docs/install.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from dtq_core.engine import Engine
+
+from .conftest import PASSWORD
+
+URL_ATTRIBUTE = re.compile(r'\b(?:href|action|src|formaction|data-[a-z-]+-(?:url|path))="([^"]*)"')
+
+
+@pytest.fixture
+def mounted(settings: Any) -> Any:
+    settings.ROOT_URLCONF = "tests.user_project.urls"
+    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": []}]  # only what the installed apps ship
+    # Django's defaults, as a new project has them: not the console's pages.
+    settings.LOGIN_URL, settings.LOGIN_REDIRECT_URL, settings.LOGOUT_REDIRECT_URL = (
+        "/accounts/login/", "/accounts/profile/", None)
+    return settings
+
+
+def urls_on(html: str) -> list[str]:
+    return URL_ATTRIBUTE.findall(html)
+
+
+def test_every_link_form_and_script_url_of_the_console_stays_under_its_prefix(
+        mounted: Any, live_engine: Engine, login: Callable[[str], Client]) -> None:
+    task_id = live_engine.enqueue("t.x", queue="work").id
+    client = login("admin")
+    for path in ("/ops/", "/ops/tasks/", f"/ops/tasks/{task_id}/", "/ops/queues/work/", "/ops/dlq/", "/ops/schedule/",
+                 "/ops/workers/", "/ops/audit/"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        html = response.content.decode()
+        strays = [u for u in urls_on(html) if u and not u.startswith(("/ops/", "/ops-api/", "/static/", "#", "?"))]
+        assert strays == [], (path, strays)
+    overview = client.get("/ops/").content.decode()
+    # It should give live.js every URL it builds: the feed's WebSocket, task and queue links.
+    assert 'data-events-path="/ops/ws/events"' in overview
+    assert 'data-task-url="/ops/tasks/"' in overview and 'data-queue-url="/ops/queues/"' in overview
+    assert 'href="/ops-api/api/v1/tasks"' in overview
+    assert f'href="/ops/tasks/{task_id}/"' in client.get("/ops/queues/work/").content.decode()
+
+
+def test_log_in_and_out_stay_in_the_console_with_django_s_default_login_settings(
+        mounted: Any, users: dict[str, Any]) -> None:
+    client = Client()
+    page = client.get("/ops/login/")
+    assert page.status_code == 200
+    assert 'action="/ops/login/"' in page.content.decode()
+    logged_in = client.post("/ops/login/", {"username": "admin", "password": PASSWORD})
+    assert (logged_in.status_code, logged_in["Location"]) == (302, "/ops/")
+    back = client.post("/ops/login/?next=/ops/dlq/", {"username": "admin", "password": PASSWORD, "next": "/ops/dlq/"})
+    assert back["Location"] == "/ops/dlq/"
+    logged_out = client.post("/ops/logout/")
+    assert (logged_out.status_code, logged_out["Location"]) == (302, "/ops/")
+
+
+def test_a_page_or_action_that_needs_a_login_sends_to_the_console_s_login_page(
+        mounted: Any, live_engine: Engine, users: dict[str, Any]) -> None:
+    mounted.DTQ_CONSOLE_LOGIN_REQUIRED = True
+    client = Client()
+    page = client.get("/ops/dlq/")
+    assert (page.status_code, page["Location"]) == (302, "/ops/login/?next=/ops/dlq/")
+    action = client.post("/ops/queues/work/pause")
+    assert (action.status_code, action["Location"]) == (302, "/ops/login/?next=/ops/queues/work/")
+
+
+def test_the_live_feed_is_served_beside_the_console_s_pages(mounted: Any, live_engine: Engine) -> None:
+    from dtq_dashboard.asgi import websocket_application
+
+    application = websocket_application(None)  # HTTP is not used here
+
+    async def connects(path: str) -> bool:
+        socket = WebsocketCommunicator(application, path)
+        connected, _ = await socket.connect()
+        if connected:
+            await socket.disconnect()
+        return connected
+
+    assert asyncio.run(connects("/ops/ws/events")) is True
+    assert asyncio.run(connects("/ws/events")) is False  # the root is the project's, not the console's
