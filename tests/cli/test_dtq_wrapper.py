@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +74,58 @@ def test_python_m_dtq_worker_cli_works_outside_the_project(
 def test_dtq_without_arguments_prints_its_usage(tmp_path: Path) -> None:
     proc = dtq(env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
     assert proc.returncode == 0 and "dtq retry-dlq" in proc.stdout and "dtq queue" in proc.stdout
+
+
+# -- the `dtq` console script of an installed dtq, in a project of a user's own ---------------------
+
+PROJECT_SETTINGS = 'SECRET_KEY = "a-user-project"\nUSE_TZ = True\nINSTALLED_APPS = ["dtq_core", "dtq_worker"]\n'
+
+
+@pytest.fixture
+def installed(tmp_path: Path) -> dict[str, Path]:
+    """dtq's packages alone, as pip installs them (no dtq_site beside them), the console script
+    pip writes for them, and a project directory with its settings package."""
+    lib = tmp_path / "site-packages"
+    for package in ("dtq_core", "dtq_tasks", "dtq_worker", "dtq_api", "dtq_dashboard"):
+        shutil.copytree(ROOT / package, lib / package, ignore=shutil.ignore_patterns("__pycache__"))
+    script = tmp_path / "bin" / "dtq"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom dtq_worker.cli import main\nsys.exit(main())\n")
+    project = tmp_path / "project"
+    (project / "mysite").mkdir(parents=True)
+    (project / "mysite" / "__init__.py").write_text("")
+    (project / "mysite" / "settings.py").write_text(PROJECT_SETTINGS)
+    return {"lib": lib, "script": script, "project": project}
+
+
+def installed_dtq(installed: dict[str, Path], *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("DTQ_", "DJANGO_", "PYTHON"))}
+    environ.update(env, PYTHONPATH=str(installed["lib"]))
+    return subprocess.run([sys.executable, str(installed["script"]), *args], cwd=installed["project"], env=environ,
+                          capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_an_installed_dtq_without_settings_says_what_to_set_in_one_line(installed: dict[str, Path]) -> None:
+    proc = installed_dtq(installed, "dlq", "list")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "dtq: no Django settings: set DJANGO_SETTINGS_MODULE to your project's settings module "
+        "(e.g. DJANGO_SETTINGS_MODULE=mysite.settings) and run dtq from the project's directory"]
+
+
+def test_an_installed_dtq_names_a_settings_module_it_cannot_find(installed: dict[str, Path]) -> None:
+    proc = installed_dtq(installed, "dlq", "list", DJANGO_SETTINGS_MODULE="shop.settings")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"dtq: cannot import the settings module 'shop.settings' (DJANGO_SETTINGS_MODULE): no module named 'shop' "
+        f"in {installed['project']}; run dtq from the directory that holds your manage.py"]
+
+
+def test_an_installed_dtq_runs_from_the_project_directory_without_pythonpath(
+        installed: dict[str, Path], live_engine: Engine, redis_server: RedisServer, key_prefix: str) -> None:
+    # As manage.py does: the project's own modules import from the directory it runs in.
+    live_engine.enqueue("dtq.echo", queue="mine")
+    proc = installed_dtq(installed, "queue", "list", "--json", DJANGO_SETTINGS_MODULE="mysite.settings",
+                         DTQ_REDIS_URL=redis_server.url, DTQ_KEY_PREFIX=key_prefix)
+    assert proc.returncode == 0, proc.stderr
+    assert [q["name"] for q in json.loads(proc.stdout)] == ["mine"]
