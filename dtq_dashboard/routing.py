@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.urls import path, re_path, reverse
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import NoReverseMatch, path, re_path, reverse
 
 from .consumers import EventsConsumer, NoRouteConsumer
 
@@ -22,7 +23,12 @@ def console_events_path() -> str:
 
 def console_websocket_urlpatterns() -> list:
     """The routes for where the console is mounted now (needs the URLconf: call after setup)."""
+    try:
+        events = console_events_path()
+    except NoReverseMatch:
+        raise ImproperlyConfigured("the console's live feed needs the console's URLs: add "
+                                   'path("<prefix>/", include("dtq_dashboard.urls")) to ROOT_URLCONF') from None
     return [
-        path(console_events_path().lstrip("/"), EventsConsumer.as_asgi()),
+        path(events.lstrip("/"), EventsConsumer.as_asgi()),
         re_path(r"", NoRouteConsumer.as_asgi()),
     ]

@@ -90,3 +90,13 @@ def test_the_live_feed_is_served_beside_the_console_s_pages(mounted: Any, live_e
 
     assert asyncio.run(connects("/ops/ws/events")) is True
     assert asyncio.run(connects("/ws/events")) is False  # the root is the project's, not the console's
+
+
+def test_the_feed_without_the_console_s_urls_is_refused_at_start_with_what_to_add(settings: Any) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from dtq_dashboard.asgi import websocket_application
+
+    settings.ROOT_URLCONF = "dtq_api.urls"
+    with pytest.raises(ImproperlyConfigured, match=r'include\("dtq_dashboard.urls"\)'):
+        websocket_application(None)
