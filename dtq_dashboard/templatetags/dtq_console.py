@@ -136,9 +136,13 @@ def events_path() -> str:
 @register.simple_tag
 def api_url() -> str:
     """The API's task list when the project mounts dtq_api, else "" (the footer then omits the link)."""
-    from django.urls import NoReverseMatch, reverse
+    from django.urls import NoReverseMatch, resolve, reverse
 
     try:
-        return reverse("task-list")
+        url = reverse("task-list")
     except NoReverseMatch:
         return ""
+    from dtq_api.views import TaskListView  # only now: a console without the API needs no DRF
+
+    # dtq_api's names have no namespace: "task-list" may be a view of the project's own.
+    return url if getattr(resolve(url).func, "view_class", None) is TaskListView else ""

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
+from django.http import HttpResponse
 from django.test import Client
+from django.urls import include, path
 
 from dtq_core.engine import Engine
 
@@ -37,13 +39,13 @@ def test_every_link_form_and_script_url_of_the_console_stays_under_its_prefix(
         mounted: Any, live_engine: Engine, login: Callable[[str], Client]) -> None:
     task_id = live_engine.enqueue("t.x", queue="work").id
     client = login("admin")
-    for path in ("/ops/", "/ops/tasks/", f"/ops/tasks/{task_id}/", "/ops/queues/work/", "/ops/dlq/", "/ops/schedule/",
+    for page in ("/ops/", "/ops/tasks/", f"/ops/tasks/{task_id}/", "/ops/queues/work/", "/ops/dlq/", "/ops/schedule/",
                  "/ops/workers/", "/ops/audit/"):
-        response = client.get(path)
-        assert response.status_code == 200, path
+        response = client.get(page)
+        assert response.status_code == 200, page
         html = response.content.decode()
         strays = [u for u in urls_on(html) if u and not u.startswith(("/ops/", "/ops-api/", "/static/", "#", "?"))]
-        assert strays == [], (path, strays)
+        assert strays == [], (page, strays)
     overview = client.get("/ops/").content.decode()
     # It should give live.js every URL it builds: the feed's WebSocket, task and queue links.
     assert 'data-events-path="/ops/ws/events"' in overview
@@ -100,3 +102,21 @@ def test_the_feed_without_the_console_s_urls_is_refused_at_start_with_what_to_ad
     settings.ROOT_URLCONF = "dtq_api.urls"
     with pytest.raises(ImproperlyConfigured, match=r'include\("dtq_dashboard.urls"\)'):
         websocket_application(None)
+
+
+def test_the_footer_links_no_view_of_the_project_s_own_that_shares_the_api_s_url_name(
+        settings: Any, live_engine: Engine) -> None:
+    settings.ROOT_URLCONF = "tests.dashboard.test_under_prefix"
+    html = Client().get("/ops/").content.decode()
+    assert "/shop/tasks" not in html and ">API</a>" not in html
+
+
+def _shop_tasks(request: Any) -> HttpResponse:
+    return HttpResponse("the project's own task list")
+
+
+# The URLconf of the test above: a project with its own "task-list" and the console, no dtq API.
+urlpatterns = [
+    path("shop/tasks", _shop_tasks, name="task-list"),
+    path("ops/", include("dtq_dashboard.urls")),
+]
