@@ -104,7 +104,7 @@ ROOT_URLCONF = "dtq_site.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],  # every template ships inside its app (dtq_dashboard/templates)
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
