@@ -545,11 +545,10 @@ class Worker:
             await self._pause(interval)
             if self._stopping:
                 return
-            for stream in await self._reap_streams() if self._may_reclaim() else []:
-                free = self._free_slots()
-                if free <= 0 or self._stopping:  # a draining worker takes no reclaimed work either
-                    break
-                rows = await self.store.reclaim(stream, free, ours=self._running.keys() | self._unacked.keys(),
+            free = self._free_slots()
+            if free > 0 and self._may_reclaim():  # a draining worker takes no reclaimed work either
+                rows = await self.store.reclaim(await self._reap_streams(), free,
+                                                ours=self._running.keys() | self._unacked.keys(),
                                                 trusted=lambda took_s: took_s <= self._beat_gap_s()
                                                 and self._may_reclaim())
                 for row in rows:

@@ -40,7 +40,7 @@ class WorkerStore:
         self.keys = Keys(config.key_prefix)
         self.worker_id = worker_id
         self.scripts = Scripts(client)
-        self.deleted_seen = 0  # pending entries XAUTOCLAIM reported deleted (for the log)
+        self.deleted_seen = 0  # idle pending entries the reclaim found deleted (for the log)
         self.timeout_s = timeout_s  # for one hot-path exchange, on top of any blocking wait
         self.line = Line(client)  # the consumer's fetches, and their blocking waits
         self.side_line = Line(client)  # completions, written while the consumer waits
@@ -167,43 +167,40 @@ class WorkerStore:
                             outcome, reason)
         return rows
 
-    async def reclaim(self, stream: str, count: int, ours: Container[str] = (),
+    async def reclaim(self, streams: Sequence[str], count: int, ours: Container[str] = (),
                       trusted: Callable[[float], bool] = lambda took_s: True) -> list[Row]:
-        """XAUTOCLAIM entries idle past the visibility timeout and claim them with the increment.
+        """Take up to `count` entries idle past the visibility timeout, in any of `streams`
+        (highest priority first), and claim them with the increment.
 
-        Entries deleted from the stream while pending come back in XAUTOCLAIM's third element
-        (and leave the PEL); their tasks stay RUNNING until recover_lost_tasks requeues them.
+        One takeIdleEntries script for every stream: an idle round costs one round trip, and a
+        round that finds work one more (claimEntries). Entries deleted from the stream while
+        pending leave the PEL; their tasks stay RUNNING until recover_lost_tasks requeues them.
         `ours`: entry ids this worker is still running or completing. One of them idle that long
-        means its heartbeat ran late (a blocked event loop), not that it died: XAUTOCLAIM has just
+        means its heartbeat ran late (a blocked event loop), not that it died: the script has just
         refreshed it, and it is not run again.
-        `trusted(seconds the XAUTOCLAIM took)`: False when Redis stalled while the call was in flight
+        `trusted(seconds the take took)`: False when Redis stalled while the call was in flight
         (or heartbeats are late): the idle times it judged by grew for every owner alike, so the
         entries go back to the owners their task records name, for those to refresh.
         """
+        if count <= 0 or not streams:
+            return []
         min_idle = int(self.config.visibility_timeout_s * 1000)
         started = time.monotonic()
-        try:
-            reply = await self.client.xautoclaim(stream, Keys.GROUP, self.worker_id, min_idle, "0-0", count=count)
-        except redis.exceptions.ResponseError as exc:
-            if "NOGROUP" in str(exc) or "no such key" in str(exc):
-                return []
-            raise
-        entries = reply[1]
-        self.deleted_seen += len(reply[2]) if len(reply) > 2 else 0
-        if entries and not trusted(time.monotonic() - started):
-            await self._give_back(stream, [(entry_id, fields) for entry_id, fields in entries
-                                           if fields is not None and entry_id not in ours])
+        deleted, taken = await self.scripts("takeIdleEntries", keys=[],
+                                            args=[Keys.GROUP, self.worker_id, min_idle, count, *streams])
+        self.deleted_seen += int(deleted)
+        if taken and not trusted(time.monotonic() - started):
+            await self._give_back([(stream, entry_id, task_id) for stream, entry_id, task_id, *_ in taken
+                                   if entry_id not in ours])
             return []
         quads: list[object] = []
-        for entry_id, fields in entries:
-            if fields is None:
-                continue
+        for stream, entry_id, task_id, attempt, _owner in taken:
             if entry_id in ours:
                 logger.warning("task_id=%s worker_id=%s entry %s went idle past the visibility timeout while "
                                "running here (late heartbeat: a blocked event loop?); a peer could have taken it",
-                               fields.get("task_id", ""), self.worker_id, entry_id)
+                               task_id, self.worker_id, entry_id)
                 continue
-            quads += [stream, entry_id, fields.get("task_id", ""), fields.get("attempt", "1")]
+            quads += [stream, entry_id, task_id, attempt]
         if not quads:
             return []
         reply = await self.scripts("claimEntries", keys=self._claim_keys(), args=[*self._claim_args(), *quads])
@@ -221,24 +218,25 @@ class WorkerStore:
         found = {(p, q) for q, p in await pipe.execute() if q and p in PRIORITIES}
         return [self.keys.stream(q, p) for p, q in sorted(found, key=lambda pq: (PRIORITIES.index(pq[0]), pq[1]))]
 
-    async def _give_back(self, stream: str, entries: Sequence[tuple[str, dict[str, str]]]) -> None:
-        """Hand entries taken by XAUTOCLAIM back to the workers their RUNNING tasks name."""
+    async def _give_back(self, entries: Sequence[tuple[str, str, str]]) -> None:
+        """Hand entries (stream, entry id, task id) just taken back to the workers their RUNNING
+        tasks name."""
         if not entries:
             return
         pipe = self.client.pipeline(transaction=False)
-        for _, fields in entries:
-            pipe.hmget(self.keys.task(fields.get("task_id", "")), "status", "worker_id", "entry_id")
+        for _, _, task_id in entries:
+            pipe.hmget(self.keys.task(task_id), "status", "worker_id", "entry_id")
         owners = await pipe.execute()
         pipe = self.client.pipeline(transaction=False)
         returned = 0
-        for (entry_id, _), (status, owner, task_entry) in zip(entries, owners, strict=True):
+        for (stream, entry_id, _), (status, owner, task_entry) in zip(entries, owners, strict=True):
             if status == "RUNNING" and owner and owner != self.worker_id and task_entry == entry_id:
                 pipe.xclaim(stream, Keys.GROUP, owner, 0, [entry_id], justid=True)
                 returned += 1
         if returned:
             await pipe.execute()
-        logger.warning("worker_id=%s Redis stalled while reclaiming from %s: %d entr(ies) handed back to their "
-                       "owners, %d left for a later round", self.worker_id, stream, returned, len(entries) - returned)
+        logger.warning("worker_id=%s Redis stalled while reclaiming: %d entr(ies) handed back to their owners, "
+                       "%d left for a later round", self.worker_id, returned, len(entries) - returned)
 
     # -- complete -----------------------------------------------------------------------------
     def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:

@@ -155,7 +155,7 @@ def test_a_task_reclaimed_into_a_paused_queue_goes_back_queued_and_says_so(
     async def reclaim() -> list[Row]:
         store, _ = _store(config, worker_id="peer")
         try:
-            return await store.reclaim(stream, 10)
+            return await store.reclaim([stream], 10)
         finally:
             await store.aclose()
 

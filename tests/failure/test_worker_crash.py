@@ -3,6 +3,7 @@ task that kills every worker that runs it. Real redis-server, real runworker_dtq
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -11,7 +12,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import counter, env, execs, pending, registered, started, status
+from .support import counter, env, execs, pending, registered, started, status, task
 
 pytestmark = pytest.mark.slow
 
@@ -89,3 +90,33 @@ def test_a_task_that_kills_every_worker_is_dead_lettered_after_its_attempts(
     assert redis_client.hget(keys.stats_tasks(), "poison|failure.kill_self|dead_lettered") == "1"
     assert pending(redis_client, keys, ["poison"]) == 0
     assert workers[-1].proc.poll() is None and registered(redis_client, keys, f"w{len(workers) - 1}")
+
+
+def test_a_dead_workers_entry_behind_hundreds_of_live_ones_is_reclaimed_in_time(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should survive: the reclaim deadline. A live worker holds 300 long attempts of the same
+    # stream, ahead of the dead worker's entry in the pending list; the peer, with 2 free slots,
+    # still finds the dead one within the visibility timeout plus one reaper period.
+    keys = engine.keys
+    live = start_worker("--name", "live", "--queues", "deep", "--concurrency", "300", **env())
+    held = [engine.enqueue("failure.awork", {"seconds": 120}, queue="deep").id for _ in range(300)]
+    wait_for(lambda: len(execs(redis_client, keys)) == 300, timeout=60, message=live.output())
+    dead = start_worker("--name", "dead", "--queues", "deep", **env())
+    tid = engine.enqueue("failure.awork", {"by_attempt": {"1": 120, "2": 0}}, queue="deep").id
+    wait_for(lambda: started(redis_client, keys, tid), message=dead.output())
+    assert task(redis_client, keys, tid)["worker_id"] == "dead"  # the live worker has no free slot
+    peer = start_worker("--name", "peer", "--queues", "deep", "--concurrency", "2", **env())
+    wait_for(lambda: "started queues" in peer.output(), message=peer.output())
+    dead.kill()
+    killed = time.monotonic()
+    wait_for(lambda: task(redis_client, keys, tid)["attempt"] == "2", timeout=30, interval=0.05,
+             message=peer.output())
+    took = time.monotonic() - killed
+    visibility, reaper_period = 2, 0.5
+    assert took < visibility + reaper_period + 3, took
+    wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=10, message=peer.output())
+    assert task(redis_client, keys, tid)["worker_id"] == "peer"
+    # The live worker's attempts stay its own: only the dead worker's was redelivered.
+    assert counter(redis_client, keys, "redeliveries") == 1
+    assert {task(redis_client, keys, t)["worker_id"] for t in held} == {"live"}
+    assert all(task(redis_client, keys, t)["attempt"] == "1" for t in held)

@@ -232,11 +232,11 @@ def test_a_reclaim_judged_over_a_stall_hands_entries_back_to_their_owners(config
         try:
             [row] = await owner.fetch(["held"], 1)
             await asyncio.sleep(0.4)  # idle past the 0.3 s visibility timeout
-            handed_back = await peer.reclaim(stream, 10, trusted=lambda took_s: False)
+            handed_back = await peer.reclaim([stream], 10, trusted=lambda took_s: False)
             after_give_back = redis_client.xpending_range(stream, "dtq", "-", "+", 10)
             assert redis_client.hget(engine.keys.task(task_id), "attempt") == "1"  # no attempt charged
             await asyncio.sleep(0.4)
-            taken = await peer.reclaim(stream, 10, trusted=lambda took_s: True)
+            taken = await peer.reclaim([stream], 10, trusted=lambda took_s: True)
             return [row.task_id], handed_back, [(after_give_back, taken)]
         finally:
             await owner.aclose()
