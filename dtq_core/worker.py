@@ -88,6 +88,7 @@ class Worker:
         self._redis_back = asyncio.Event()  # set (and replaced) by a heartbeat that lands after failing
         self._slot_freed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
+        self._flush_lock = asyncio.Lock()  # held while a batch of completions is being written
         self._loops: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -220,7 +221,11 @@ class Worker:
                 await asyncio.gather(*not_done, return_exceptions=True)
         flush = self._loops.pop("flush", None)
         if flush is not None:
-            flush.cancel()
+            # Stop it between writes, never during one: a batch cut off mid-exchange may already
+            # have been written, and sent again below it would come back fenced, each of its
+            # tasks logged as "result discarded" though it succeeded once.
+            async with self._flush_lock:
+                flush.cancel()
             await asyncio.gather(flush, return_exceptions=True)
         if self._completions:
             await self._quietly(self._flush_once())
@@ -435,37 +440,38 @@ class Worker:
             await self._flush_once()
 
     async def _flush_once(self) -> None:
-        batch, self._completions = self._completions, []
-        if not batch:
-            return
-        try:
-            statuses = await self.store.complete(batch)
-        except BaseException:
-            self._completions[:0] = batch  # keep them; the entries stay pending until written
-            self._flush_wanted.set()
-            raise
-        faults.reach(self.config.test_fault, "after_complete")
-        for completion, status in zip(batch, statuses, strict=True):
-            self._unacked.pop(completion.row.entry_id, None)
-            if isinstance(status, list):  # ["quarantined", new status, reason]: its record is corrupt
-                logger.error("task_id=%s queue=%s attempt=%d worker_id=%s quarantined as dtq.CorruptRecord (%s): %s",
-                             completion.row.task_id, completion.row.queue, completion.row.attempt, self.worker_id,
-                             status[1] or "task record unwritable", status[2])
-            elif status == "resent":
-                logger.info("task_id=%s attempt=%d worker_id=%s completion re-sent after a lost reply: already "
-                            "recorded", completion.row.task_id, completion.row.attempt, self.worker_id)
-            elif status == "fenced":
-                logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
-                               completion.row.task_id, completion.row.attempt, self.worker_id)
-            elif status in ("DEAD_LETTERED", "FAILED"):
-                # The one place a handler failure ends the task: say where it went and why.
-                logger.warning("task_id=%s queue=%s attempt=%d worker_id=%s %s: %s: %s",
-                               completion.row.task_id, completion.row.queue, completion.row.attempt,
-                               self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
-                               completion.error_class, completion.error_message[:200])
-        self.processed += len(batch)
-        if self.max_tasks is not None and self.processed >= self.max_tasks:
-            self.request_stop()
+        async with self._flush_lock:
+            batch, self._completions = self._completions, []
+            if not batch:
+                return
+            try:
+                statuses = await self.store.complete(batch)
+            except BaseException:
+                self._completions[:0] = batch  # keep them; the entries stay pending until written
+                self._flush_wanted.set()
+                raise
+            faults.reach(self.config.test_fault, "after_complete")
+            for completion, status in zip(batch, statuses, strict=True):
+                self._unacked.pop(completion.row.entry_id, None)
+                if isinstance(status, list):  # ["quarantined", new status, reason]: its record is corrupt
+                    logger.error("task_id=%s queue=%s attempt=%d worker_id=%s quarantined as dtq.CorruptRecord "
+                                 "(%s): %s", completion.row.task_id, completion.row.queue, completion.row.attempt,
+                                 self.worker_id, status[1] or "task record unwritable", status[2])
+                elif status == "resent":
+                    logger.info("task_id=%s attempt=%d worker_id=%s completion re-sent after a lost reply: already "
+                                "recorded", completion.row.task_id, completion.row.attempt, self.worker_id)
+                elif status == "fenced":
+                    logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
+                                   completion.row.task_id, completion.row.attempt, self.worker_id)
+                elif status in ("DEAD_LETTERED", "FAILED"):
+                    # The one place a handler failure ends the task: say where it went and why.
+                    logger.warning("task_id=%s queue=%s attempt=%d worker_id=%s %s: %s: %s",
+                                   completion.row.task_id, completion.row.queue, completion.row.attempt,
+                                   self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
+                                   completion.error_class, completion.error_message[:200])
+            self.processed += len(batch)
+            if self.max_tasks is not None and self.processed >= self.max_tasks:
+                self.request_stop()
 
     # -- heartbeat, reaper, cancel watcher ----------------------------------------------------
     async def _heartbeat_loop(self) -> None:

@@ -14,7 +14,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import env, execs, pending, registered, started, status, statuses
+from .support import counter, env, execs, pending, registered, started, status, statuses, task
 
 pytestmark = pytest.mark.slow
 
@@ -92,3 +92,23 @@ def test_a_shutdown_waits_for_sync_handlers_only_up_to_their_own_timeout(
     assert "1 sync handler(s) still running" in a.output()  # the stuck one; not the timed-out one
     assert "1 detached sync handler(s) past their timeout: exiting without them" in a.output()
     assert status(redis_client, keys, stuck) == "RUNNING" and pending(redis_client, keys, ["wedged"]) == 1
+
+
+def test_a_clean_drain_writes_each_result_once_and_reports_nothing_discarded(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should survive: the log's word. Attempts that finish inside the drain window are written
+    # once; none is reported as "result discarded: a newer attempt owns it" (that line means a
+    # stale worker lost a task to a peer, and an operator would go looking for one).
+    keys = engine.keys
+    a = start_worker("--name", "a", "--queues", "clean", "--concurrency", "8", **env(DTQ_DRAIN_TIMEOUT_S=20))
+    ids = [engine.enqueue(kind, {"seconds": 1 + i / 10}, queue="clean").id
+           for i, kind in enumerate(["failure.work", "failure.awork"] * 3)]
+    wait_for(lambda: started(redis_client, keys, *ids), message=a.output())
+    a.proc.send_signal(signal.SIGTERM)
+    assert a.wait(20) == 0, a.output()
+    assert statuses(redis_client, keys, ids) == ["SUCCEEDED"] * len(ids)
+    assert [task(redis_client, keys, t)["attempt"] for t in ids] == ["1"] * len(ids)
+    assert "result discarded" not in a.output()
+    assert counter(redis_client, keys, "fenced") == 0
+    assert pending(redis_client, keys, ["clean"]) == 0
+
