@@ -1,5 +1,5 @@
 --[[
-  Claim the entries XAUTOCLAIM took over from a silent worker: a RUNNING task at the same entry
+  Claim the entries takeIdleEntries took over from a silent worker: a RUNNING task at the same entry
   gets the crash-redelivery attempt increment (or goes to the DLQ when its attempts are spent).
   New entries are read and claimed in one go by fetchTasks instead.
   Input:

@@ -1,6 +1,6 @@
 --[[
   Leader sweep for RUNNING tasks whose stream entry vanished (trimmed or XDELed while pending,
-  which XAUTOCLAIM reports as deleted and drops from the PEL): the visibility reaper can no
+  which the reaper finds deleted and drops from the PEL): the visibility reaper can no
   longer see them, so the task hash is the only record. A task qualifies when its owner showed
   no sign of life (claim or heartbeat) since the cutoff and its entry is no longer both in the
   stream and pending. Its lost attempt counts like a crash redelivery: a new entry is queued

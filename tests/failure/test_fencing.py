@@ -69,7 +69,7 @@ def test_live_owners_keep_long_tasks_even_when_their_entry_is_deleted(
 def test_a_running_task_whose_entry_was_trimmed_is_recovered_from_the_hash(
         engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
     # It should survive: the task, although its stream entry is gone. The owner dies after the
-    # stream was trimmed; XAUTOCLAIM can only report the entry as deleted, so the leader's sweep
+    # stream was trimmed; the reaper can only find the entry deleted, so the leader's sweep
     # finds the task in the running index and queues attempt 2 from the hash.
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "trim", **env())

@@ -219,7 +219,7 @@ def test_a_flushed_script_cache_or_a_broken_wake_key_does_not_stop_the_fetch(
 
 def test_a_reclaim_judged_over_a_stall_hands_entries_back_to_their_owners(config: DtqConfig,
                                                                           redis_client: redis.Redis) -> None:
-    # An XAUTOCLAIM sent just before Redis froze runs after it thaws, when every entry looks idle;
+    # A reclaim sent just before Redis froze runs after it thaws, when every entry looks idle;
     # the reaper then hands what it took back to the owners its task records name (a live owner's
     # next heartbeat keeps it), instead of running those tasks a second time.
     config = dataclasses.replace(config, visibility_timeout_s=0.3, heartbeat_interval_s=0.1)

@@ -1,0 +1,61 @@
+"""The reaper's store calls on a real Redis: taking over entries idle past the visibility timeout
+wherever they sit in the pending list."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+import redis
+
+from dtq_core.clock import SystemClock
+from dtq_core.config import DtqConfig
+from dtq_core.connection import async_client
+from dtq_core.engine import Engine
+from dtq_core.keys import Keys
+from dtq_core.worker_store import WorkerStore
+
+
+def _store(config: DtqConfig, worker_id: str) -> WorkerStore:
+    return WorkerStore(config, async_client(config, read_timeout_s=10), SystemClock(), worker_id)
+
+
+def _idle_ms(redis_client: redis.Redis, stream: str, entry_id: str) -> int:
+    [entry] = redis_client.xpending_range(stream, Keys.GROUP, entry_id, entry_id, 1)
+    return int(entry["time_since_delivered"])
+
+
+def test_an_idle_entry_behind_many_live_ones_is_taken_in_one_round(config: DtqConfig,
+                                                                   redis_client: redis.Redis) -> None:
+    # XAUTOCLAIM from the start of the pending list looks at only 10 x COUNT entries: with one free
+    # slot, a dead worker's entry behind 60 live ones would wait for all of them to finish.
+    config = dataclasses.replace(config, visibility_timeout_s=0.3, heartbeat_interval_s=0.1)
+    engine = Engine(config)
+    streams = engine.keys.streams("deep")
+    for _ in range(60):
+        engine.enqueue("dtq.echo", queue="deep")
+    dead_id = engine.enqueue("dtq.echo", queue="deep").id
+    live, dead, peer = (_store(config, name) for name in ("live", "dead", "peer"))
+
+    async def scenario() -> list[tuple[str, int, str]]:
+        try:
+            held = await live.fetch(streams, 60)
+            [lost] = await dead.fetch(streams, 10)
+            assert len(held) == 60 and lost.task_id == dead_id
+            deadline = time.monotonic() + 10
+            while _idle_ms(redis_client, lost.stream, lost.entry_id) < 300:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            await live.heartbeat({}, [(r.stream, r.entry_id, r.task_id) for r in held])  # live ones: fresh
+            taken = await peer.reclaim(streams, 1)
+            return [(r.task_id, r.attempt, r.entry_id) for r in taken] + [("", 0, lost.entry_id)]
+        finally:
+            for store in (live, dead, peer):
+                await store.aclose()
+
+    [(task_id, attempt, entry_id), (_, _, lost_entry)] = asyncio.run(scenario())
+    assert (task_id, attempt, entry_id) == (dead_id, 2, lost_entry)
+    owners = {e["consumer"] for e in redis_client.xpending_range(streams[1], Keys.GROUP, "-", "+", 100)}
+    assert owners == {"live", "peer"}  # none of the live worker's entries was taken
+
