@@ -163,9 +163,9 @@ class AttemptRunner:
         self.thread_released = thread_released
         self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
         self.detached_threads = 0
-        # Sync handlers detached at the drain deadline (future -> their handler-timeout deadline,
-        # monotonic): a shutdown lets them run to completion, up to that deadline.
-        self.abandoned_threads: dict[asyncio.Future[Any], float] = {}
+        # Sync handlers detached at the drain deadline, while their threads run: the worker keeps
+        # their entries (heartbeats) and lets them run to completion, up to their handler timeout.
+        self.abandoned_threads: dict[asyncio.Future[Any], Execution] = {}
 
     async def run(self, ex: Execution) -> Completion | None:
         """Run one attempt; None when it was abandoned at the drain deadline."""
@@ -228,7 +228,7 @@ class AttemptRunner:
         ex.detached = True
         self.detached_threads += 1
         if ex.abandoned:
-            self.abandoned_threads[future] = ex.deadline
+            self.abandoned_threads[future] = ex
 
         def done(_: asyncio.Future[Any]) -> None:
             self.detached_threads -= 1

@@ -183,7 +183,8 @@ class Worker:
 
     def _info(self) -> dict[str, object]:
         return {"queues": ",".join(self.fixed_queues or self._queues), "concurrency": self.concurrency,
-                "in_flight": len(self._running), "processed": self.processed, "state": self.state,
+                "in_flight": len(self._running) + len(self.runner.abandoned_threads),  # with the drain's threads
+                "processed": self.processed, "state": self.state,
                 "started_at": getattr(self, "started_at", self.clock.now_ms()),
                 "leader": 1 if self.is_leader else 0}
 
@@ -192,9 +193,12 @@ class Worker:
 
         1. The consumer and scheduler stop (the leader lock is handed back).
         2. Running attempts get DTQ_DRAIN_TIMEOUT_S to finish; their completions are flushed.
-        3. At the deadline, async handlers are cancelled and sync ones detached; their entries
-           stay unacked so a peer's reaper redelivers them.
-        4. The worker deregisters.
+        3. At the deadline, async handlers are cancelled and sync ones detached, their results
+           discarded; their entries stay unacked, for a peer to run the task again.
+        4. A detached sync handler cannot be stopped: until its thread ends (at most until its
+           handler timeout) heartbeats keep its entry ours, so no peer runs the task beside it.
+        5. Heartbeats stop; the entries of attempts that stopped are handed back (a peer's next
+           reaper round takes them); the worker deregisters.
         """
         self.state = "draining"
         for name in ("consume", "scheduler"):
@@ -209,12 +213,14 @@ class Worker:
             self.is_leader = False
         pending = [ex.task for ex in self._running.values() if ex.task is not None]
         logger.info("worker_id=%s stopped taking work; draining %d attempt(s)", self.worker_id, len(pending))
+        abandoned: list[Execution] = []
         if pending:
             done, not_done = await asyncio.wait(pending, timeout=self.config.drain_timeout_s)
             if not_done:
                 logger.warning("worker_id=%s drain timeout: abandoning %d attempt(s) to redelivery",
                                self.worker_id, len(not_done))
-                for ex in list(self._running.values()):
+                abandoned = list(self._running.values())
+                for ex in abandoned:
                     ex.abandoned = True
                     if ex.task is not None:
                         ex.task.cancel()
@@ -229,6 +235,7 @@ class Worker:
             await asyncio.gather(flush, return_exceptions=True)
         if self._completions:
             await self._quietly(self._flush_once())
+        await self._outlast_threads()
         # Heartbeats kept in-flight entries fresh through the drain; stop them now, because one
         # landing after the deregistration would re-register a worker that is gone.
         for name in ("heartbeat", "reaper", "cancel-watcher", "timeouts"):
@@ -236,9 +243,35 @@ class Worker:
             if loop_task is not None:
                 loop_task.cancel()
                 await asyncio.gather(loop_task, return_exceptions=True)
+        # Only now, with no heartbeat left to refresh them again; a thread still running (past
+        # its timeout) keeps its entry until this process is gone.
+        running = {ex.row.entry_id for ex in self.runner.abandoned_threads.values()}
+        await self._quietly(self.store.release([ex.row for ex in abandoned if ex.row.entry_id not in running]))
         await self._quietly(self.store.deregister())
         self.state = "stopped"
         logger.info("worker_id=%s stopped processed=%d", self.worker_id, self.processed)
+
+    async def _outlast_threads(self) -> None:
+        """Wait for the sync handlers the drain detached, at most until their handler timeout.
+
+        A thread cannot be stopped, and exiting would cut it off mid-way; while it runs, the
+        heartbeat loop keeps refreshing its entry (see _heartbeat_loop), so no peer starts the
+        task's next attempt beside it. Its result is discarded all the same.
+        """
+        threads = self.runner.abandoned_threads
+        if not threads:
+            return
+        logger.warning("worker_id=%s %d sync handler(s) still running in their thread(s): keeping their entries "
+                       "until they finish, at most until their handler timeout (results discarded); signal again "
+                       "to exit now", self.worker_id, len(threads))
+        deadline = max(ex.deadline for ex in threads.values())
+        while threads and (left_s := deadline - time.monotonic()) > 0:
+            await asyncio.wait(list(threads), timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+        if threads:
+            logger.warning("worker_id=%s %d detached sync handler(s) past their timeout: exiting without them",
+                           self.worker_id, len(threads))
+        else:
+            logger.info("worker_id=%s detached sync handlers finished", self.worker_id)
 
     async def _quietly(self, awaitable: Awaitable[object]) -> None:
         try:
@@ -478,6 +511,9 @@ class Worker:
         while True:  # beat first: restarted after a failure (see _supervise), it beats at once
             entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
             entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
+            # Sync handlers the drain detached still run: their entries stay ours until they end.
+            entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id)
+                        for ex in self.runner.abandoned_threads.values()]
             await self._align_clock()
             await self.store.heartbeat(self._info(), entries)
             self._beat_done()

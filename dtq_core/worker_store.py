@@ -238,6 +238,14 @@ class WorkerStore:
         logger.warning("worker_id=%s Redis stalled while reclaiming: %d entr(ies) handed back to their owners, "
                        "%d left for a later round", self.worker_id, returned, len(entries) - returned)
 
+    async def release(self, rows: Sequence[Row]) -> int:
+        """Hand the entries of attempts that stopped unfinished to peers (releaseEntries)."""
+        if not rows:
+            return 0
+        idle_ms = int(self.config.visibility_timeout_s * 1000)
+        pairs = [part for row in rows for part in (row.stream, row.entry_id)]
+        return int(await self.scripts("releaseEntries", keys=[], args=[Keys.GROUP, self.worker_id, idle_ms, *pairs]))
+
     # -- complete -----------------------------------------------------------------------------
     def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:
         k, c = self.keys, self.config

@@ -65,6 +65,20 @@ def work(payload: dict[str, Any]) -> dict[str, Any]:
     return {"attempt": attempt, "pid": os.getpid()}
 
 
+@dtq_tasks.task("failure.timed")
+def timed(payload: dict[str, Any]) -> dict[str, Any]:
+    """As failure.work, and log when this attempt's handler started and ended (wall clock, every
+    worker on one host), so that a test can tell whether two attempts of a task overlapped."""
+    task_id, attempt = _record()
+    client = get_engine().client
+    client.rpush(log_key("spans"), f"{task_id}|{attempt}|start|{time.time()}")
+    try:
+        time.sleep(_seconds(payload, attempt))
+    finally:
+        client.rpush(log_key("spans"), f"{task_id}|{attempt}|end|{time.time()}")
+    return {"attempt": attempt, "pid": os.getpid()}
+
+
 @dtq_tasks.task("failure.awork")
 async def awork(payload: dict[str, Any]) -> dict[str, Any]:
     """Record the run, sleep (per attempt when asked) on the event loop, return who ran it."""

@@ -139,6 +139,16 @@ class Events:
         return sum(1 for e in self.seen if e.get("type") == etype and e.get("task_id") == task_id)
 
 
+def spans(client: redis.Redis, keys: Keys, task_id: str) -> dict[int, dict[str, float]]:
+    """When each attempt's handler started and ended (failure.timed): {attempt: {"start": t, "end": t}}."""
+    out: dict[int, dict[str, float]] = {}
+    for line in client.lrange(f"{keys.prefix}:testlog:spans", 0, -1):
+        tid, attempt, edge, at = line.split("|")
+        if tid == task_id:
+            out.setdefault(int(attempt), {})[edge] = float(at)
+    return out
+
+
 # -- injected infrastructure faults (network partition, full disk) ----------------------------
 
 def run_root(*args: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:

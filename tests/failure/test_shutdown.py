@@ -14,7 +14,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import counter, env, execs, pending, registered, started, status, statuses, task
+from .support import counter, env, execs, pending, registered, spans, started, status, statuses, task
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
     late = engine.enqueue("failure.work", queue="drain").id
     wait_for(lambda: "drain timeout: abandoning 2 attempt(s)" in a.output(), timeout=2 + 4, message=a.output())
     # The async handler is cancelled at the deadline; the sync one runs on, detached, to its end
-    # (the process waits for it, deregistered), and its result is discarded.
+    # (the worker waits for it, still holding its entry), and its result is discarded.
     wait_for(lambda: "1 sync handler(s) still running" in a.output(), timeout=10, message=a.output())
     assert a.wait(15) == 0, a.output()
     assert time.monotonic() - signalled < 6 + 4
@@ -112,3 +112,35 @@ def test_a_clean_drain_writes_each_result_once_and_reports_nothing_discarded(
     assert counter(redis_client, keys, "fenced") == 0
     assert pending(redis_client, keys, ["clean"]) == 0
 
+
+def test_a_sync_handler_outliving_the_drain_keeps_its_lease_while_a_peer_runs(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # It should survive: one attempt at a time. The drained worker's sync handler runs on past the
+    # drain window in its thread; the worker keeps that entry's lease (heartbeats) until the thread
+    # ends, so the peer, running all along, starts the next attempt only after the first ended.
+    keys = engine.keys
+    procs = {name: start_worker("--name", name, "--queues", "overlap", **env(DTQ_DRAIN_TIMEOUT_S=1))
+             for name in ("a", "b")}
+    for proc in procs.values():
+        wait_for(lambda proc=proc: "started queues" in proc.output(), timeout=30, message=proc.output)
+    tid = engine.enqueue("failure.timed", {"by_attempt": {"1": 8, "2": 0}}, queue="overlap").id
+    wait_for(lambda: started(redis_client, keys, tid), message=procs["a"].output)
+    owner_name = task(redis_client, keys, tid)["worker_id"]
+    owner, peer = procs[owner_name], procs["b" if owner_name == "a" else "a"]
+    owner.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "1 sync handler(s) still running" in owner.output(), timeout=10, message=owner.output)
+    wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=30,
+             message=lambda: owner.output() + peer.output())
+    wait_for(lambda: owner.proc.poll() is not None, timeout=20, message=owner.output)
+    assert owner.wait() == 0, owner.output()
+    first, second = spans(redis_client, keys, tid)[1], spans(redis_client, keys, tid)[2]
+    assert first["end"] - first["start"] >= 8 - 0.1  # it ran to its end, past the 1 s drain window
+    assert second["start"] >= first["end"], (first, second)  # no overlap
+    # Handed back once it stopped: the peer took it within a reaper period or so, not a timeout later.
+    assert second["start"] - first["end"] < 2 + 3, (first, second)
+    # As failure-modes.md says: the abandoned attempt counts as a lost one, the peer's succeeds.
+    result = engine.get_task(tid)
+    assert result["attempt"] == 2 and result["worker_id"] != owner_name
+    assert [e["error"] for e in result["errors"]] == ["dtq.WorkerLost"]
+    assert execs(redis_client, keys, tid) == 2 and pending(redis_client, keys, ["overlap"]) == 0
+    assert not registered(redis_client, keys, owner_name)

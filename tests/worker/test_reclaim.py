@@ -1,5 +1,5 @@
 """The reaper's store calls on a real Redis: taking over entries idle past the visibility timeout
-wherever they sit in the pending list."""
+wherever they sit in the pending list, and entries a stopping worker hands back."""
 
 from __future__ import annotations
 
@@ -59,3 +59,30 @@ def test_an_idle_entry_behind_many_live_ones_is_taken_in_one_round(config: DtqCo
     owners = {e["consumer"] for e in redis_client.xpending_range(streams[1], Keys.GROUP, "-", "+", 100)}
     assert owners == {"live", "peer"}  # none of the live worker's entries was taken
 
+
+def test_a_handed_back_entry_is_taken_at_once_and_only_if_it_was_still_ours(config: DtqConfig,
+                                                                            redis_client: redis.Redis) -> None:
+    # A stopping worker hands back the entries of attempts that stopped: a peer takes them at its
+    # next reaper round instead of a visibility timeout (30 s here) later. One acknowledged
+    # meanwhile, or taken by a peer, is not touched.
+    engine = Engine(config)
+    streams = engine.keys.streams("back")
+    ids = [engine.enqueue("dtq.echo", queue="back").id for _ in range(3)]
+    owner, peer = _store(config, "owner"), _store(config, "peer")
+
+    async def scenario() -> tuple[int, list[tuple[str, int]]]:
+        try:
+            stopped, acked, stolen = await owner.fetch(streams, 3)
+            redis_client.xack(acked.stream, Keys.GROUP, acked.entry_id)
+            redis_client.xclaim(stolen.stream, Keys.GROUP, "other", 0, [stolen.entry_id], justid=True)
+            released = await owner.release([stopped, acked, stolen])
+            taken = await peer.reclaim(streams, 10)
+            return released, [(r.task_id, r.attempt) for r in taken]
+        finally:
+            await owner.aclose()
+            await peer.aclose()
+
+    released, taken = asyncio.run(scenario())
+    assert released == 1 and taken == [(ids[0], 2)]
+    owners = {e["message_id"]: e["consumer"] for e in redis_client.xpending_range(streams[1], Keys.GROUP, "-", "+", 10)}
+    assert sorted(owners.values()) == ["other", "peer"]

@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import Any
 
 import redis
@@ -132,7 +131,8 @@ class Command(BaseCommand):
         sys.stdout.flush()
         sys.stderr.flush()
         if worker.runner.detached_threads:
-            # Left by timeouts or cancels (or past their timeout): they must not keep the process alive.
+            # Left by timeouts or cancels, or by the drain past their timeout: they must not keep
+            # the process alive.
             os._exit(code)
         if code:
             raise SystemExit(code)
@@ -152,22 +152,4 @@ class Command(BaseCommand):
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
-        code = await worker.run()
-        waiting = worker.runner.abandoned_threads
-        if waiting:
-            # failure-modes.md: at a shutdown, sync handlers run detached to completion, their
-            # result discarded (a thread cannot be stopped; exiting would cut them off mid-way).
-            # This worker is deregistered and its entries are left for peers meanwhile. Only those
-            # the drain left, and only up to their own handler timeout: a wedged one (or one a
-            # timeout or cancel detached earlier) must not hold the process.
-            logger.warning("worker_id=%s %d sync handler(s) still running in their thread(s): waiting for them to "
-                           "finish, at most until their handler timeout (results discarded); signal again to exit "
-                           "now", worker.worker_id, len(waiting))
-            while waiting and time.monotonic() < max(waiting.values()):
-                await asyncio.sleep(0.1)
-            if waiting:
-                logger.warning("worker_id=%s %d detached sync handler(s) past their timeout: exiting without them",
-                               worker.worker_id, len(waiting))
-            else:
-                logger.info("worker_id=%s detached sync handlers finished; exiting", worker.worker_id)
-        return code
+        return await worker.run()  # the drain waits for the sync handlers it left (Worker._drain)
