@@ -113,7 +113,7 @@ def test_a_dead_workers_entry_behind_hundreds_of_live_ones_is_reclaimed_in_time(
              message=peer.output())
     took = time.monotonic() - killed
     visibility, reaper_period = 2, 0.5
-    assert took < visibility + reaper_period + 3, took
+    assert took < visibility + reaper_period + 5, took  # the margin is for a loaded machine; it was 120 s
     wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=10, message=peer.output())
     assert task(redis_client, keys, tid)["worker_id"] == "peer"
     # The live worker's attempts stay its own: only the dead worker's was redelivered.
