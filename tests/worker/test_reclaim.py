@@ -86,3 +86,35 @@ def test_a_handed_back_entry_is_taken_at_once_and_only_if_it_was_still_ours(conf
     assert released == 1 and taken == [(ids[0], 2)]
     owners = {e["message_id"]: e["consumer"] for e in redis_client.xpending_range(streams[1], Keys.GROUP, "-", "+", 10)}
     assert sorted(owners.values()) == ["other", "peer"]
+
+
+def test_an_idle_reclaim_round_is_one_round_trip_however_many_streams(config: DtqConfig,
+                                                                      redis_client: redis.Redis) -> None:
+    # Every worker runs a reaper round every min(visibility / 4, 5 s), mostly finding nothing:
+    # for a worker serving four queues (twelve streams), that round is one script call.
+    engine = Engine(config)
+    queues = ["r1", "r2", "r3", "r4"]
+    streams = [stream for queue in queues for stream in engine.keys.streams(queue)]
+    engine.enqueue("dtq.echo", queue="r1")  # one live entry, not idle
+    store, owner = _store(config, "idle-reaper"), _store(config, "owner")
+
+    async def scenario() -> dict[str, int]:
+        try:
+            await store.ensure_queues(queues)
+            assert len(await owner.fetch(streams, 10)) == 1
+            assert await store.reclaim(streams, 10) == []  # warm up: script load, connection set-up
+            before = redis_client.info("commandstats")
+            assert await store.reclaim(streams, 10) == []
+            after = redis_client.info("commandstats")
+            return {name: stats["calls"] - before.get(name, {}).get("calls", 0) for name, stats in after.items()
+                    if stats["calls"] != before.get(name, {}).get("calls", 0)}
+        finally:
+            await store.aclose()
+            await owner.aclose()
+
+    calls = asyncio.run(scenario())
+    # One EVALSHA; the XPENDINGs run inside it (this Redis may serve other clients: only the
+    # reaper's commands are counted).
+    reaper = {name: n for name, n in calls.items()
+              if name in ("cmdstat_evalsha", "cmdstat_xpending", "cmdstat_xautoclaim", "cmdstat_xclaim")}
+    assert reaper == {"cmdstat_evalsha": 1, "cmdstat_xpending": len(streams)}, calls
