@@ -129,6 +129,10 @@ def test_a_sync_handler_outliving_the_drain_keeps_its_lease_while_a_peer_runs(
     owner, peer = procs[owner_name], procs["b" if owner_name == "a" else "a"]
     owner.proc.send_signal(signal.SIGTERM)
     wait_for(lambda: "1 sync handler(s) still running" in owner.output(), timeout=10, message=owner.output)
+    state = redis_client.hget(keys.worker(owner_name), "state")
+    still_registered = registered(redis_client, keys, owner_name)
+    if "end" not in spans(redis_client, keys, tid)[1]:  # read while its thread ran: registered, and saying so
+        assert (state, still_registered) == ("draining", True)
     wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=30,
              message=lambda: owner.output() + peer.output())
     wait_for(lambda: owner.proc.poll() is not None, timeout=20, message=owner.output)
