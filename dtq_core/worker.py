@@ -14,8 +14,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import redis
 
@@ -38,6 +39,22 @@ LOADING_BACKOFF_S = 1.0  # a loading Redis is polled at least this often: start 
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
 SWEEP_STREAMS = 30  # streams per reaper round looked at beyond those with tasks in flight
 CLOCK_ALIGN_S = 10.0  # how often a worker re-measures its host's clock against Redis's
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel tasks and wait until they have ended, cancelling again any that swallowed it.
+
+    Python 3.11's asyncio.wait_for (redis-py's socket writes use it) returns its result instead
+    of raising when a cancel lands just as what it waits for completes: a loop cancelled once
+    can carry on, and a drain waiting for it would never end.
+    """
+    tasks = list(tasks)
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.5)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Worker:
@@ -124,9 +141,7 @@ class Worker:
             await self._stop.wait()
             await self._drain()
         finally:
-            for task in self._loops.values():
-                task.cancel()
-            await asyncio.gather(*self._loops.values(), return_exceptions=True)
+            await cancel_and_wait(self._loops.values())
             self.pool.shutdown(wait=False, cancel_futures=True)
             await self.store.aclose()
         return 0
@@ -231,18 +246,14 @@ class Worker:
             # have been written, and sent again below it would come back fenced, each of its
             # tasks logged as "result discarded" though it succeeded once.
             async with self._flush_lock:
-                flush.cancel()
-            await asyncio.gather(flush, return_exceptions=True)
+                await cancel_and_wait([flush])
         if self._completions:
             await self._quietly(self._flush_once())
         await self._outlast_threads()
         # Heartbeats kept in-flight entries fresh through the drain; stop them now, because one
         # landing after the deregistration would re-register a worker that is gone.
-        for name in ("heartbeat", "reaper", "cancel-watcher", "timeouts"):
-            loop_task = self._loops.pop(name, None)
-            if loop_task is not None:
-                loop_task.cancel()
-                await asyncio.gather(loop_task, return_exceptions=True)
+        await cancel_and_wait([self._loops.pop(name) for name in ("heartbeat", "reaper", "cancel-watcher", "timeouts")
+                               if name in self._loops])
         # Only now, with no heartbeat left to refresh them again; a thread still running (past
         # its timeout) keeps its entry until this process is gone.
         running = {ex.row.entry_id for ex in self.runner.abandoned_threads.values()}
