@@ -51,7 +51,8 @@ def _worker(server: RedisServer, tmp_path: Path, *args: str, **env: object) -> W
 
 
 def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[int, int, float]:
-    """XREADGROUP and XAUTOCLAIM calls an idle worker serving every queue makes in 3 s, and one
+    """XREADGROUP calls and streams reclaimed from (the reaper's XPENDINGs, inside its one
+    takeIdleEntries script per round) an idle worker serving every queue makes in 3 s, and one
     task's latency from submit to SUCCEEDED."""
     client = redis.Redis.from_url(server.url, decode_responses=True)
     engine = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX))
@@ -61,11 +62,11 @@ def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[int, 
     worker = _worker(server, tmp_path, DTQ_VISIBILITY_TIMEOUT_S=2, DTQ_HEARTBEAT_INTERVAL_S=0.5)
     try:
         # It waits on a wake list only after a fetch came up short: from then on it is idle.
-        wait_for(lambda: _calls(client, "blpop") >= 2 and _calls(client, "xautoclaim") >= 1, timeout=60,
+        wait_for(lambda: _calls(client, "blpop") >= 2 and _calls(client, "xpending") >= 1, timeout=60,
                  message=worker.output)
         client.config_resetstat()
         time.sleep(3)  # the measurement window, not a synchronisation
-        reads, reclaims = _calls(client, "xreadgroup"), _calls(client, "xautoclaim")
+        reads, reclaims = _calls(client, "xreadgroup"), _calls(client, "xpending")
         started = time.monotonic()
         task_id = engine.enqueue("dtq.echo", queue=names[len(names) // 2]).id
         wait_for(lambda: engine.get_task(task_id)["status"] == "SUCCEEDED", timeout=30, interval=0.005,
@@ -81,7 +82,7 @@ def test_an_idle_worker_reads_nothing_however_many_queues_exist(private_redis: R
     # One wait-then-fetch round per second (BLOCK_MS), each reading no stream: before, every
     # round read all 6,000 streams. The reaper looks only at streams with tasks in flight
     # (none) and a round-robin slice of 30 others: before, each of its rounds (every 0.5 s here)
-    # sent an XAUTOCLAIM to every stream.
+    # looked at every stream (an XAUTOCLAIM each, then).
     assert reads <= 10, reads
     assert reclaims <= 8 * 30, reclaims
     assert latency < 2.0, latency

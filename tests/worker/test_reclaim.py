@@ -91,7 +91,7 @@ def test_a_handed_back_entry_is_taken_at_once_and_only_if_it_was_still_ours(conf
 def test_an_idle_reclaim_round_is_one_round_trip_however_many_streams(config: DtqConfig,
                                                                       redis_client: redis.Redis) -> None:
     # Every worker runs a reaper round every min(visibility / 4, 5 s), mostly finding nothing:
-    # for a worker serving four queues (twelve streams), that round is one script call.
+    # looking at twelve streams (four queues) for idle entries is one script call.
     engine = Engine(config)
     queues = ["r1", "r2", "r3", "r4"]
     streams = [stream for queue in queues for stream in engine.keys.streams(queue)]
