@@ -109,6 +109,7 @@ def test_a_clean_drain_writes_each_result_once_and_reports_nothing_discarded(
     assert statuses(redis_client, keys, ids) == ["SUCCEEDED"] * len(ids)
     assert [task(redis_client, keys, t)["attempt"] for t in ids] == ["1"] * len(ids)
     assert "result discarded" not in a.output()
+    assert "re-sent" not in a.output()  # each completion written once, not cut off and sent again
     assert counter(redis_client, keys, "fenced") == 0
     assert pending(redis_client, keys, ["clean"]) == 0
 
