@@ -40,8 +40,8 @@ def test_an_idle_entry_behind_many_live_ones_is_taken_in_one_round(config: DtqCo
 
     async def scenario() -> list[tuple[str, int, str]]:
         try:
-            held = await live.fetch(streams, 60)
-            [lost] = await dead.fetch(streams, 10)
+            held = await live.fetch(["deep"], 60)
+            [lost] = await dead.fetch(["deep"], 10)
             assert len(held) == 60 and lost.task_id == dead_id
             deadline = time.monotonic() + 10
             while _idle_ms(redis_client, lost.stream, lost.entry_id) < 300:
@@ -72,7 +72,7 @@ def test_a_handed_back_entry_is_taken_at_once_and_only_if_it_was_still_ours(conf
 
     async def scenario() -> tuple[int, list[tuple[str, int]]]:
         try:
-            stopped, acked, stolen = await owner.fetch(streams, 3)
+            stopped, acked, stolen = await owner.fetch(["back"], 3)
             redis_client.xack(acked.stream, Keys.GROUP, acked.entry_id)
             redis_client.xclaim(stolen.stream, Keys.GROUP, "other", 0, [stolen.entry_id], justid=True)
             released = await owner.release([stopped, acked, stolen])
@@ -101,7 +101,7 @@ def test_an_idle_reclaim_round_is_one_round_trip_however_many_streams(config: Dt
     async def scenario() -> dict[str, int]:
         try:
             await store.ensure_queues(queues)
-            assert len(await owner.fetch(streams, 10)) == 1
+            assert len(await owner.fetch(queues, 10)) == 1
             assert await store.reclaim(streams, 10) == []  # warm up: script load, connection set-up
             before = redis_client.info("commandstats")
             assert await store.reclaim(streams, 10) == []

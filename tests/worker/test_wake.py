@@ -265,7 +265,7 @@ def test_a_reclaim_quarantines_a_corrupt_record_alone(config: DtqConfig, redis_c
         try:
             assert len(await ghost.fetch(["lost"], 10)) == 3
             await asyncio.sleep(0.4)  # idle past the 0.3 s visibility timeout: the ghost is gone
-            return [r.task_id for r in await peer.reclaim(stream, 10)]
+            return [r.task_id for r in await peer.reclaim([stream], 10)]
         finally:
             await ghost.aclose()
             await peer.aclose()
