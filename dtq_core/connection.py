@@ -43,8 +43,9 @@ def write_refused(exc: BaseException) -> bool:
 
 
 def refusal(exc: BaseException) -> str:
-    """Redis's own words for a refused write, for the client (without the script's location)."""
-    text = str(exc).split(" script: ", 1)[0]
+    """Redis's own words for a refused write, for the client: without the script's location, nor
+    a pipeline's "Command # 1 (<the command and its arguments>) of pipeline caused error: "."""
+    text = str(exc).split("caused error: ", 1)[-1].split(" script: ", 1)[0]
     return f"OOM {text}" if isinstance(exc, redis.exceptions.OutOfMemoryError) else text
 
 

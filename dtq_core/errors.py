@@ -73,10 +73,47 @@ class TaskTerminal(DtqError):
     http_status = 409
 
 
-class RedisUnavailable(DtqError):
-    code = "REDIS_UNAVAILABLE"
+class RedisTrouble(DtqError):
+    """Redis cannot serve the request; built from redis-py's exception by dtq_core.redis_errors.
+
+    message is what a request's caller reads (the API envelope), state the same trouble told as
+    a condition (/ready, the console), cause redis-py's or Redis's own words (the CLI line),
+    kind one of redis_errors.KINDS. Transient for the caller: 503, retry later.
+    """
+
     http_status = 503
+
+    def __init__(self, message: str, *, kind: str = "unreachable", state: str | None = None, cause: str = "",
+                 **details: Any) -> None:
+        super().__init__(message, **details)
+        self.kind = kind
+        self.state = state if state is not None else message
+        self.cause = cause
+
+
+class RedisUnavailable(RedisTrouble):
+    """Redis does not answer, is still loading its dataset, or has no database the URL names."""
+
+    code = "REDIS_UNAVAILABLE"
+
+
+class RedisWriteRefused(RedisTrouble):
+    """Redis answers but refuses writes: a full or failing disk (MISCONF) or maxmemory (OOM)."""
+
+    code = "REDIS_WRITE_FAILED"
 
 
 class WorkerNameTaken(DtqError):
     code = "WORKER_NAME_TAKEN"
+
+
+def error_body(exc: DtqError, request_id: str, *, state: bool = False) -> dict[str, Any]:
+    """The contract's envelope for a dtq error, Redis trouble included: the API's responses, batch
+    items and the console's JSON. state=True words Redis trouble as a condition (/ready, the
+    console's state) rather than as a failed request."""
+    message = exc.state if state and isinstance(exc, RedisTrouble) else exc.message
+    field = exc.field if isinstance(exc, ValidationError) else None  # the one field it names
+    body: dict[str, Any] = {"code": exc.code, "message": message, "request_id": request_id}
+    if field:
+        body["field"] = field
+    return {"error": body}

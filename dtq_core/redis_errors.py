@@ -1,0 +1,72 @@
+"""The one translator from redis-py's exceptions to what users read.
+
+Every surface (the API's envelope and /ready, batch submit, the console's pages and JSON, the
+CLI's one line and runworker_dtq) asks translate() or redis_trouble() and shows the result, so
+the same trouble gives the same code, status and words everywhere:
+
+- no answer (refused, timeout): REDIS_UNAVAILABLE; message "Redis is unavailable; try again
+  shortly", state "Redis is unavailable"
+- LOADING (restarted on existing data): REDIS_UNAVAILABLE; the same message, state "Redis is
+  loading its dataset into memory"
+- the URL's database does not exist: REDIS_UNAVAILABLE; WRONG_DATABASE both ways
+- MISCONF (disk) or OOM (maxmemory): REDIS_WRITE_FAILED; message "Redis refused the write; try
+  again shortly (<Redis's reply>)", state "Redis refuses writes (<Redis's reply>)"
+
+All with HTTP status 503. Anything else (a WRONGTYPE, a script's own error) is not Redis
+trouble: translate() says None and the caller lets it propagate. The CLI's line is one_line().
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+
+from .connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, refusal, write_refused, wrong_database
+from .errors import RedisTrouble, RedisUnavailable, RedisWriteRefused
+
+UNREACHABLE, LOADING, WRONG_DB, WRITE_REFUSED = "unreachable", "loading", "wrong_database", "write_refused"
+KINDS = (UNREACHABLE, LOADING, WRONG_DB, WRITE_REFUSED)
+
+UNAVAILABLE = "Redis is unavailable"
+RETRY = "try again shortly"
+LOADING_STATE = "Redis is loading its dataset into memory"
+
+
+def translate(exc: BaseException) -> RedisTrouble | None:
+    """The dtq error for a Redis failure, or None when exc is not Redis trouble."""
+    if isinstance(exc, RedisTrouble):
+        return exc
+    if isinstance(exc, redis.exceptions.BusyLoadingError):  # restarted on existing data: transient
+        return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=LOADING, state=LOADING_STATE, cause=str(exc))
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=UNREACHABLE, state=UNAVAILABLE, cause=str(exc))
+    if write_refused(exc):
+        # Not a bad request and not our bug: the client should retry once the operator frees disk
+        # or memory. Redis's own words say which ("...No space left on device").
+        reply = refusal(exc)
+        return RedisWriteRefused(f"Redis refused the write; {RETRY} ({reply})", kind=WRITE_REFUSED,
+                                 state=f"Redis refuses writes ({reply})", cause=reply)
+    if wrong_database(exc):  # a configuration error, found only on connect
+        return RedisUnavailable(WRONG_DATABASE, kind=WRONG_DB, cause=str(exc))
+    return None
+
+
+@contextmanager
+def redis_trouble() -> Iterator[None]:
+    """Raise Redis trouble in the block as RedisUnavailable / RedisWriteRefused; the rest as is."""
+    try:
+        yield
+    except Exception as exc:
+        trouble = translate(exc)
+        if trouble is None or trouble is exc:
+            raise
+        raise trouble from exc
+
+
+def one_line(trouble: RedisTrouble, where: str) -> str:
+    """The CLI's line for it; where is the Redis URL with its password redacted."""
+    if trouble.kind in (UNREACHABLE, LOADING):
+        return f"cannot reach Redis at {where}: {trouble.cause}"
+    return f"{trouble.state}: {where}"
