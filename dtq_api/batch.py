@@ -5,33 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 from dtq_core.engine import Engine
-from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationError
+from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationError, error_body
 from dtq_core.submit import Submission
 
 from .exceptions import _flatten
 from .serializers import SubmitSerializer
 
 
-def _error(exc: DtqError, request_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": exc.code, "message": exc.message, "request_id": request_id}
-    if isinstance(exc, ValidationError) and exc.field:
-        body["field"] = exc.field
-    return {"error": body}
-
-
 def _validate(engine: Engine, item: Any, request_id: str) -> Submission | dict[str, Any]:
     shape = SubmitSerializer(data=item)
     if not shape.is_valid():
         message, _ = _flatten(shape.errors)
-        return _error(ValidationError(message), request_id)
+        return error_body(ValidationError(message), request_id)
     try:
         return engine.validate(request_id=request_id, **shape.validated_data)
     except DtqError as exc:
-        return _error(exc, request_id)
+        return error_body(exc, request_id)
 
 
 def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict[str, Any]]:
-    """Return one result per item, in order: {"id", "status", "created"} or {"error": {...}}."""
+    """Return one result per item, in order: {"id", "status", "created"} or {"error": {...}}.
+
+    Redis trouble is not an item's error: it propagates, and the whole request gets the API's
+    503 envelope (exception_handler), since nothing of the pipeline can be said to have landed."""
     checked = [_validate(engine, item, request_id) for item in items]
     valid = [c for c in checked if isinstance(c, Submission)]
     outcomes = iter(engine.enqueue_many(valid) if valid else [])
@@ -42,7 +38,7 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
             continue
         outcome = next(outcomes)
         if isinstance(outcome, (QueueFull, QueueLimitReached)):
-            results.append(_error(outcome, request_id))
+            results.append(error_body(outcome, request_id))
         else:
             results.append({"id": outcome.id, "status": outcome.status, "created": outcome.created})
     return results

@@ -11,8 +11,8 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, refusal, write_refused, wrong_database
-from dtq_core.errors import DtqError, ValidationError
+from dtq_core.errors import DtqError, error_body
+from dtq_core.redis_errors import translate
 
 from .middleware import request_id_of
 
@@ -39,21 +39,12 @@ def envelope(code: str, message: str, request: HttpRequest | None, **extra: Any)
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     request = context.get("request")
+    trouble = translate(exc)
+    if trouble is not None:
+        exc = trouble
     if isinstance(exc, DtqError):
-        extra: dict[str, Any] = {}
-        if isinstance(exc, ValidationError) and exc.field:
-            extra["field"] = exc.field
-        return Response(envelope(exc.code, exc.message, request, **extra), status=exc.http_status)
-    if isinstance(exc, UNAVAILABLE_ERRORS):
-        return Response(envelope("REDIS_UNAVAILABLE", "Redis is unavailable; try again shortly", request),
-                        status=503)
-    if write_refused(exc):
-        # Not a bad request and not our bug: the client should retry once the operator frees
-        # disk or memory. Redis's own words say which ("...No space left on device").
-        return Response(envelope("REDIS_WRITE_FAILED", f"Redis refused the write; try again shortly ({refusal(exc)})",
-                                 request), status=503)
-    if wrong_database(exc):
-        return Response(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)
+        return Response(error_body(exc, request_id_of(request) if request is not None else ""),
+                        status=exc.http_status)
     if isinstance(exc, RequestDataTooBig):  # a body past DATA_UPLOAD_MAX_MEMORY_SIZE: 413, not Django's HTML 400
         return Response(envelope("PAYLOAD_TOO_LARGE", "request body is too large", request), status=413)
     if isinstance(exc, Http404):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
@@ -19,17 +18,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from dtq_core.admin import DlqSelection
-from dtq_core.connection import (
-    EVICTION_POLICY,
-    UNAVAILABLE_ERRORS,
-    WRONG_DATABASE,
-    eviction_problem,
-    refusal,
-    write_refused,
-    wrong_database,
-)
+from dtq_core.connection import EVICTION_POLICY, eviction_problem
 from dtq_core.engine import get_engine
-from dtq_core.errors import ValidationError
+from dtq_core.errors import RedisTrouble, ValidationError, error_body
+from dtq_core.redis_errors import redis_trouble
 from dtq_core.task import Status
 
 from . import serializers as s
@@ -288,20 +280,11 @@ def ready(request: HttpRequest) -> JsonResponse:
         return _method_not_allowed(request)
     engine = get_engine()
     try:
-        engine.ping()
-        policy = engine.eviction_policy()
-    except redis.exceptions.BusyLoadingError:  # restarted on existing data: ready once it is in memory
-        return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is loading its dataset into memory", request),
-                            status=503)
-    except UNAVAILABLE_ERRORS:
-        return JsonResponse(envelope("REDIS_UNAVAILABLE", "Redis is unavailable", request), status=503)
-    except redis.exceptions.ResponseError as exc:
-        if write_refused(exc):  # Redis refuses PING too while it cannot write (MISCONF)
-            return JsonResponse(envelope("REDIS_WRITE_FAILED", f"Redis refuses writes ({refusal(exc)})", request),
-                                status=503)
-        if not wrong_database(exc):
-            raise
-        return JsonResponse(envelope("REDIS_UNAVAILABLE", WRONG_DATABASE, request), status=503)
+        with redis_trouble():  # a full disk makes Redis refuse PING too (MISCONF): REDIS_WRITE_FAILED
+            engine.ping()
+            policy = engine.eviction_policy()
+    except RedisTrouble as exc:
+        return JsonResponse(error_body(exc, request_id_of(request), state=True), status=exc.http_status)
     problem = eviction_problem(policy)
     if problem is None:
         return JsonResponse({"status": "ready"})
