@@ -7,7 +7,6 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-import redis
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
@@ -18,8 +17,8 @@ from django.views.decorators.http import require_GET
 
 from dtq_api.middleware import request_id_of
 from dtq_core.admin import Actor
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
-from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, TaskNotFound, ValidationError
+from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, RedisTrouble, TaskNotFound, ValidationError
+from dtq_core.redis_errors import LOADING, WRITE_REFUSED, WRONG_DB, redis_trouble
 
 from .models import ACTION_PERMISSIONS
 from .permissions import can_act, can_view_console
@@ -34,14 +33,29 @@ def to_login(back: str) -> HttpResponse:
     return redirect_to_login(back, login_url=reverse("dtq_dashboard:login"))
 
 
-def unavailable(request: HttpRequest, exc: BaseException | None = None) -> HttpResponse:
-    if exc is not None and wrong_database(exc):
-        detail = f"{WRONG_DATABASE}. Nothing was read or changed; fix the setting and restart."
+def unavailable(request: HttpRequest, trouble: RedisTrouble | None = None) -> HttpResponse:
+    """The page for Redis trouble (dtq_core.redis_errors): what is wrong and what was not done."""
+    title = "Redis is unavailable"
+    if trouble is not None and trouble.kind == WRONG_DB:
+        detail = f"{trouble.state}. Nothing was read or changed; fix the setting and restart."
+    elif trouble is not None and trouble.kind == WRITE_REFUSED:
+        title = "Redis refuses writes"
+        detail = f"{trouble.state}. Nothing was changed; try again once Redis takes writes (check /ready)."
+    elif trouble is not None and trouble.kind == LOADING:
+        detail = (f"{trouble.state}. Nothing was read or changed; this page works again as soon as it "
+                  "has (check /ready).")
     else:
         detail = ("The console cannot reach Redis right now. Nothing was read or changed; "
                   "this page works again as soon as Redis answers (check /ready).")
-    return render(request, "dtq_dashboard/error.html", {"title": "Redis is unavailable", "detail": detail},
+    return render(request, "dtq_dashboard/error.html", {"title": title, "detail": detail},
                   status=503)
+
+
+def _log_trouble(what: str, request: HttpRequest, trouble: RedisTrouble) -> None:
+    if trouble.kind == WRONG_DB:  # a configuration error: it will not pass by itself
+        logger.error("console %s failed: %s", what, trouble.state)
+    else:
+        logger.warning("console %s failed: redis %s path=%s", what, trouble.kind, request.path)
 
 
 def console_page(view: View) -> View:
@@ -53,14 +67,10 @@ def console_page(view: View) -> View:
         if not can_view_console(request.user):
             return to_login(request.get_full_path())
         try:
-            return view(request, *args, **kwargs)
-        except UNAVAILABLE_ERRORS:
-            logger.warning("console read failed: redis unavailable path=%s", request.path)
-            return unavailable(request)
-        except redis.exceptions.ResponseError as exc:
-            if not wrong_database(exc):
-                raise
-            logger.error("console read failed: %s", WRONG_DATABASE)
+            with redis_trouble():
+                return view(request, *args, **kwargs)
+        except RedisTrouble as exc:
+            _log_trouble("read", request, exc)
             return unavailable(request, exc)
         except NOT_FOUND as exc:
             return render(request, "dtq_dashboard/error.html", {"title": "Not found", "detail": exc.message},
@@ -133,14 +143,10 @@ def console_action(codename: str, *, default_next: Callable[..., str]) -> Callab
             actor = Actor.user(request.user.get_username(), source="console",
                                request_id=request_id_of(request))
             try:
-                return view(request, actor, back, *args, **kwargs)
-            except UNAVAILABLE_ERRORS:
-                logger.warning("console action failed: redis unavailable path=%s", request.path)
-                return unavailable(request)
-            except redis.exceptions.ResponseError as exc:
-                if not wrong_database(exc):
-                    raise
-                logger.error("console action failed: %s", WRONG_DATABASE)
+                with redis_trouble():
+                    return view(request, actor, back, *args, **kwargs)
+            except RedisTrouble as exc:
+                _log_trouble("action", request, exc)
                 return unavailable(request, exc)
             except DtqError as exc:
                 messages.error(request, exc.message)

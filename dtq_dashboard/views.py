@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import redis
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -14,10 +13,10 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from dtq_core.admin import Actor, DlqSelection
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.engine import get_engine
-from dtq_core.errors import TaskNotFound
+from dtq_core.errors import RedisTrouble, TaskNotFound, error_body
 from dtq_core.inspect import SCAN_BUDGET
+from dtq_core.redis_errors import redis_trouble
 from dtq_core.task import TERMINAL
 
 from . import forms
@@ -81,14 +80,10 @@ def state(request: HttpRequest) -> JsonResponse:
     if not can_view_console(request.user):
         return JsonResponse({"error": {"code": "AUTHENTICATION_REQUIRED", "message": "log in first"}}, status=403)
     try:
-        data = _summary(get_engine())
-    except UNAVAILABLE_ERRORS:
-        return JsonResponse({"error": {"code": "REDIS_UNAVAILABLE", "message": "Redis is unavailable"}},
-                            status=503)
-    except redis.exceptions.ResponseError as exc:
-        if not wrong_database(exc):
-            raise
-        return JsonResponse({"error": {"code": "REDIS_UNAVAILABLE", "message": WRONG_DATABASE}}, status=503)
+        with redis_trouble():
+            data = _summary(get_engine())
+    except RedisTrouble as exc:
+        return JsonResponse(error_body(exc, getattr(request, "request_id", ""), state=True), status=exc.http_status)
     return JsonResponse(data)
 
 
