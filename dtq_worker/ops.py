@@ -13,15 +13,14 @@ from contextlib import contextmanager
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core.codec import is_unicode
 from dtq_core.conf import get_config
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import DtqError
 from dtq_core.inspect import MAX_PAGE
+from dtq_core.redis_errors import one_line, translate
 from dtq_core.task import valid_queue_name
 
 
@@ -59,13 +58,12 @@ def one_line_errors() -> Iterator[None]:
     """Turn dtq errors and Redis outages into CommandError (one line, exit 1)."""
     try:
         yield
-    except DtqError as exc:
-        raise CommandError(exc.message) from None
-    except UNAVAILABLE_ERRORS as exc:
-        raise CommandError(f"cannot reach Redis at {redacted(get_config().redis_url)}: {exc}") from None
-    except redis.exceptions.ResponseError as exc:
-        if wrong_database(exc):
-            raise CommandError(f"{WRONG_DATABASE}: {redacted(get_config().redis_url)}") from None
+    except Exception as exc:
+        trouble = translate(exc)
+        if trouble is not None:
+            raise CommandError(one_line(trouble, redacted(get_config().redis_url))) from None
+        if isinstance(exc, DtqError):
+            raise CommandError(exc.message) from None
         raise
 
 

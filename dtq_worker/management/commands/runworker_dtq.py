@@ -12,16 +12,15 @@ import sys
 import threading
 from typing import Any
 
-import redis
 from django.core import checks
 from django.core.checks.registry import CheckRegistry
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core import registry
 from dtq_core.conf import get_config
-from dtq_core.connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, wrong_database
 from dtq_core.errors import WorkerNameTaken
 from dtq_core.logs import TextFormatter
+from dtq_core.redis_errors import one_line, translate
 from dtq_core.registry import TaskModuleError, import_task_modules
 from dtq_core.task import valid_queue_name
 from dtq_core.worker import Worker
@@ -122,12 +121,11 @@ class Command(BaseCommand):
             code = asyncio.run(self._run(worker))
         except WorkerNameTaken as exc:
             raise CommandError(str(exc)) from None
-        except UNAVAILABLE_ERRORS as exc:
-            raise CommandError(f"cannot reach Redis at {redacted(config.redis_url)}: {exc}") from None
-        except redis.exceptions.ResponseError as exc:
-            if wrong_database(exc):
-                raise CommandError(f"{WRONG_DATABASE}: {redacted(config.redis_url)}") from None
-            raise
+        except Exception as exc:
+            trouble = translate(exc)
+            if trouble is None:
+                raise
+            raise CommandError(one_line(trouble, redacted(config.redis_url))) from None
         sys.stdout.flush()
         sys.stderr.flush()
         if worker.runner.detached_threads:
