@@ -166,8 +166,16 @@ class AuditEntrySerializer(serializers.Serializer):
     source = serializers.CharField(allow_null=True)
     action = serializers.CharField(allow_null=True)
     target = serializers.CharField(allow_null=True)
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="how many it changed (unfinished: as far as recorded)")
     request_id = serializers.CharField(allow_null=True)
+    op_id = serializers.CharField(allow_null=True, help_text="links the intent and outcome entries")
+    outcome = serializers.ChoiceField(["finished", "refused", "failed", "unfinished"], help_text=(
+        "unfinished: started, no outcome recorded (running now, or cut short by a crash or restart)"))
+    error = serializers.CharField(allow_null=True, help_text="refused: the error code; failed: the exception")
+    started_at = serializers.DateTimeField(allow_null=True)
+    selected = serializers.IntegerField(allow_null=True, help_text="entries the selection matched at the start")
+    selection = serializers.JSONField(allow_null=True, help_text="ids, task_ids, filters or all, as given")
+    progress_at = serializers.DateTimeField(allow_null=True, help_text="unfinished: when progress was last recorded")
 
 
 class WorkerSerializer(serializers.Serializer):

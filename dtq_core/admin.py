@@ -1,7 +1,8 @@
-"""Operator actions (pause, resume, purge, delete, DLQ retry/discard), each written to the audit stream.
+"""Operator actions (pause, resume, purge, delete, DLQ retry/discard, cancel), each audited (audit.py).
 
 Mixed into Engine so the API, CLI and console share every operation and every count.
-Bulk actions snapshot what matched first, then act in pipelined batches.
+Bulk actions snapshot what matched first, write their intent to the audit stream, then act in
+pipelined batches, recording progress after each, and write their outcome last.
 """
 
 from __future__ import annotations
@@ -9,16 +10,18 @@ from __future__ import annotations
 import getpass
 import hashlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .clock import iso
-from .errors import QueueNotEmpty, QueueNotFound, ValidationError
+from .errors import CancelRequested, QueueNotEmpty, QueueNotFound, TaskNotFound, TaskTerminal, ValidationError
 from .inspect import queue_filter, type_filter, valid_stream_id
 from .keys import PRIORITIES, Keys
-from .task import valid_queue_name
+from .task import TERMINAL, valid_queue_name
 
 if TYPE_CHECKING:
+    from .audit import Operation
     from .engine import Engine
 
 BATCH = 500
@@ -113,6 +116,15 @@ class DlqSelection:
     def chooses_something(self) -> bool:
         return bool(self.ids or self.task_ids or self.queue or self.type or self.q or self.all)
 
+    def audited(self) -> dict[str, Any]:
+        """The selection as the intent entry records it (long id lists cut to their first 100)."""
+        if self.ids:
+            return {"ids": list(self.ids[:100]), "ids_total": len(self.ids)}
+        if self.task_ids:
+            return {"task_ids": list(self.task_ids[:100]), "task_ids_total": len(self.task_ids)}
+        return {k: v for k, v in (("queue", self.queue), ("type", self.type), ("q", self.q), ("all", self.all))
+                if v}
+
     def describe(self) -> str:
         if self.ids:
             return "dlq:" + (",".join(self.ids[:5]) + ("..." if len(self.ids) > 5 else ""))
@@ -127,27 +139,26 @@ class DlqSelection:
 class AdminMixin:
     # -- audit --------------------------------------------------------------------------------
     def audit(self: Engine, actor: Actor, action: str, target: str, count: int) -> str:
-        now = self.clock.now_ms()
-        return str(self.client.xadd(
-            self.keys.audit(),
-            {"ts": now, "actor": actor.name, "source": actor.source, "action": action, "target": target,
-             "count": count, "request_id": actor.request_id or ""},
-            maxlen=self.config.audit_maxlen, approximate=True,
-        ))
+        """Record an action that is already done, as its intent and outcome together."""
+        with self.audited(actor, action, target) as op:
+            op.done = count
+        return op.start_id
 
     # -- queues -------------------------------------------------------------------------------
     def set_paused(self: Engine, queue: str, paused: bool, actor: Actor) -> bool:
         """Pause or resume a queue; return True when its state changed. Audited either way."""
-        if not valid_queue_name(queue):
-            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
-        now = self.clock.now_ms()
         k = self.keys
-        changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues(),
-                                                      k.paused_info(), k.ready(), k.wake_any(), k.wake(queue)],
-                                   args=[queue, 1 if paused else 0, now, iso(now), actor.name]))
-        if changed == -1:
-            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
-        self.audit(actor, "queue.pause" if paused else "queue.resume", f"queue:{queue}", changed)
+        if not valid_queue_name(queue) or not self.client.sismember(k.queues(), queue):
+            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)  # before any audit entry
+        with self.audited(actor, "queue.pause" if paused else "queue.resume", f"queue:{queue}", selected=1,
+                          selection={"queue": queue}) as op:
+            now = self.clock.now_ms()
+            changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues(),
+                                                          k.paused_info(), k.ready(), k.wake_any(), k.wake(queue)],
+                                       args=[queue, 1 if paused else 0, now, iso(now), actor.name]))
+            if changed == -1:
+                raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+            op.done = changed
         return bool(changed)
 
     def purge(self: Engine, queue: str, actor: Actor) -> int:
@@ -159,42 +170,42 @@ class AdminMixin:
         for priority in PRIORITIES:
             pipe.xrevrange(k.stream(queue, priority), "+", "-", count=1)
         snapshots = [rows[0][0] if rows else None for rows in pipe.execute()]
-        total = 0
-        for priority, snapshot in zip(PRIORITIES, snapshots, strict=True):
-            after = ""
-            while snapshot:
-                cancelled, after = self.scripts(
-                    "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq(), k.stats_tasks()],
-                    args=[Keys.GROUP, now, iso(now), k.task_prefix(), snapshot, BATCH * 4, after,
-                          self.config.task_retention_s * 1000],
-                )
-                total += int(cancelled)
-                if not after:
-                    break
-        self.audit(actor, "queue.purge", f"queue:{queue}", total)
+        with self.audited(actor, "queue.purge", f"queue:{queue}", selection={"queue": queue}) as op:
+            for priority, snapshot in zip(PRIORITIES, snapshots, strict=True):
+                after = ""
+                while snapshot:
+                    cancelled, after = self.scripts(
+                        "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq(), k.stats_tasks()],
+                        args=[Keys.GROUP, now, iso(now), k.task_prefix(), snapshot, BATCH * 4, after,
+                              self.config.task_retention_s * 1000],
+                    )
+                    op.advance(int(cancelled))
+                    if not after:
+                        break
         self._publish_admin_event("queue.purged", queue, now)
-        return total
+        return op.done
 
     def delete_queue(self: Engine, queue: str, actor: Actor) -> None:
         """Delete an empty queue (nothing waiting, in flight or scheduled); raise QueueNotEmpty or
-        QueueNotFound. Audited when it happened."""
-        if not valid_queue_name(queue):
-            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+        QueueNotFound. Audited when it happened (a refusal withdraws its intent: nothing changed)."""
         k = self.keys
-        now = self.clock.now_ms()
-        code, *counts = self.scripts(
-            "deleteQueue", keys=[k.queues(), k.paused(), k.paused_info(), k.ready(), *k.streams(queue), k.wake(queue),
-                                 k.schedule_counts(), k.running(), k.events(), k.event_seq()],
-            args=[queue, Keys.GROUP, now, iso(now), k.task_prefix()])
-        if int(code) == -1:
-            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
-        if int(code) == 0:
-            waiting, in_flight, scheduled = (int(c) for c in counts)
-            raise QueueNotEmpty(
-                f"queue {queue!r} is not empty: {waiting} waiting, {in_flight} in flight, {scheduled} scheduled; "
-                "purge or cancel them (or let them finish) first",
-                queue=queue, waiting=waiting, in_flight=in_flight, scheduled=scheduled)
-        self.audit(actor, "queue.delete", f"queue:{queue}", 1)
+        if not valid_queue_name(queue) or not self.client.sismember(k.queues(), queue):
+            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)  # before any audit entry
+        with self.audited(actor, "queue.delete", f"queue:{queue}", selected=1, selection={"queue": queue}) as op:
+            now = self.clock.now_ms()
+            code, *counts = self.scripts(
+                "deleteQueue", keys=[k.queues(), k.paused(), k.paused_info(), k.ready(), *k.streams(queue),
+                                     k.wake(queue), k.schedule_counts(), k.running(), k.events(), k.event_seq()],
+                args=[queue, Keys.GROUP, now, iso(now), k.task_prefix()])
+            if int(code) == -1:
+                raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+            if int(code) == 0:
+                waiting, in_flight, scheduled = (int(c) for c in counts)
+                raise QueueNotEmpty(
+                    f"queue {queue!r} is not empty: {waiting} waiting, {in_flight} in flight, {scheduled} "
+                    "scheduled; purge or cancel them (or let them finish) first",
+                    queue=queue, waiting=waiting, in_flight=in_flight, scheduled=scheduled)
+            op.done = 1
 
     def _publish_admin_event(self: Engine, etype: str, queue: str | None, now: int) -> None:
         import json
@@ -236,47 +247,63 @@ class AdminMixin:
             pipe.xrange(self.keys.dlq(), entry_id, entry_id)
         return sum(1 for rows in pipe.execute() if rows)
 
-    def _in_batches(self: Engine, script: str, keys: list[str], fixed: list[object], ids: list[str]) -> list[Any]:
-        """Run `script` over ids, BATCH per call, PIPELINE_DEPTH calls per round trip; return the replies.
+    def _in_batches(self: Engine, script: str, keys: list[str], fixed: list[object], ids: list[str],
+                    op: Operation, changed: Callable[[Any], int]) -> None:
+        """Run `script` over ids, BATCH per call, PIPELINE_DEPTH calls per round trip, adding what
+        each reply changed to the operation's progress after every round trip.
 
         Each call is atomic but short, so other clients are never blocked for long; pipelining
-        keeps a 10,000-entry action to a few round trips.
+        keeps a 10,000-entry action to a few round trips. A process killed between two round
+        trips leaves every entry either done or untouched, and the progress recorded last.
         """
-        replies: list[Any] = []
         calls = [ids[start:start + BATCH] for start in range(0, len(ids), BATCH)]
         for first in range(0, len(calls), PIPELINE_DEPTH):
             pipe = self.client.pipeline(transaction=False)
             for chunk in calls[first:first + PIPELINE_DEPTH]:
                 self.scripts(script, keys=keys, args=[*fixed, *chunk], client=pipe)
-            replies.extend(pipe.execute())
-        return replies
+            op.advance(sum(changed(reply) for reply in pipe.execute()))
 
     def retry_dead_letters(self: Engine, selection: DlqSelection, actor: Actor) -> int:
         """Requeue the matching dead letters with a fresh attempt budget; return how many."""
         ids = self.select_dead_letters(selection)
-        now = self.clock.now_ms()
         k = self.keys
-        replies = self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq(), k.queues(), k.ready(),
-                                                        k.wake_any()],
-                                   [now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
-                                    k.stream_prefix(), Keys.GROUP, k.wake_prefix()], ids)
-        retried = sum(int(reply[0]) for reply in replies)
-        self.audit(actor, "dlq.retry", selection.describe(), retried)
-        return retried
+        with self.audited(actor, "dlq.retry", selection.describe(), selected=len(ids),
+                          selection=selection.audited()) as op:
+            now = self.clock.now_ms()
+            self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq(), k.queues(), k.ready(),
+                                                  k.wake_any()],
+                             [now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
+                              k.stream_prefix(), Keys.GROUP, k.wake_prefix()], ids, op, lambda r: int(r[0]))
+        return op.done
 
     def discard_dead_letters(self: Engine, selection: DlqSelection, actor: Actor) -> int:
         """Drop the matching dead letters; return how many."""
         ids = self.select_dead_letters(selection)
-        now = self.clock.now_ms()
         k = self.keys
-        replies = self._in_batches("discardDeadLetters", [k.dlq(), k.events(), k.event_seq()],
-                                   [now, iso(now), k.task_prefix(), self.config.task_retention_s * 1000], ids)
-        discarded = sum(int(reply) for reply in replies)
-        self.audit(actor, "dlq.discard", selection.describe(), discarded)
-        return discarded
+        with self.audited(actor, "dlq.discard", selection.describe(), selected=len(ids),
+                          selection=selection.audited()) as op:
+            now = self.clock.now_ms()
+            self._in_batches("discardDeadLetters", [k.dlq(), k.events(), k.event_seq()],
+                             [now, iso(now), k.task_prefix(), self.config.task_retention_s * 1000], ids, op, int)
+        return op.done
 
     def cancel_as(self: Engine, task_id: str, actor: Actor) -> Any:
-        """Cancel with an audit entry (the API, CLI and console path)."""
-        result = self.cancel(task_id)
-        self.audit(actor, "task.cancel", f"task:{task_id}", 1)
+        """Cancel, audited (the API, CLI and console path).
+
+        The usual refusals (no such task, already finished, a cancel in flight) are answered
+        before the intent is written, so they leave no audit entry; one that races in between
+        is recorded as refused.
+        """
+        status, requested = self.client.hmget(self.keys.task(task_id), "status", "cancel_requested") \
+            if 0 < len(task_id) <= 128 else (None, None)
+        if status is None:
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
+        if status in TERMINAL:
+            raise TaskTerminal(f"task {task_id} is already {status}", task_id=task_id, status=status)
+        if status == "RUNNING" and requested == "1":
+            raise CancelRequested(f"task {task_id} is running; its cancellation is in flight", task_id=task_id)
+        with self.audited(actor, "task.cancel", f"task:{task_id}", selected=1,
+                          selection={"task_ids": [task_id]}) as op:
+            result = self.cancel(task_id)
+            op.done = 1
         return result

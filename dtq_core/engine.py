@@ -14,6 +14,7 @@ import redis
 
 from . import codec
 from .admin import AdminMixin
+from .audit import AuditMixin
 from .clock import Clock, SystemClock, iso
 from .config import DtqConfig
 from .connection import eviction_policy, sync_client
@@ -41,7 +42,7 @@ class CancelResult:
     cancelled: bool  # True: CANCELLED now; False: recorded, the worker will stop the handler
 
 
-class Engine(InspectMixin, AdminMixin):
+class Engine(InspectMixin, AdminMixin, AuditMixin):
     def __init__(self, config: DtqConfig, *, client: redis.Redis | None = None, clock: Clock | None = None) -> None:
         self.config = config
         self.keys = Keys(config.key_prefix)

@@ -102,6 +102,32 @@ def _pause_details(raw: str | None) -> dict[str, Any]:
         return {"paused_by": None, "paused_at": None}
 
 
+def _audit_row(eid: str, f: dict[str, str], progress: str | None) -> dict[str, Any]:
+    """Shape an outcome entry, an open intent (progress: its JSON in the open hash) or an entry
+    written before intents existed (no phase: a finished action)."""
+    try:
+        selection = json.loads(f["selection"]) if f.get("selection") else None
+    except ValueError:
+        selection = None
+    row: dict[str, Any] = {
+        "id": eid, "op_id": f.get("op_id") or None, "ts": iso(f.get("ts")), "actor": f.get("actor"),
+        "source": f.get("source"), "action": f.get("action"), "target": f.get("target"),
+        "count": int(f.get("count") or 0), "request_id": f.get("request_id") or None,
+        "outcome": f.get("outcome") or "finished", "error": f.get("error") or None,
+        "started_at": iso(f.get("started_ts") or f.get("ts")),
+        "selected": int(f["selected"]) if (f.get("selected") or "").isdigit() else None,
+        "selection": selection, "progress_at": None,
+    }
+    if f.get("phase") == "start":
+        try:
+            state = json.loads(progress or "{}")
+            row["count"], at = int(state.get("done") or 0), state.get("at")
+        except (ValueError, TypeError, AttributeError):
+            at = None
+        row.update({"outcome": "unfinished", "progress_at": iso(at) if at else None})
+    return row
+
+
 class InspectMixin:
     # -- queues -------------------------------------------------------------------------------
     def queue_names(self: Engine) -> list[str]:
@@ -389,6 +415,12 @@ class InspectMixin:
 
     def audit_list(self: Engine, *, action: str | None = None, actor: str | None = None,
                    source: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
+        """One row per operator action, newest first (see audit.py).
+
+        A finished action is shown by its outcome entry (which repeats the intent's fields); its
+        intent entry is skipped. An intent whose operation is still open is shown as `unfinished`:
+        running now, or cut short (the process died), with the progress it recorded last.
+        """
         limit = _limit(limit)
         if source and source not in AUDIT_SOURCES:
             raise ValidationError(f"source must be one of {', '.join(AUDIT_SOURCES)}", field="source")
@@ -402,15 +434,19 @@ class InspectMixin:
                 exhausted = True
                 break
             scanned += len(batch)
-            for eid, raw in batch:
+            rows = [(eid, _fields(raw)) for eid, raw in batch]
+            intents = [f["op_id"] for _, f in rows if f.get("phase") == "start" and f.get("op_id")]
+            open_ops = dict(zip(intents, self.client.hmget(self.keys.audit_open(), intents), strict=True)) \
+                if intents else {}
+            for eid, f in rows:
                 upper, last_seen = "(" + eid, eid
-                f = _fields(raw)
                 if (action and f.get("action") != action) or (actor and f.get("actor") != actor) \
                         or (source and f.get("source") != source):
                     continue
-                items.append({"id": eid, "ts": iso(f.get("ts")), "actor": f.get("actor"),
-                              "source": f.get("source"), "action": f.get("action"), "target": f.get("target"),
-                              "count": int(f.get("count") or 0), "request_id": f.get("request_id") or None})
+                progress = open_ops.get(f.get("op_id") or "")
+                if f.get("phase") == "start" and progress is None:
+                    continue  # finished: its outcome entry, newer, is the row
+                items.append(_audit_row(eid, f, progress))
                 if len(items) > limit:
                     break
         if len(items) > limit:

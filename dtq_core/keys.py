@@ -95,6 +95,11 @@ class Keys:
     def audit(self) -> str:
         return f"{self.prefix}:stream:audit"
 
+    def audit_open(self) -> str:
+        """Hash op id -> JSON {start, at, done}: operator actions whose intent is in the audit stream
+        and whose outcome is not (running now, or cut short by a crash)."""
+        return f"{self.prefix}:stream:audit:open"
+
     def events(self) -> str:
         return f"{self.prefix}:events"
 

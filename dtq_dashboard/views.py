@@ -202,10 +202,12 @@ def audit(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _bad_filters(request, form, "audit")
     data = form.cleaned_data
-    page = get_engine().audit_list(action=data["action"] or None, actor=data["actor"] or None,
-                                   source=data["source"] or None, cursor=data["cursor"] or None, limit=PAGE)
+    engine = get_engine()
+    page = engine.audit_list(action=data["action"] or None, actor=data["actor"] or None,
+                             source=data["source"] or None, cursor=data["cursor"] or None, limit=PAGE)
     return _render(request, "audit.html", {"form": form, "page": page, "query": _query(data, "cursor"),
-                                           "cursor": data["cursor"]}, nav="audit")
+                                           "cursor": data["cursor"], "open_ops": engine.audit_open_count()},
+                   nav="audit")
 
 
 # -- actions ----------------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""The audit trail: each operator action writes its intent before it changes anything and its
+outcome after, linked by an operation id; listings show one row per action."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtq_core.admin import Actor, DlqSelection
+from dtq_core.engine import Engine
+from dtq_core.errors import TaskTerminal
+from tests.api.support import make_dead_letters
+
+OPERATOR = Actor.user("ops", source="console", request_id="req-7")
+
+
+def raw_entries(engine: Engine) -> list[dict[str, str]]:
+    return [fields for _, fields in engine.client.xrange(engine.keys.audit())]
+
+
+def test_each_action_writes_intent_then_outcome_with_one_operation_id(live_engine: Engine) -> None:
+    make_dead_letters(live_engine, 3)
+    queued = live_engine.enqueue("dtq.echo", queue="default")
+    live_engine.set_paused("default", True, OPERATOR)
+    live_engine.cancel_as(queued.id, OPERATOR)
+    assert live_engine.retry_dead_letters(DlqSelection(queue="default"), OPERATOR) == 3
+    entries = raw_entries(live_engine)
+    assert [e["phase"] for e in entries] == ["start", "end"] * 3
+    for intent, outcome in zip(entries[::2], entries[1::2], strict=True):
+        assert intent["op_id"] == outcome["op_id"] and intent["action"] == outcome["action"]
+        assert intent["actor"] == "user:ops" and intent["source"] == "console" and intent["request_id"] == "req-7"
+        assert outcome["outcome"] == "finished"
+    assert entries[4]["selection"] == '{"queue":"default"}' and entries[4]["selected"] == "3"
+    rows = live_engine.audit_list().items  # one row per action, newest first
+    assert [(r["action"], r["count"], r["outcome"]) for r in rows] == [
+        ("dlq.retry", 3, "finished"), ("task.cancel", 1, "finished"), ("queue.pause", 1, "finished")]
+    assert rows[0]["selection"] == {"queue": "default"} and rows[0]["selected"] == 3
+    assert live_engine.audit_open_count() == 0
+
+
+def test_a_bulk_action_that_fails_mid_way_is_recorded_as_failed(live_engine: Engine) -> None:
+    (task_id,) = make_dead_letters(live_engine, 1)
+    entry_id = live_engine.client.hget(live_engine.keys.task(task_id), "dlq_entry_id")
+    # A task key of the wrong type makes the retry script raise inside Redis.
+    live_engine.client.delete(live_engine.keys.task(task_id))
+    live_engine.client.set(live_engine.keys.task(task_id), "not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        live_engine.retry_dead_letters(DlqSelection(ids=(entry_id,)), OPERATOR)
+    (row,) = live_engine.audit_list().items
+    assert (row["outcome"], row["error"], row["count"], row["selected"]) == ("failed", "ResponseError", 0, 1)
+    assert row["selection"] == {"ids": [entry_id], "ids_total": 1}
+
+
+def test_an_action_started_and_never_finished_is_listed_unfinished(live_engine: Engine) -> None:
+    # What a process killed between the intent and the outcome leaves behind.
+    op = live_engine.audit_start(OPERATOR, "dlq.discard", "dlq:all", selected=5000, selection={"all": True})
+    op.advance(4000)
+    (row,) = live_engine.audit_list().items
+    assert (row["outcome"], row["count"], row["selected"], row["op_id"]) == ("unfinished", 4000, 5000, op.op_id)
+    assert row["progress_at"] and row["actor"] == "user:ops" and row["selection"] == {"all": True}
+    assert live_engine.audit_open_count() == 1
+    live_engine.audit_finish(op)
+    (row,) = live_engine.audit_list().items
+    assert (row["outcome"], row["count"], row["started_at"] is not None) == ("finished", 4000, True)
+
+
+def test_refused_cancels_leave_no_audit_entry(live_engine: Engine) -> None:
+    task = live_engine.enqueue("dtq.echo")
+    live_engine.cancel_as(task.id, OPERATOR)
+    with pytest.raises(TaskTerminal):
+        live_engine.cancel_as(task.id, OPERATOR)
+    assert len(raw_entries(live_engine)) == 2 and len(live_engine.audit_list().items) == 1

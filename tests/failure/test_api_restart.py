@@ -1,0 +1,124 @@
+"""The API server SIGKILLed in the middle of a bulk DLQ retry (failure-modes.md: "API server restart
+in the middle of a bulk action"): the audit trail shows who started what on which selection and
+that it never finished; every dead letter is either requeued or still in the DLQ, never both and
+never lost; running the action again finishes the rest."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+from dtq_core.admin import Actor
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from tests.api.support import make_dead_letters
+from tests.browser.server import ConsoleServer
+from tests.conftest import wait_for
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.slow
+
+API_KEY = "restart-test-key-0123456789abcdef"
+DEAD = 8000  # two pipelined round trips of retries (BATCH * PIPELINE_DEPTH = 4000 each)
+
+
+@pytest.fixture
+def api_server(redis_server: RedisServer, key_prefix: str, tmp_path: Path) -> Iterator[ConsoleServer]:
+    server = ConsoleServer(tmp_path, redis_server.url, key_prefix, DTQ_API_KEY=API_KEY)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def dtq(redis_server: RedisServer, key_prefix: str) -> Engine:
+    return Engine(DtqConfig(redis_url=redis_server.url, key_prefix=key_prefix))
+
+
+def call(server: ConsoleServer, method: str, path: str, body: Any = None, timeout: float = 120) -> Any:
+    request = urllib.request.Request(
+        server.url + path, method=method, data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-API-Key": API_KEY, "X-Request-ID": "bulk-retry-1"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def post_in_background(server: ConsoleServer, path: str, body: Any) -> None:
+    """Send the POST and leave: the server gets killed before it could answer."""
+    import threading
+
+    def send() -> None:
+        try:
+            call(server, "POST", path, body, timeout=60)
+        except OSError:
+            pass  # the connection dies with the server
+
+    threading.Thread(target=send, daemon=True).start()
+
+
+def test_a_bulk_retry_cut_short_by_an_api_crash_is_audited_unfinished_and_loses_nothing(
+        api_server: ConsoleServer, dtq: Engine, db: Any) -> None:
+    task_ids = make_dead_letters(dtq, DEAD)
+    assert dtq.dlq_count() == DEAD
+    clients_before = dtq.client.info("clients")["connected_clients"]
+    api_server.start()
+
+    post_in_background(api_server, "/api/v1/dlq/retry", {"queue": "default"})
+    # Kill it as soon as the first entries have left the DLQ: the retry is mid-way.
+    wait_for(lambda: dtq.dlq_count() < DEAD, timeout=60, interval=0.001,
+             message="the bulk retry never started")
+    api_server.crash()  # SIGKILL
+    # Once Redis has dropped the dead server's connections, it has run every command they sent.
+    wait_for(lambda: dtq.client.info("clients")["connected_clients"] <= clients_before, timeout=30,
+             message="Redis still holds the killed server's connections")
+    left = dtq.dlq_count()
+    assert 0 < left < DEAD, f"the kill did not land mid-way ({left} of {DEAD} left)"
+
+    # Every dead letter is either requeued (QUEUED, one stream entry) or still dead, never both.
+    pipe = dtq.client.pipeline(transaction=False)
+    for task_id in task_ids:
+        pipe.hmget(dtq.keys.task(task_id), "status", "dlq_entry_id")
+    records = pipe.execute()
+    queued = [s for s, _ in records if s == "QUEUED"]
+    dead = [e for s, e in records if s == "DEAD_LETTERED"]
+    assert len(queued) + len(dead) == DEAD and len(dead) == left and all(dead)
+    assert dtq.client.xlen(dtq.keys.stream("default", "normal")) == len(queued)
+
+    # The restarted API, the console's data and the CLI all say it started and did not finish.
+    api_server.start()
+    rows = call(api_server, "GET", "/api/v1/audit?action=dlq.retry")["results"]
+    assert len(rows) == 1
+    row = rows[0]
+    expected_actor = Actor.api_key(API_KEY).name
+    assert (row["outcome"], row["actor"], row["source"], row["request_id"]) == (
+        "unfinished", expected_actor, "api", "bulk-retry-1")
+    assert row["selection"] == {"queue": "default"} and row["selected"] == DEAD and row["op_id"]
+    assert row["target"] == "dlq:queue=default"
+    cli = StringIO()
+    call_command("audit", "list", "--action", "dlq.retry", stdout=cli, stderr=StringIO())
+    header, line = cli.getvalue().splitlines()
+    assert "OUTCOME" in header and expected_actor in line and f"UNFINISHED ({row['count']} of {DEAD})" in line
+    console = Client()
+    console.force_login(User.objects.create_superuser("ops", "ops@example.com", "x"))
+    page = console.get("/audit/").content.decode()
+    assert "1 action started and never recorded as finished" in page
+    assert page.count('class="outcome-unfinished"') == 1 and expected_actor in page
+
+    # Running it again finishes the rest, and that run is recorded as finished.
+    assert call(api_server, "POST", "/api/v1/dlq/retry", {"queue": "default"})["count"] == left
+    assert dtq.dlq_count() == 0
+    statuses = dtq.client.pipeline(transaction=False)
+    for task_id in task_ids:
+        statuses.hget(dtq.keys.task(task_id), "status")
+    assert set(statuses.execute()) == {"QUEUED"}
+    assert dtq.client.xlen(dtq.keys.stream("default", "normal")) == DEAD  # no task queued twice
+    rows = call(api_server, "GET", "/api/v1/audit?action=dlq.retry")["results"]
+    assert [(r["outcome"], r["count"]) for r in rows] == [("finished", left), ("unfinished", row["count"])]
