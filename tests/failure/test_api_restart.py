@@ -1,13 +1,18 @@
-"""The API server SIGKILLed in the middle of a bulk DLQ retry (failure-modes.md: "API server restart
-in the middle of a bulk action"): the audit trail shows who started what on which selection and
-that it never finished; every dead letter is either requeued or still in the DLQ, never both and
-never lost; running the action again finishes the rest."""
+"""The API server SIGKILLed in the middle of a bulk DLQ retry, started from the API or from the
+console (failure-modes.md: "API (or console, or CLI) process killed in the middle of a bulk
+action"): the audit trail shows who started what on which selection and that it never finished;
+every dead letter is either requeued or still in the DLQ, never both and never lost; running the
+action again finishes the rest."""
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
+import re
+import threading
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -21,7 +26,7 @@ from dtq_core.admin import Actor
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from tests.api.support import make_dead_letters
-from tests.browser.server import ConsoleServer
+from tests.browser.server import PASSWORD, ConsoleServer
 from tests.conftest import wait_for
 from tests.redis_server import RedisServer
 
@@ -51,30 +56,55 @@ def call(server: ConsoleServer, method: str, path: str, body: Any = None, timeou
         return json.loads(response.read())
 
 
-def post_in_background(server: ConsoleServer, path: str, body: Any) -> None:
-    """Send the POST and leave: the server gets killed before it could answer."""
-    import threading
-
-    def send() -> None:
+def in_background(send: Callable[[], object]) -> None:
+    """Send the request and leave: the server gets killed before it could answer."""
+    def run() -> None:
         try:
-            call(server, "POST", path, body, timeout=60)
+            send()
         except OSError:
             pass  # the connection dies with the server
 
-    threading.Thread(target=send, daemon=True).start()
+    threading.Thread(target=run, daemon=True).start()
 
 
-def test_a_bulk_retry_cut_short_by_an_api_crash_is_audited_unfinished_and_loses_nothing(
-        api_server: ConsoleServer, dtq: Engine, db: Any) -> None:
+def api_retry(server: ConsoleServer) -> tuple[str, str]:
+    in_background(lambda: call(server, "POST", "/api/v1/dlq/retry", {"queue": "default"}, timeout=60))
+    return Actor.api_key(API_KEY).name, "api"
+
+
+def console_retry(server: ConsoleServer) -> tuple[str, str]:
+    """Log in as the staff user and press "Retry all matching" (confirmed) for queue default."""
+    cookies = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(cookies))
+
+    def post(path: str, fields: dict[str, str]) -> Any:
+        token = next(c.value for c in cookies if c.name == "csrftoken")
+        data = urllib.parse.urlencode({**fields, "csrfmiddlewaretoken": token}).encode()
+        return browser.open(urllib.request.Request(server.url + path, data=data, method="POST",
+                                                   headers={"X-Request-ID": "bulk-retry-1"}), timeout=60)
+
+    login = browser.open(server.url + "/login/", timeout=30).read().decode()
+    assert re.search(r'name="csrfmiddlewaretoken"', login)
+    post("/login/", {"username": "admin", "password": PASSWORD})
+    assert "Log out" in browser.open(server.url + "/dlq/", timeout=30).read().decode()  # logged in
+    in_background(lambda: post("/dlq/matching/retry", {"queue": "default", "confirm": "yes"}))
+    return "user:admin", "console"
+
+
+@pytest.mark.parametrize("start", [api_retry, console_retry], ids=["api", "console"])
+def test_a_bulk_retry_cut_short_by_a_server_crash_is_audited_unfinished_and_loses_nothing(
+        api_server: ConsoleServer, dtq: Engine, db: Any, start: Callable[[ConsoleServer], tuple[str, str]]) -> None:
     task_ids = make_dead_letters(dtq, DEAD)
     assert dtq.dlq_count() == DEAD
+    if start is console_retry:
+        api_server.prepare()  # a user database with the staff user "admin"
     clients_before = dtq.client.info("clients")["connected_clients"]
     api_server.start()
 
-    post_in_background(api_server, "/api/v1/dlq/retry", {"queue": "default"})
+    actor, source = start(api_server)
     # Kill it as soon as the first entries have left the DLQ: the retry is mid-way.
     wait_for(lambda: dtq.dlq_count() < DEAD, timeout=60, interval=0.001,
-             message="the bulk retry never started")
+             message=lambda: f"the bulk retry never started: {api_server.log()[-2000:]}")
     api_server.crash()  # SIGKILL
     # Once Redis has dropped the dead server's connections, it has run every command they sent.
     wait_for(lambda: dtq.client.info("clients")["connected_clients"] <= clients_before, timeout=30,
@@ -92,25 +122,24 @@ def test_a_bulk_retry_cut_short_by_an_api_crash_is_audited_unfinished_and_loses_
     assert len(queued) + len(dead) == DEAD and len(dead) == left and all(dead)
     assert dtq.client.xlen(dtq.keys.stream("default", "normal")) == len(queued)
 
-    # The restarted API, the console's data and the CLI all say it started and did not finish.
+    # The restarted API, the console and the CLI all say it started and did not finish.
     api_server.start()
     rows = call(api_server, "GET", "/api/v1/audit?action=dlq.retry")["results"]
     assert len(rows) == 1
     row = rows[0]
-    expected_actor = Actor.api_key(API_KEY).name
     assert (row["outcome"], row["actor"], row["source"], row["request_id"]) == (
-        "unfinished", expected_actor, "api", "bulk-retry-1")
+        "unfinished", actor, source, "bulk-retry-1")
     assert row["selection"] == {"queue": "default"} and row["selected"] == DEAD and row["op_id"]
     assert row["target"] == "dlq:queue=default"
     cli = StringIO()
     call_command("audit", "list", "--action", "dlq.retry", stdout=cli, stderr=StringIO())
     header, line = cli.getvalue().splitlines()
-    assert "OUTCOME" in header and expected_actor in line and f"UNFINISHED ({row['count']} of {DEAD})" in line
+    assert "OUTCOME" in header and actor in line and f"UNFINISHED ({row['count']} of {DEAD})" in line
     console = Client()
     console.force_login(User.objects.create_superuser("ops", "ops@example.com", "x"))
     page = console.get("/audit/").content.decode()
     assert "1 action started and never recorded as finished" in page
-    assert page.count('class="outcome-unfinished"') == 1 and expected_actor in page
+    assert page.count('class="outcome-unfinished"') == 1 and actor in page
 
     # Running it again finishes the rest, and that run is recorded as finished.
     assert call(api_server, "POST", "/api/v1/dlq/retry", {"queue": "default"})["count"] == left
