@@ -47,6 +47,8 @@ class DtqConfig:
     # Destructive API calls with no key and no staff session: refused unless explicitly turned on.
     allow_anonymous_admin: bool = False
     task_modules: tuple[str, ...] = ()
+    # True: submit accepts task types no worker has registered (they dead-letter when run).
+    accept_unknown_types: bool = False
     # Internal knobs (not in the contract) that tests shrink so crash scenarios take seconds.
     scheduler_lock_ttl_s: float = 10.0
     stale_claim_s: float = 60.0
@@ -87,6 +89,8 @@ class DtqConfig:
         if self.allow_anonymous_admin and self.api_key:
             raise ConfigError("DTQ_ALLOW_ANONYMOUS_ADMIN=true cannot be combined with DTQ_API_KEY (a set key is "
                               "always required): unset one of them")
+        if not isinstance(self.accept_unknown_types, bool):
+            raise ConfigError(f"DTQ_ACCEPT_UNKNOWN_TYPES must be true or false (got {self.accept_unknown_types!r})")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
             raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")
 

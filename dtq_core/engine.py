@@ -6,6 +6,7 @@ records for display live in `inspect.py`, operator actions in `admin.py`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +19,15 @@ from .audit import AuditMixin
 from .clock import Clock, SystemClock, iso
 from .config import DtqConfig
 from .connection import eviction_policy, sync_client
-from .errors import CancelRequested, QueueFull, QueueLimitReached, TaskNotFound, TaskTerminal
+from .errors import CancelRequested, QueueFull, QueueLimitReached, TaskNotFound, TaskTerminal, UnknownTaskType
 from .inspect import InspectMixin
 from .keys import PRIORITIES, Keys
 from .scripts import Scripts
 from .submit import Submission, validate
 
 RECENT_CAP = 100_000  # tasks kept in the recent-tasks index for listing
+TYPES_CACHE_S = 5.0  # how long submit trusts its copy of the registered task types
+TYPES_RECHECK_S = 0.5  # an unknown type re-reads them, at most this often (junk cannot hammer Redis)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,10 +52,45 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
         self.client = client if client is not None else sync_client(config)
         self.clock: Clock = clock or SystemClock()
         self.scripts = Scripts(self.client)
+        self._types: tuple[float, frozenset[str]] | None = None  # (read at, monotonic) served task types
 
     # -- submit -----------------------------------------------------------------------------
     def validate(self, type: Any, payload: Any = None, **options: Any) -> Submission:
-        return validate(self.config, type, payload, **options)
+        """Check a submission; raise ValidationError (UnknownTaskType: no worker serves it).
+
+        What a worker must serve is the submission's handler_name: its type, or for a Django task
+        (type = the function's import path) the Django runner, django.task or django.atask.
+        """
+        submission = validate(self.config, type, payload, **options)
+        self.check_type(submission.handler_name)
+        return submission
+
+    def check_type(self, type: str) -> None:
+        """Refuse a task type no worker has registered (the types hash: see registerTypes-1.lua).
+
+        Accepted: any type while no worker has ever registered (a fresh install) or with
+        DTQ_ACCEPT_UNKNOWN_TYPES=true. The types are cached for TYPES_CACHE_S; a miss re-reads
+        them (at most every TYPES_RECHECK_S), so a worker that just started is seen at once.
+        """
+        if self.config.accept_unknown_types:
+            return
+        types = self._served_types(max_age_s=TYPES_CACHE_S)
+        if types and type not in types:
+            types = self._served_types(max_age_s=TYPES_RECHECK_S)
+        if types and type not in types:
+            raise UnknownTaskType(
+                f"no worker serves task type {type!r}: register a handler for it (@dtq_tasks.task) and start "
+                "a worker with it, or set DTQ_ACCEPT_UNKNOWN_TYPES=true", field="type")
+
+    def _served_types(self, *, max_age_s: float) -> frozenset[str]:
+        now = time.monotonic()
+        if self._types is None or now - self._types[0] > max_age_s:
+            self._types = (now, frozenset(self.client.hkeys(self.keys.task_types())))
+        return self._types[1]
+
+    def served_types(self) -> frozenset[str]:
+        """The task types registered by workers (no cache)."""
+        return self._served_types(max_age_s=0)
 
     def enqueue(self, type: Any, payload: Any = None, *, record: bool = True, **options: Any) -> Enqueued:
         """Queue up a task; raise ValidationError, PayloadTooLarge, QueueFull or QueueLimitReached.

@@ -31,6 +31,14 @@ class PayloadTooLarge(ValidationError):
     http_status = 413
 
 
+class UnknownTaskType(ValidationError):
+    """No worker serves this task type (see Engine.check_type): refused at submit, so junk types
+    cannot fill the capped DLQ and evict real dead letters."""
+
+    code = "UNKNOWN_TASK_TYPE"
+    http_status = 400
+
+
 class QueueFull(DtqError):
     code = "QUEUE_FULL"
     http_status = 429

@@ -89,6 +89,11 @@ class Keys:
         """Hash queue -> JSON {"by": actor, "at": ms} of the pause in force (what the console shows)."""
         return f"{self.prefix}:queues:paused:info"
 
+    def task_types(self) -> str:
+        """Hash task type -> when a worker serving it last registered (ms). Submit refuses types not
+        in it (once it is not empty); /metrics labels only these types. Written by registerTypes."""
+        return f"{self.prefix}:types"
+
     def dlq(self) -> str:
         return f"{self.prefix}:stream:dlq"
 

@@ -87,6 +87,12 @@ def get(name: str) -> Registered | None:
     return _HANDLERS.get(name)
 
 
+def served_types() -> list[str]:
+    """The task types this process's handlers serve, as a worker registers them at start (with
+    the Django runner, django.task and django.atask: it serves every Django task)."""
+    return sorted(_HANDLERS)
+
+
 def current_task() -> TaskContext | None:
     """The task the calling handler is running for (None outside a handler)."""
     return _current.get()

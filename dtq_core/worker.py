@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from . import faults
+from . import faults, registry
 from .clock import Clock, RedisAlignedClock
 from .config import DtqConfig
 from .connection import async_client, eviction_policy_async, eviction_problem
@@ -192,6 +192,7 @@ class Worker:
                 f"worker name {self.worker_id!r} is in use by a live worker (heartbeat {age:.1f}s ago)")
         if self.fixed_queues:
             await self.store.ensure_queues(self.fixed_queues)
+        await self.store.register_types(registry.served_types())
         await self.store.heartbeat(self._info(), [])
         self._beat_done()
         self.started_at = self.clock.now_ms()

@@ -30,6 +30,8 @@ from .wire import Line, pack
 COMPLETE_BATCH = 500
 logger = logging.getLogger("dtq.worker")
 
+TYPES_REFRESH_MS = 600_000  # a long-running worker re-registers its task types this often
+
 
 class WorkerStore:
     def __init__(self, config: DtqConfig, client: aioredis.Redis, clock: Clock, worker_id: str, *,
@@ -44,6 +46,8 @@ class WorkerStore:
         self.timeout_s = timeout_s  # for one hot-path exchange, on top of any blocking wait
         self.line = Line(client)  # the consumer's fetches, and their blocking waits
         self.side_line = Line(client)  # completions, written while the consumer waits
+        self.served_types: list[str] = []  # registered at start, refreshed by heartbeats
+        self._types_at = 0  # when they were last registered (ms)
 
     async def aclose(self) -> None:
         try:
@@ -305,11 +309,26 @@ class WorkerStore:
         pipe.hset(k.worker(self.worker_id), mapping={**info, "heartbeat_at": now, "hostname": socket.gethostname(),
                                                       "pid": os.getpid()})
         pipe.pexpire(k.worker(self.worker_id), int(max(60, self.config.visibility_timeout_s * 4) * 1000))
+        if self.served_types and now - self._types_at >= TYPES_REFRESH_MS:
+            await self._register_types(pipe, now)
         if entries:
             flat = [part for triple in entries for part in triple]  # stream, entry id, task id
             await self.scripts("touchEntries", keys=[k.running()],
                                args=[Keys.GROUP, self.worker_id, now, k.task_prefix(), *flat], client=pipe)
         await pipe.execute()
+
+    async def register_types(self, types: Sequence[str]) -> None:
+        """Record the task types this worker serves, so submit accepts them (Engine.check_type)."""
+        self.served_types = list(types)
+        pipe = self.client.pipeline(transaction=False)
+        await self._register_types(pipe, self.clock.now_ms())
+        await pipe.execute()
+
+    async def _register_types(self, pipe: Any, now: int) -> None:
+        # Forgotten after the task retention without any worker serving them (registerTypes-1.lua).
+        await self.scripts("registerTypes", keys=[self.keys.task_types()],
+                     args=[now, now - self.config.task_retention_s * 1000, *self.served_types], client=pipe)
+        self._types_at = now
 
     async def deregister(self) -> None:
         pipe = self.client.pipeline(transaction=False)

@@ -52,8 +52,12 @@ def console(redis_server: RedisServer, console_prefix: str, console_db: Path,
 
 @pytest.fixture(scope="module")
 def console_engine(redis_server: RedisServer, console_prefix: str) -> Engine:
-    """The engine the test uses to make data the console then shows (same Redis, same prefix)."""
-    return Engine(DtqConfig(redis_url=redis_server.url, key_prefix=console_prefix))
+    """The engine the test uses to make data the console then shows (same Redis, same prefix).
+
+    Its made-up task types (emails.send, ...) are no worker's: it accepts them as
+    DTQ_ACCEPT_UNKNOWN_TYPES=true does, even after the module's worker registered its types.
+    """
+    return Engine(DtqConfig(redis_url=redis_server.url, key_prefix=console_prefix, accept_unknown_types=True))
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from django.test import Client
 
 from dtq_core.engine import Engine
 from dtq_dashboard.timeline import task_timeline
+from tests.api.support import serve_types
 from tests.redis_server import RedisServer
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -22,6 +23,7 @@ HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 @pytest.fixture
 def seeded(live_engine: Engine, dead_letters: Callable[..., list[str]]) -> dict[str, Any]:
     dlq_ids = dead_letters(2, message=f"bad card {HOSTILE}")
+    serve_types(live_engine, "emails.send", "reports.build", "x.y")  # as the app's workers would
     waiting = [live_engine.enqueue("emails.send", {"to": f"u{i}@example.com", "html": HOSTILE}, queue="emails").id
                for i in range(3)]
     delayed = live_engine.enqueue("reports.build", {"month": 1}, queue="reports", delay_seconds=600).id
