@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,11 @@ from .executor import BUCKETS
 from .keys import PRIORITIES, Keys
 
 logger = logging.getLogger("dtq.metrics")
+
+# Label values dtq_tasks_total may use; the rest are counted as OTHER (see bounded_tasks).
+MAX_TYPE_LABELS = 200
+MAX_QUEUE_LABELS = 100
+OTHER = "other"
 
 # Worker-written counters: field of keys.stats_counters() -> metric name (without _total) and help.
 COUNTERS: dict[str, tuple[str, str]] = {
@@ -57,6 +62,7 @@ class Snapshot:
     workers_alive: int = 0
     leader: str | None = None
     tasks: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, type, outcome) -> count
+    types: frozenset[str] = frozenset()  # task types workers registered (keys.task_types())
     duration_buckets: list[tuple[str, float]] = field(default_factory=lambda: parse_histogram({})[0])  # cumulative
     duration_sum: float = 0.0
     counters: dict[str, float] = field(default_factory=dict)
@@ -85,6 +91,31 @@ def parse_tasks(raw: dict[str, str]) -> dict[tuple[str, str, str], float]:
     return out
 
 
+def bounded_tasks(tasks: dict[tuple[str, str, str], float], *, types: Container[str],
+                  ) -> dict[tuple[str, str, str], float]:
+    """Fold the (queue, type, outcome) counts into a bounded set of label values.
+
+    A type keeps its label when a worker registered it (or none has: a fresh install) and it is
+    among the MAX_TYPE_LABELS most counted such types; a queue when it is among the
+    MAX_QUEUE_LABELS most counted. Everything else is counted under "other", so junk types and
+    queues cannot grow /metrics (each would add a series per outcome).
+    """
+    any_registered = bool(types)
+    by_type: dict[str, float] = {}
+    by_queue: dict[str, float] = {}
+    for (queue, ttype, _), value in tasks.items():
+        if ttype in types or not any_registered:
+            by_type[ttype] = by_type.get(ttype, 0.0) + value
+        by_queue[queue] = by_queue.get(queue, 0.0) + value
+    kept_types = set(sorted(by_type, key=lambda t: (-by_type[t], t))[:MAX_TYPE_LABELS])
+    kept_queues = set(sorted(by_queue, key=lambda q: (-by_queue[q], q))[:MAX_QUEUE_LABELS])
+    out: dict[tuple[str, str, str], float] = {}
+    for (queue, ttype, outcome), value in tasks.items():
+        key = (queue if queue in kept_queues else OTHER, ttype if ttype in kept_types else OTHER, outcome)
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
 def parse_histogram(raw: dict[str, str]) -> tuple[list[tuple[str, float]], float]:
     """Turn per-bucket counts (non-cumulative, as workers write them) into Prometheus buckets."""
     buckets: list[tuple[str, float]] = []
@@ -109,11 +140,13 @@ def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_
     pipe.hgetall(keys.stats_tasks())
     pipe.hgetall(keys.stats_duration())
     pipe.hgetall(keys.stats_counters())
-    queues, scheduled, dlq, alive, leader, tasks, duration, counters = pipe.execute()
+    pipe.hkeys(keys.task_types())
+    queues, scheduled, dlq, alive, leader, tasks, duration, counters, types = pipe.execute()
     snap.queues = sorted(queues)
     snap.retry_scheduled, snap.dlq_depth, snap.workers_alive = int(scheduled), int(dlq), int(alive)
     snap.leader = leader or None
-    snap.tasks = parse_tasks(tasks)
+    snap.types = frozenset(types)
+    snap.tasks = bounded_tasks(parse_tasks(tasks), types=snap.types)
     snap.duration_buckets, snap.duration_sum = parse_histogram(duration)
     snap.counters = {name: _num(counters.get(name)) for name in COUNTERS}
 
