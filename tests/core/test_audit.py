@@ -3,6 +3,8 @@ outcome after, linked by an operation id; listings show one row per action."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dtq_core.admin import Actor, DlqSelection
@@ -69,3 +71,14 @@ def test_refused_cancels_leave_no_audit_entry(live_engine: Engine) -> None:
     with pytest.raises(TaskTerminal):
         live_engine.cancel_as(task.id, OPERATOR)
     assert len(raw_entries(live_engine)) == 2 and len(live_engine.audit_list().items) == 1
+
+
+def test_an_unfinished_action_trimmed_from_the_audit_stream_is_no_longer_open(live_engine: Engine) -> None:
+    engine = Engine(dataclasses.replace(live_engine.config, audit_maxlen=1), client=live_engine.client)
+    engine.audit_start(OPERATOR, "dlq.retry", "dlq:all", selected=10, selection={"all": True})  # never finished
+    for i in range(300):  # enough for MAXLEN ~ to drop whole nodes, the cut-short intent among them
+        with engine.audited(OPERATOR, "queue.pause", f"queue:q{i}"):
+            pass
+    assert engine.client.xlen(engine.keys.audit()) < 600
+    assert engine.audit_open_count() == 0
+    assert all(r["outcome"] == "finished" for r in engine.audit_list(limit=500).items)
