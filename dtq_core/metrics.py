@@ -35,6 +35,7 @@ logger = logging.getLogger("dtq.metrics")
 
 # Label values dtq_tasks_total may use; the rest are counted as OTHER (see bounded_tasks).
 MAX_TYPE_LABELS = 200
+MAX_UNREGISTERED_TYPE_LABELS = 100
 MAX_QUEUE_LABELS = 100
 OTHER = "other"
 
@@ -95,19 +96,21 @@ def bounded_tasks(tasks: dict[tuple[str, str, str], float], *, types: Container[
                   ) -> dict[tuple[str, str, str], float]:
     """Fold the (queue, type, outcome) counts into a bounded set of label values.
 
-    A type keeps its label when a worker registered it (or none has: a fresh install) and it is
-    among the MAX_TYPE_LABELS most counted such types; a queue when it is among the
+    A type keeps its label when it is among the MAX_TYPE_LABELS most counted types workers
+    registered, or among the MAX_UNREGISTERED_TYPE_LABELS most counted other types (a Django
+    task's type is its function's import path, which no worker registers by name; junk that got in
+    before registration or with DTQ_ACCEPT_UNKNOWN_TYPES); a queue when it is among the
     MAX_QUEUE_LABELS most counted. Everything else is counted under "other", so junk types and
-    queues cannot grow /metrics (each would add a series per outcome).
+    queues cannot grow /metrics without bound (each would add a series per outcome).
     """
-    any_registered = bool(types)
     by_type: dict[str, float] = {}
     by_queue: dict[str, float] = {}
     for (queue, ttype, _), value in tasks.items():
-        if ttype in types or not any_registered:
-            by_type[ttype] = by_type.get(ttype, 0.0) + value
+        by_type[ttype] = by_type.get(ttype, 0.0) + value
         by_queue[queue] = by_queue.get(queue, 0.0) + value
-    kept_types = set(sorted(by_type, key=lambda t: (-by_type[t], t))[:MAX_TYPE_LABELS])
+    ranked = sorted(by_type, key=lambda t: (-by_type[t], t))
+    kept_types = set([t for t in ranked if t in types][:MAX_TYPE_LABELS]
+                     + [t for t in ranked if t not in types][:MAX_UNREGISTERED_TYPE_LABELS])
     kept_queues = set(sorted(by_queue, key=lambda q: (-by_queue[q], q))[:MAX_QUEUE_LABELS])
     out: dict[tuple[str, str, str], float] = {}
     for (queue, ttype, outcome), value in tasks.items():

@@ -1,5 +1,6 @@
-"""dtq_tasks_total keeps a bounded set of label values: 1,000 junk task types (or queues) are
-counted under type="other", not exported as 1,000 new series."""
+"""dtq_tasks_total keeps a bounded set of label values: of 1,000 junk task types (or queues) at
+most a fixed number keep a label, the rest are counted under "other", not exported as 1,000 new
+series; the types workers registered always keep theirs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 
 from dtq_core.engine import Engine
-from dtq_core.metrics import MAX_QUEUE_LABELS, MAX_TYPE_LABELS, OTHER, bounded_tasks
+from dtq_core.metrics import MAX_QUEUE_LABELS, MAX_UNREGISTERED_TYPE_LABELS, OTHER, bounded_tasks
 from tests.api.support import drain
 
 from .conftest import Scrape
@@ -38,16 +39,27 @@ def test_a_thousand_junk_types_do_not_grow_metrics(live_engine: Engine, scrape: 
 
     after = scrape()
     assert after.status == 200
-    assert {s["type"] for s, _ in tasks_series(after)} == {"dtq.echo", OTHER}
-    assert after.value("dtq_tasks_total", queue="default", type=OTHER, outcome="dead_lettered") == JUNK
+    labels = {s["type"] for s, _ in tasks_series(after)}
+    assert {"dtq.echo", OTHER} <= labels and len(labels) == 2 + MAX_UNREGISTERED_TYPE_LABELS
+    kept = MAX_UNREGISTERED_TYPE_LABELS
+    assert after.value("dtq_tasks_total", queue="default", type=OTHER, outcome="dead_lettered") == JUNK - kept
     assert after.value("dtq_tasks_total", queue="default", type="dtq.echo", outcome="succeeded") == 3
-    assert len(dtq_text(after)) < len(dtq_text(before)) + 500, "each junk type grew /metrics"
+    # At most one series per kept type (about 80 bytes each), not one per junk type.
+    assert len(dtq_text(after)) - len(dtq_text(before)) < (kept + 1) * 120, "each junk type grew /metrics"
+
+
+def test_registered_types_keep_their_labels_however_much_junk_there_is() -> None:
+    counts = {("q", f"junk{i}", "dead_lettered"): 50.0 for i in range(1000)}
+    counts[("q", "app.send", "succeeded")] = 1.0
+    folded = bounded_tasks(counts, types={"app.send"})
+    assert folded[("q", "app.send", "succeeded")] == 1.0
+    assert folded[("q", OTHER, "dead_lettered")] == 50.0 * (1000 - MAX_UNREGISTERED_TYPE_LABELS)
 
 
 def test_label_values_are_capped_even_before_any_worker_registered() -> None:
     counts = {(f"q{i % 300}", f"t{i}", "succeeded"): float(i + 1) for i in range(1000)}
     folded = bounded_tasks(counts, types=frozenset())
-    assert len({t for _, t, _ in folded}) == MAX_TYPE_LABELS + 1
+    assert len({t for _, t, _ in folded}) == MAX_UNREGISTERED_TYPE_LABELS + 1
     assert len({q for q, _, _ in folded}) == MAX_QUEUE_LABELS + 1
     assert sum(folded.values()) == sum(counts.values())  # folded, not dropped
     assert ("q999", "t999", "succeeded") not in folded and ("q99", "t999", "succeeded") in folded
