@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import redis
 
 from dtq_core.admin import Actor, DlqSelection
 from dtq_core.engine import Engine
@@ -42,14 +43,22 @@ def test_each_action_writes_intent_then_outcome_with_one_operation_id(live_engin
 def test_a_bulk_action_that_fails_mid_way_is_recorded_as_failed(live_engine: Engine) -> None:
     (task_id,) = make_dead_letters(live_engine, 1)
     entry_id = live_engine.client.hget(live_engine.keys.task(task_id), "dlq_entry_id")
-    # A task key of the wrong type makes the retry script raise inside Redis.
-    live_engine.client.delete(live_engine.keys.task(task_id))
-    live_engine.client.set(live_engine.keys.task(task_id), "not a hash")
-    with pytest.raises(Exception, match="WRONGTYPE"):
-        live_engine.retry_dead_letters(DlqSelection(ids=(entry_id,)), OPERATOR)
+    # An operator whose Redis user may write the audit trail but not the DLQ (a misconfigured
+    # ACL): the intent is recorded, then Redis refuses the retry itself.
+    user = f"audit-only-{live_engine.keys.prefix.rpartition(':')[2]}"
+    live_engine.client.acl_setuser(user, enabled=True, passwords=["+pw"], commands=["+@all"],
+                                   keys=[f"{live_engine.keys.audit()}*"], reset_keys=True)
+    try:
+        url = live_engine.config.redis_url.replace("redis://", f"redis://{user}:pw@")
+        limited = Engine(dataclasses.replace(live_engine.config, redis_url=url))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.retry_dead_letters(DlqSelection(ids=(entry_id,)), OPERATOR)
+    finally:
+        live_engine.client.acl_deluser(user)
     (row,) = live_engine.audit_list().items
-    assert (row["outcome"], row["error"], row["count"], row["selected"]) == ("failed", "ResponseError", 0, 1)
+    assert (row["outcome"], row["error"], row["count"], row["selected"]) == ("failed", "NoPermissionError", 0, 1)
     assert row["selection"] == {"ids": [entry_id], "ids_total": 1}
+    assert live_engine.dlq_count() == 1 and live_engine.audit_open_count() == 0
 
 
 def test_an_action_started_and_never_finished_is_listed_unfinished(live_engine: Engine) -> None:
