@@ -94,8 +94,8 @@ class WorkerStore:
     def _fetch_command(self, queues: Sequence[str] | None, count: int, *, late_bound: bool = False) -> bytes:
         k = self.keys
         keys = [*self._claim_keys(), k.ready(), k.wake_any(), k.stream_prefix(), k.wake_prefix()]
-        return pack(["EVALSHA", self.scripts.sha("fetchTasks"), len(keys), *keys,
-                     *self._claim_args(late_bound=late_bound), count, *(queues or ())])
+        return self.scripts.command("fetchTasks", keys=keys,
+                                    args=[*self._claim_args(late_bound=late_bound), count, *(queues or ())])
 
     async def fetch(self, queues: Sequence[str] | None, count: int) -> list[Row]:
         """Read and claim up to `count` new entries of the given queues (None: every queue) that are
@@ -253,7 +253,6 @@ class WorkerStore:
     # -- complete -----------------------------------------------------------------------------
     def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:
         k, c = self.keys, self.config
-        sha = self.scripts.sha("completeTasks")
         commands = []
         for start in range(0, len(completions), COMPLETE_BATCH):
             now = self.clock.now_ms()
@@ -262,7 +261,7 @@ class WorkerStore:
                     k.stats_counters(), k.throughput(now // 60000), k.running()]
             args = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
                     k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
-            commands.append(pack(["EVALSHA", sha, len(keys), *keys, *args]))
+            commands.append(self.scripts.command("completeTasks", keys=keys, args=args))
         return commands
 
     async def complete(self, completions: Sequence[Completion]) -> list[Any]:

@@ -1,0 +1,36 @@
+"""Every Lua script loads, and a call with another number of keys than its file name declares
+(`verbNoun-N.lua`) is refused before anything reaches Redis."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from dtq_core.scripts import NUMKEYS, SOURCES, ScriptKeyCountError, Scripts
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_every_script_loads_and_declares_its_key_count(redis_client: redis.Redis) -> None:
+    assert set(NUMKEYS) == set(SOURCES) and SOURCES
+    for name, source in SOURCES.items():
+        redis_client.script_load(source)  # a syntax error (or a broken include) raises here
+        assert NUMKEYS[name] >= 1, name
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_a_wrong_key_count_raises_and_runs_nothing(redis_client: redis.Redis, key_prefix: str, name: str) -> None:
+    scripts = Scripts(redis_client)
+    before = _evalsha_calls(redis_client)
+    for count in (NUMKEYS[name] - 1, NUMKEYS[name] + 1):
+        keys = [f"{key_prefix}:k{i}" for i in range(count)]
+        with pytest.raises(ScriptKeyCountError, match=f"{name}-{NUMKEYS[name]} takes {NUMKEYS[name]} keys"):
+            scripts(name, keys=keys, args=[])
+        with pytest.raises(ScriptKeyCountError):
+            scripts.call_direct(name, keys=keys, args=[])
+        with pytest.raises(ScriptKeyCountError):
+            scripts.command(name, keys=keys, args=[])
+    assert _evalsha_calls(redis_client) == before
+    assert redis_client.keys(f"{key_prefix}:*") == []
