@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .clock import iso
-from .errors import CancelRequested, QueueNotEmpty, QueueNotFound, TaskNotFound, TaskTerminal, ValidationError
+from .errors import CancelRequested, QueueNotFound, TaskNotFound, TaskTerminal, ValidationError, raise_for_code
 from .inspect import queue_filter, type_filter, valid_stream_id
 from .keys import PRIORITIES, Keys
 from .task import TERMINAL, valid_queue_name
@@ -156,8 +156,8 @@ class AdminMixin:
             changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues(),
                                                           k.paused_info(), k.ready(), k.wake_any(), k.wake(queue)],
                                        args=[queue, 1 if paused else 0, now, iso(now), actor.name]))
-            if changed == -1:
-                raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+            if changed < 0:
+                raise_for_code(changed, task_id=None, script="setPaused", queue=queue)
             op.done = changed
         return bool(changed)
 
@@ -197,14 +197,9 @@ class AdminMixin:
                 "deleteQueue", keys=[k.queues(), k.paused(), k.paused_info(), k.ready(), *k.streams(queue),
                                      k.wake(queue), k.schedule_counts(), k.running(), k.events(), k.event_seq()],
                 args=[queue, Keys.GROUP, now, iso(now), k.task_prefix()])
-            if int(code) == -1:
-                raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
-            if int(code) == 0:
-                waiting, in_flight, scheduled = (int(c) for c in counts)
-                raise QueueNotEmpty(
-                    f"queue {queue!r} is not empty: {waiting} waiting, {in_flight} in flight, {scheduled} "
-                    "scheduled; purge or cancel them (or let them finish) first",
-                    queue=queue, waiting=waiting, in_flight=in_flight, scheduled=scheduled)
+            waiting, in_flight, scheduled = (int(c) for c in counts) if counts else (0, 0, 0)
+            raise_for_code(code, task_id=None, script="deleteQueue", queue=queue, waiting=waiting,
+                           in_flight=in_flight, scheduled=scheduled)
             op.done = 1
 
     def _publish_admin_event(self: Engine, etype: str, queue: str | None, now: int) -> None:

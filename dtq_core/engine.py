@@ -19,7 +19,7 @@ from .audit import AuditMixin
 from .clock import Clock, SystemClock, iso
 from .config import DtqConfig
 from .connection import eviction_policy, sync_client
-from .errors import CancelRequested, QueueFull, QueueLimitReached, TaskNotFound, TaskTerminal, UnknownTaskType
+from .errors import ErrorCode, QueueFull, QueueLimitReached, TaskNotFound, UnknownTaskType, raise_for_code
 from .inspect import InspectMixin
 from .keys import PRIORITIES, Keys
 from .scripts import Scripts
@@ -139,20 +139,10 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
         return self.scripts("enqueueTask", keys=keys, args=args, client=client)
 
     def _enqueued(self, s: Submission, reply: list[Any]) -> Enqueued:
-        code = int(reply[0])
-        if code == -1:
-            raise QueueFull(
-                f"queue {s.queue!r} holds {reply[1]} tasks, the limit is {self.config.max_queue_depth} "
-                "(DTQ_MAX_QUEUE_DEPTH)", queue=s.queue, depth=int(reply[1]),
-            )
-        if code == -2:
-            raise QueueLimitReached(
-                f"queue {s.queue!r} does not exist and {reply[1]} queues do, the limit is "
-                f"{self.config.max_queues} (DTQ_MAX_QUEUES): submit to an existing queue, or delete unused ones",
-                queue=s.queue, queues=int(reply[1]), limit=self.config.max_queues,
-            )
+        code = raise_for_code(reply[0], task_id=s.task_id, script="enqueueTask", queue=s.queue, count=reply[1],
+                              max_depth=self.config.max_queue_depth, max_queues=self.config.max_queues)
         record = _pairs(reply[3])
-        if code == 0:
+        if code is ErrorCode.EXISTING:
             # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
             task = codec.task_view(record, reply[4] or None) if record else None
             return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task)
@@ -189,14 +179,8 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
                   self.keys.stats_tasks()],
             args=[task_id, now, iso(now), self.config.task_retention_s * 1000, self.keys.stream_prefix()],
         )
-        code = int(code)
-        if code == -1:
-            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
-        if code == 0:
-            raise TaskTerminal(f"task {task_id} is already {rest[0]}", task_id=task_id, status=rest[0])
-        if code == 3:
-            raise CancelRequested(f"task {task_id} is running; its cancellation is in flight", task_id=task_id)
-        return CancelResult(id=task_id, status=str(rest[0]), cancelled=code == 1)
+        code = raise_for_code(code, task_id=task_id, script="cancelTask", status=rest[0] if rest else None)
+        return CancelResult(id=task_id, status=str(rest[0]), cancelled=code is ErrorCode.OK)
 
     # -- health -------------------------------------------------------------------------------
     def ping(self) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from enum import IntEnum
+from typing import Any, NoReturn
 
 
 class DtqError(Exception):
@@ -125,3 +126,68 @@ def error_body(exc: DtqError, request_id: str, *, state: bool = False) -> dict[s
     if field:
         body["field"] = field
     return {"error": body}
+
+
+class LeaseLost(DtqError):
+    """A leader script found the scheduler lock held by another worker (or by nobody)."""
+
+    code = "LEASE_LOST"
+
+
+class ErrorCode(IntEnum):
+    """The return codes of the Lua scripts, named alike at the top of scripts/includes/common.lua
+    (`local CODE = {...}`). Scripts return a code first ({code, ...}) or alone; a negative code is
+    a refusal that changed nothing, and raise_for_code turns it into its DtqError."""
+
+    OK = 0  # the script did what was asked
+    EXISTING = 1  # enqueueTask: the idempotency key names a task already submitted; nothing written
+    CANCEL_SIGNALLED = 2  # cancelTask: the task runs; its worker is told to stop
+    TASK_NOT_FOUND = -1
+    TASK_TERMINAL = -2
+    CANCEL_REQUESTED = -3  # cancelTask: the task runs and was already told to stop
+    QUEUE_NOT_FOUND = -4
+    QUEUE_NOT_EMPTY = -5
+    QUEUE_FULL = -6
+    QUEUE_LIMIT_REACHED = -7
+    LEASE_LOST = -8  # leader scripts: this worker no longer holds the scheduler lock
+
+
+def raise_for_code(code: int, *, task_id: str | None, script: str, **details: Any) -> ErrorCode:
+    """Return the code of a script's reply as an ErrorCode, or raise the DtqError a negative one
+    stands for (BullMQ's finishedErrors). `details` carries what the message names: queue,
+    status (TASK_TERMINAL), count and max_depth / max_queues (QUEUE_FULL / QUEUE_LIMIT_REACHED:
+    the depth or number of queues the script found), waiting / in_flight / scheduled."""
+    code = ErrorCode(int(code))
+    if code >= 0:
+        return code
+    queue = details.get("queue")
+    ids = {"task_id": task_id} if task_id is not None else {}
+    if code is ErrorCode.TASK_NOT_FOUND:
+        raise TaskNotFound(f"task {task_id!r} not found", **ids)
+    if code is ErrorCode.TASK_TERMINAL:
+        raise TaskTerminal(f"task {task_id} is already {details['status']}", **ids, status=details["status"])
+    if code is ErrorCode.CANCEL_REQUESTED:
+        raise CancelRequested(f"task {task_id} is running; its cancellation is in flight", **ids)
+    if code is ErrorCode.QUEUE_NOT_FOUND:
+        raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+    if code is ErrorCode.QUEUE_NOT_EMPTY:
+        waiting, in_flight, scheduled = details["waiting"], details["in_flight"], details["scheduled"]
+        raise QueueNotEmpty(
+            f"queue {queue!r} is not empty: {waiting} waiting, {in_flight} in flight, {scheduled} scheduled; "
+            "purge or cancel them (or let them finish) first",
+            queue=queue, waiting=waiting, in_flight=in_flight, scheduled=scheduled)
+    if code is ErrorCode.QUEUE_FULL:
+        depth = int(details["count"])
+        raise QueueFull(f"queue {queue!r} holds {depth} tasks, the limit is {details['max_depth']} "
+                        "(DTQ_MAX_QUEUE_DEPTH)", queue=queue, depth=depth)
+    if code is ErrorCode.QUEUE_LIMIT_REACHED:
+        queues, limit = int(details["count"]), details["max_queues"]
+        raise QueueLimitReached(
+            f"queue {queue!r} does not exist and {queues} queues do, the limit is "
+            f"{limit} (DTQ_MAX_QUEUES): submit to an existing queue, or delete unused ones",
+            queue=queue, queues=queues, limit=limit)
+    _raise_lease_lost(script)
+
+
+def _raise_lease_lost(script: str) -> NoReturn:
+    raise LeaseLost(f"{script}: the scheduler lock is no longer this worker's", script=script)

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from . import faults
 from .clock import Clock, iso
 from .config import DtqConfig
+from .errors import ErrorCode
 from .executor import Completion, Row
 from .keys import PRIORITIES, Keys
 from .scripts import SOURCES, Scripts
@@ -364,7 +365,7 @@ class WorkerStore:
         now = self.clock.now_ms()
         ids = await self.scripts("claimDue", keys=[k.schedule(), k.schedule_claims(), k.scheduler_lock()],
                                  args=[self.worker_id, now, limit, k.task_prefix()])
-        if ids == -1:
+        if ids == ErrorCode.LEASE_LOST:
             return -1
         if not ids:
             return 0
@@ -377,7 +378,7 @@ class WorkerStore:
             args=[self.worker_id, now, iso(now), c.task_retention_s * 1000, k.task_prefix(),
                   k.stream_prefix(), k.wake_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, *ids],
         )
-        if reply == -1:
+        if reply == ErrorCode.LEASE_LOST:
             return -1
         queued, quarantined = reply
         self._log_quarantined(quarantined)
@@ -396,7 +397,7 @@ class WorkerStore:
                                                                self.keys.ready(), self.keys.wake_any()],
                                    args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix(),
                                          self.keys.wake_prefix()])
-        if reply == -1:
+        if reply == ErrorCode.LEASE_LOST:
             return -1
         recovered, quarantined = reply
         self._log_quarantined(quarantined)
@@ -406,6 +407,7 @@ class WorkerStore:
         k = self.keys
         now = self.clock.now_ms()
         cutoff = now - int(self.config.stale_claim_s * 1000)
-        return int(await self.scripts("requeueStaleClaims",
-                                      keys=[k.schedule_claims(), k.schedule(), k.scheduler_lock()],
-                                      args=[cutoff, now, k.task_prefix(), self.worker_id]))
+        returned = int(await self.scripts("requeueStaleClaims",
+                                          keys=[k.schedule_claims(), k.schedule(), k.scheduler_lock()],
+                                          args=[cutoff, now, k.task_prefix(), self.worker_id]))
+        return -1 if returned == ErrorCode.LEASE_LOST else returned

@@ -9,18 +9,19 @@
     ARGV[1] task id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
     ARGV[5] stream key prefix
   Output:
-    {1, 'CANCELLED'} cancelled now; {2, 'RUNNING'} cancel recorded; {3, 'RUNNING'} a cancel is
-    already in flight; {0, status} already terminal; {-1} no such task
+    {OK, 'CANCELLED'} cancelled now; {CANCEL_SIGNALLED, 'RUNNING'} cancel recorded;
+    {CANCEL_REQUESTED, 'RUNNING'} a cancel is already in flight; {TASK_TERMINAL, status} already
+    terminal; {TASK_NOT_FOUND} no such task (codes: CODE in includes/common.lua)
 ]]
 -- #include common
 local h = rcall('HMGET', KEYS[1], 'status', 'queue', 'attempt', 'cancel_requested', 'priority', 'entry_id', 'type')
 local status = h[1]
-if not status then return {-1} end
-if TERMINAL[status] then return {0, status} end
+if not status then return {CODE.TASK_NOT_FOUND} end
+if TERMINAL[status] then return {CODE.TASK_TERMINAL, status} end
 if status == 'RUNNING' then
-  if h[4] == '1' then return {3, status} end
+  if h[4] == '1' then return {CODE.CANCEL_REQUESTED, status} end
   rcall('HSET', KEYS[1], 'cancel_requested', '1', 'updated_at', ARGV[2])
-  return {2, status}
+  return {CODE.CANCEL_SIGNALLED, status}
 end
 rcall('HSET', KEYS[1], 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', ARGV[2],
       'updated_at', ARGV[2])
@@ -32,4 +33,4 @@ end
 -- Counted like every other way a task ends (dtq_tasks_total), as an expiry before start is.
 rcall('HINCRBY', KEYS[5], outcome_field(h[2], h[7], 'CANCELLED'), 1)
 emit(KEYS[3], KEYS[4], 'task.cancelled', ARGV[1], h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
-return {1, 'CANCELLED'}
+return {CODE.OK, 'CANCELLED'}

@@ -12,11 +12,12 @@
     KEYS[12] event seq
     ARGV[1] queue  ARGV[2] group  ARGV[3] now (ms)  ARGV[4] now (ISO)  ARGV[5] task key prefix
   Output:
-    {1} deleted; {-1} unknown queue; {0, waiting, in flight, scheduled} not empty
+    {OK} deleted; {QUEUE_NOT_FOUND} unknown queue; {QUEUE_NOT_EMPTY, waiting, in flight, scheduled}
+    not empty (codes: CODE in includes/common.lua)
 ]]
 -- #include common
 local queue = ARGV[1]
-if rcall('SISMEMBER', KEYS[1], queue) == 0 then return {-1} end
+if rcall('SISMEMBER', KEYS[1], queue) == 0 then return {CODE.QUEUE_NOT_FOUND} end
 local entries, pending = 0, 0
 for k = 5, 7 do
   if rcall('EXISTS', KEYS[k]) == 1 then
@@ -32,7 +33,7 @@ end
 local in_flight = math.max(pending, running)
 local scheduled = tonumber(rcall('HGET', KEYS[9], queue) or '0')
 if entries > 0 or in_flight > 0 or scheduled > 0 then
-  return {0, math.max(0, entries - pending), in_flight, scheduled}
+  return {CODE.QUEUE_NOT_EMPTY, math.max(0, entries - pending), in_flight, scheduled}
 end
 rcall('DEL', KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 rcall('SREM', KEYS[1], queue)
@@ -41,4 +42,4 @@ rcall('HDEL', KEYS[3], queue)
 rcall('SREM', KEYS[4], queue)
 rcall('HDEL', KEYS[9], queue)
 emit(KEYS[11], KEYS[12], 'queue.deleted', nil, queue, nil, 0, ARGV[3], ARGV[4])
-return {1}
+return {CODE.OK}

@@ -13,11 +13,11 @@
     ARGV[5] task key prefix  ARGV[6] stream key prefix  ARGV[7] wake key prefix
     ARGV[8] dlq enabled (1/0)  ARGV[9] dlq maxlen  ARGV[10..] task ids
   Output:
-    {number of tasks queued, {task id, reason, ...} of those quarantined}, or -1 when this worker
+    {number of tasks queued, {task id, reason, ...} of those quarantined}, or CODE.LEASE_LOST when this worker
     does not hold the lock
 ]]
 -- #include common
-if rcall('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+if rcall('GET', KEYS[2]) ~= ARGV[1] then return CODE.LEASE_LOST end
 local now_ms, now_iso = ARGV[2], ARGV[3]
 local q = {task_prefix = ARGV[5], now_ms = now_ms, now_iso = now_iso, retention_ms = ARGV[4], dlq_key = KEYS[7],
            dlq_enabled = ARGV[8], dlq_maxlen = ARGV[9], counters_key = KEYS[8], running_key = KEYS[9],

@@ -14,8 +14,9 @@
     ARGV[15] return the record (1/0)  ARGV[16] most queues (0 = no bound)
     ARGV[17..] task hash field/value pairs
   Output:
-    {1, id, status, record} created; {0, existing id, its status, record, result} idempotency key
-    seen; {-1, depth} queue full; {-2, queues} a new queue past the bound. record is the task hash as flat field/value pairs (empty unless
+    {OK, id, status, record} created; {EXISTING, existing id, its status, record, result}
+    idempotency key seen; {QUEUE_FULL, depth} queue full; {QUEUE_LIMIT_REACHED, queues} a new
+    queue past the bound (codes: CODE in includes/common.lua). record is the task hash as flat field/value pairs (empty unless
     asked for), so a submit needs no second round trip to show the task.
 ]]
 -- #include common
@@ -32,21 +33,21 @@ if ARGV[11] == '1' then
       record = rcall('HGETALL', ekey)
       result = rcall('GET', ARGV[14] .. existing) or ''
     end
-    return {0, existing, rcall('HGET', ekey, 'status') or '', record, result}
+    return {CODE.EXISTING, existing, rcall('HGET', ekey, 'status') or '', record, result}
   end
 end
 local due = tonumber(ARGV[8])
 local max_depth = tonumber(ARGV[7])
 if due == 0 and max_depth > 0 then
   local depth = rcall('XLEN', KEYS[3]) + rcall('XLEN', KEYS[4]) + rcall('XLEN', KEYS[5])
-  if depth >= max_depth then return {-1, depth} end
+  if depth >= max_depth then return {CODE.QUEUE_FULL, depth} end
 end
 if rcall('SISMEMBER', KEYS[7], queue) == 0 then
   -- Checked and registered in one script, so concurrent submits to new queues cannot overshoot.
   local max_queues = tonumber(ARGV[16])
   if max_queues > 0 then
     local count = rcall('SCARD', KEYS[7])
-    if count >= max_queues then return {-2, count} end
+    if count >= max_queues then return {CODE.QUEUE_LIMIT_REACHED, count} end
   end
   rcall('SADD', KEYS[7], queue)
   for k = 3, 5 do
@@ -81,4 +82,4 @@ rcall('ZADD', KEYS[10], now_ms, task_id)
 local recent_cap = tonumber(ARGV[12])
 if rcall('ZCARD', KEYS[10]) > recent_cap then rcall('ZREMRANGEBYRANK', KEYS[10], 0, -recent_cap - 1) end
 emit(KEYS[8], KEYS[9], 'task.queued', task_id, queue, status, 0, now_ms, now_iso)
-return {1, task_id, status, want_record and rcall('HGETALL', KEYS[1]) or {}}
+return {CODE.OK, task_id, status, want_record and rcall('HGETALL', KEYS[1]) or {}}

@@ -18,12 +18,12 @@
   in common.lua) and leaves the running index, so the sweep moves on.
   Output:
     {number of tasks recovered (quarantined ones included), {task id, reason, ...} of those
-    quarantined}, or -1 when this worker does not hold the lock
+    quarantined}, or CODE.LEASE_LOST when this worker does not hold the lock
 ]]
 -- #include common
 -- #include claim
 local ctx = claim_context(1)
-if rcall('GET', KEYS[8]) ~= ctx.worker_id then return -1 end
+if rcall('GET', KEYS[8]) ~= ctx.worker_id then return CODE.LEASE_LOST end
 local recovered, quarantined = 0, {}
 local function recover(task_id)
   local tkey = ctx.task_prefix .. task_id

@@ -6,10 +6,10 @@
     KEYS[1] schedule claims  KEYS[2] schedule  KEYS[3] scheduler lock
     ARGV[1] cutoff (ms)  ARGV[2] now (ms)  ARGV[3] task key prefix  ARGV[4] worker id
   Output:
-    number of claims returned, or -1 when this worker does not hold the lock
+    number of claims returned, or CODE.LEASE_LOST when this worker does not hold the lock
 ]]
 -- #include common
-if rcall('GET', KEYS[3]) ~= ARGV[4] then return -1 end
+if rcall('GET', KEYS[3]) ~= ARGV[4] then return CODE.LEASE_LOST end
 local ids = rcall('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 1000)
 for _, id in ipairs(ids) do
   if not rcall('ZSCORE', KEYS[2], id) then

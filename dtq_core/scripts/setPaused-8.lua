@@ -9,10 +9,10 @@
     KEYS[7] shared wake list  KEYS[8] the queue's wake list
     ARGV[1] queue  ARGV[2] 1 pause / 0 resume  ARGV[3] now (ms)  ARGV[4] now (ISO)  ARGV[5] actor
   Output:
-    1 changed; 0 already in that state; -1 unknown queue
+    1 changed; 0 already in that state; QUEUE_NOT_FOUND (CODE in includes/common.lua) unknown queue
 ]]
 -- #include common
-if rcall('SISMEMBER', KEYS[4], ARGV[1]) == 0 then return -1 end
+if rcall('SISMEMBER', KEYS[4], ARGV[1]) == 0 then return CODE.QUEUE_NOT_FOUND end
 local changed
 if ARGV[2] == '1' then changed = rcall('SADD', KEYS[1], ARGV[1]) else changed = rcall('SREM', KEYS[1], ARGV[1]) end
 if changed == 1 then

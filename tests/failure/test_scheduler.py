@@ -13,6 +13,7 @@ import redis
 
 from dtq_core.clock import iso
 from dtq_core.engine import Engine
+from dtq_core.errors import ErrorCode
 from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for
@@ -135,20 +136,20 @@ def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
     far = now + 7200_000  # as if the frozen leader's clock said the task were due
     prefix = keys.task_prefix()
     assert engine.scripts("claimDue", keys=[keys.schedule(), keys.schedule_claims(), keys.scheduler_lock()],
-                          args=["a", far, 500, prefix]) == -1
+                          args=["a", far, 500, prefix]) == ErrorCode.LEASE_LOST
     assert engine.scripts("enqueueDue", keys=[keys.schedule_claims(), keys.scheduler_lock(), keys.events(),
                                               keys.event_seq(), keys.schedule(), keys.stats_tasks(), keys.dlq(),
                                               keys.stats_counters(), keys.running(), keys.ready(), keys.wake_any()],
                           args=["a", far, iso(far), 60_000, prefix, keys.stream_prefix(), keys.wake_prefix(), 1,
-                                100, later]) == -1
+                                100, later]) == ErrorCode.LEASE_LOST
     assert engine.scripts("requeueStaleClaims", keys=[keys.schedule_claims(), keys.schedule(),
                                                       keys.scheduler_lock()],
-                          args=[far, far, prefix, "a"]) == -1
+                          args=[far, far, prefix, "a"]) == ErrorCode.LEASE_LOST
     assert engine.scripts("recoverLostTasks", keys=[keys.paused(), keys.events(), keys.event_seq(), keys.dlq(),
                                                     keys.stats_counters(), keys.running(), keys.stats_tasks(),
                                                     keys.scheduler_lock(), keys.ready(), keys.wake_any()],
                           args=["dtq", "a", far, iso(far), 60_000, prefix, 1, 100, far, 500,
-                                keys.stream_prefix(), keys.wake_prefix()]) == -1
+                                keys.stream_prefix(), keys.wake_prefix()]) == ErrorCode.LEASE_LOST
     assert statuses(redis_client, keys, [later]) == ["PENDING"] and redis_client.zscore(keys.schedule(), later)
     assert all(execs(redis_client, keys, tid) == 1 for tid in due)
     assert a.proc.poll() is None  # the old leader keeps working as a follower

@@ -1,6 +1,12 @@
 -- Shared helpers, inlined by the loader where a script says: -- #include common
 local rcall = redis.call
 
+-- Return codes, mirrored by dtq_core.errors.ErrorCode (a test keeps the two equal). A negative
+-- code is a refusal that changed nothing; raise_for_code turns it into its DtqError.
+local CODE = {OK = 0, EXISTING = 1, CANCEL_SIGNALLED = 2, TASK_NOT_FOUND = -1, TASK_TERMINAL = -2,
+              CANCEL_REQUESTED = -3, QUEUE_NOT_FOUND = -4, QUEUE_NOT_EMPTY = -5, QUEUE_FULL = -6,
+              QUEUE_LIMIT_REACHED = -7, LEASE_LOST = -8}
+
 local TERMINAL = {SUCCEEDED = true, FAILED = true, DEAD_LETTERED = true, CANCELLED = true, EXPIRED = true}
 
 -- Epoch milliseconds as UTC ISO-8601 with milliseconds, exactly like dtq_core.clock.iso
