@@ -175,8 +175,9 @@ class AdminMixin:
                 after = ""
                 while snapshot:
                     cancelled, after = self.scripts(
-                        "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq(), k.stats_tasks()],
-                        args=[Keys.GROUP, now, iso(now), k.task_prefix(), snapshot, BATCH * 4, after,
+                        "purgeQueue", keys=[k.stream(queue, priority), k.events(), k.event_seq(), k.stats_tasks(),
+                                            k.task_prefix()],
+                        args=[Keys.GROUP, now, iso(now), snapshot, BATCH * 4, after,
                               self.config.task_retention_s * 1000],
                     )
                     op.advance(int(cancelled))
@@ -195,8 +196,9 @@ class AdminMixin:
             now = self.clock.now_ms()
             code, *counts = self.scripts(
                 "deleteQueue", keys=[k.queues(), k.paused(), k.paused_info(), k.ready(), *k.streams(queue),
-                                     k.wake(queue), k.schedule_counts(), k.running(), k.events(), k.event_seq()],
-                args=[queue, Keys.GROUP, now, iso(now), k.task_prefix()])
+                                     k.wake(queue), k.schedule_counts(), k.running(), k.events(), k.event_seq(),
+                                     k.task_prefix()],
+                args=[queue, Keys.GROUP, now, iso(now)])
             waiting, in_flight, scheduled = (int(c) for c in counts) if counts else (0, 0, 0)
             raise_for_code(code, task_id=None, script="deleteQueue", queue=queue, waiting=waiting,
                            in_flight=in_flight, scheduled=scheduled)
@@ -266,9 +268,9 @@ class AdminMixin:
                           selection=selection.audited()) as op:
             now = self.clock.now_ms()
             self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq(), k.queues(), k.ready(),
-                                                  k.wake_any()],
-                             [now, iso(now), self.config.task_retention_s * 1000, k.task_prefix(),
-                              k.stream_prefix(), Keys.GROUP, k.wake_prefix()], ids, op, lambda r: int(r[0]))
+                                                  k.wake_any(), k.task_prefix(), k.stream_prefix(), k.wake_prefix()],
+                             [now, iso(now), self.config.task_retention_s * 1000, Keys.GROUP], ids, op,
+                             lambda r: int(r[0]))
         return op.done
 
     def discard_dead_letters(self: Engine, selection: DlqSelection, actor: Actor) -> int:
@@ -278,8 +280,8 @@ class AdminMixin:
         with self.audited(actor, "dlq.discard", selection.describe(), selected=len(ids),
                           selection=selection.audited()) as op:
             now = self.clock.now_ms()
-            self._in_batches("discardDeadLetters", [k.dlq(), k.events(), k.event_seq()],
-                             [now, iso(now), k.task_prefix(), self.config.task_retention_s * 1000], ids, op, int)
+            self._in_batches("discardDeadLetters", [k.dlq(), k.events(), k.event_seq(), k.task_prefix()],
+                             [now, iso(now), self.config.task_retention_s * 1000], ids, op, int)
         return op.done
 
     def cancel_as(self: Engine, task_id: str, actor: Actor) -> Any:

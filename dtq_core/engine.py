@@ -129,10 +129,11 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
             fields += ["handler", s.handler]
         k = self.keys
         keys = [k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
-                k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue), k.ready(), k.wake_any()]
+                k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue), k.ready(), k.wake_any(),
+                k.task_prefix(), k.result_prefix()]
         args = [s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
-                1 if s.idempotency_key else 0, RECENT_CAP, k.task_prefix(), k.result_prefix(), 1 if with_record else 0,
+                1 if s.idempotency_key else 0, RECENT_CAP, 1 if with_record else 0,
                 self.config.max_queues, *fields]
         if client is None:
             return self.scripts.call_direct("enqueueTask", keys=keys, args=args)
@@ -176,8 +177,8 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
         code, *rest = self.scripts(
             "cancelTask",
             keys=[self.keys.task(task_id), self.keys.schedule(), self.keys.events(), self.keys.event_seq(),
-                  self.keys.stats_tasks()],
-            args=[task_id, now, iso(now), self.config.task_retention_s * 1000, self.keys.stream_prefix()],
+                  self.keys.stats_tasks(), self.keys.stream_prefix()],
+            args=[task_id, now, iso(now), self.config.task_retention_s * 1000],
         )
         code = raise_for_code(code, task_id=task_id, script="cancelTask", status=rest[0] if rest else None)
         return CancelResult(id=task_id, status=str(rest[0]), cancelled=code is ErrorCode.OK)

@@ -245,8 +245,8 @@ class InspectMixin:
         while len(items) < target and scanned < SCAN_BUDGET and not exhausted:
             want = min(500, SCAN_BUDGET - scanned) if filtering else min(500, target - len(items))
             examined, read, score_passed, seen_passed, records, after = self.scripts(
-                "scanRecentTasks", keys=[self.keys.recent()],
-                args=[upper, offset, want, queue or "", status or "", type or "", self.keys.task_prefix(),
+                "scanRecentTasks", keys=[self.keys.recent(), self.keys.task_prefix()],
+                args=[upper, offset, want, queue or "", status or "", type or "",
                       target - len(items), "" if last_score is None else last_score, seen_at_score,
                       SCAN_CALL_BYTES])
             scanned += int(examined)
@@ -297,10 +297,10 @@ class InspectMixin:
         while len(matches) < limit and scanned < budget and not exhausted:
             count = min(500, budget - scanned)
             examined, last, found, read = self.scripts(
-                "scanDeadLetters", keys=[self.keys.dlq()],
+                "scanDeadLetters", keys=[self.keys.dlq(), self.keys.task_prefix()],
                 # Matched here, the script's candidates can fall short: it must not stop at `limit`.
                 args=[upper, count, queue or "", type or "", needle if in_redis else "", 0 if in_redis else 1,
-                      self.keys.task_prefix(), limit - len(matches) if in_redis else count, SCAN_CALL_BYTES])
+                      limit - len(matches) if in_redis else count, SCAN_CALL_BYTES])
             scanned += int(examined)
             if last:
                 upper, last_seen = "(" + last, last

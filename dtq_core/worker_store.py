@@ -86,11 +86,12 @@ class WorkerStore:
         now = self.clock.now_ms()
         c = self.config
         return [Keys.GROUP, self.worker_id, "" if late_bound else now, "" if late_bound else iso(now),
-                c.task_retention_s * 1000, self.keys.task_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen]
+                c.task_retention_s * 1000, 1 if c.dlq_enabled else 0, c.dlq_maxlen]
 
     def _claim_keys(self) -> list[str]:
         k = self.keys
-        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running(), k.stats_tasks()]
+        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running(), k.stats_tasks(),
+                k.task_prefix()]
 
     def _fetch_command(self, queues: Sequence[str] | None, count: int, *, late_bound: bool = False) -> bytes:
         k = self.keys
@@ -259,9 +260,9 @@ class WorkerStore:
             now = self.clock.now_ms()
             records = json.dumps([completion.record() for completion in completions[start:start + COMPLETE_BATCH]])
             keys = [k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),
-                    k.stats_counters(), k.throughput(now // 60000), k.running()]
+                    k.stats_counters(), k.throughput(now // 60000), k.running(), k.task_prefix(), k.result_prefix()]
             args = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
-                    k.task_prefix(), k.result_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
+                    1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
             commands.append(self.scripts.command("completeTasks", keys=keys, args=args))
         return commands
 
@@ -313,8 +314,8 @@ class WorkerStore:
             await self._register_types(pipe, now)
         if entries:
             flat = [part for triple in entries for part in triple]  # stream, entry id, task id
-            await self.scripts("touchEntries", keys=[k.running()],
-                               args=[Keys.GROUP, self.worker_id, now, k.task_prefix(), *flat], client=pipe)
+            await self.scripts("touchEntries", keys=[k.running(), k.task_prefix()],
+                               args=[Keys.GROUP, self.worker_id, now, *flat], client=pipe)
         await pipe.execute()
 
     async def register_types(self, types: Sequence[str]) -> None:
@@ -363,8 +364,9 @@ class WorkerStore:
         """Move due schedule entries into streams; -1 when the lock was lost meanwhile."""
         k = self.keys
         now = self.clock.now_ms()
-        ids = await self.scripts("claimDue", keys=[k.schedule(), k.schedule_claims(), k.scheduler_lock()],
-                                 args=[self.worker_id, now, limit, k.task_prefix()])
+        ids = await self.scripts("claimDue", keys=[k.schedule(), k.schedule_claims(), k.scheduler_lock(),
+                                                   k.task_prefix()],
+                                 args=[self.worker_id, now, limit])
         if ids == ErrorCode.LEASE_LOST:
             return -1
         if not ids:
@@ -374,9 +376,9 @@ class WorkerStore:
         reply = await self.scripts(
             "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule(),
                                 k.stats_tasks(), k.dlq(), k.stats_counters(), k.running(), k.ready(),
-                                k.wake_any()],
-            args=[self.worker_id, now, iso(now), c.task_retention_s * 1000, k.task_prefix(),
-                  k.stream_prefix(), k.wake_prefix(), 1 if c.dlq_enabled else 0, c.dlq_maxlen, *ids],
+                                k.wake_any(), k.task_prefix(), k.stream_prefix(), k.wake_prefix()],
+            args=[self.worker_id, now, iso(now), c.task_retention_s * 1000, 1 if c.dlq_enabled else 0, c.dlq_maxlen,
+                  *ids],
         )
         if reply == ErrorCode.LEASE_LOST:
             return -1
@@ -394,9 +396,9 @@ class WorkerStore:
         """Requeue RUNNING tasks whose entry vanished and whose owner went silent; -1: not leader."""
         cutoff = self.clock.now_ms() - int(self.config.visibility_timeout_s * 1000)
         reply = await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock(),
-                                                               self.keys.ready(), self.keys.wake_any()],
-                                   args=[*self._claim_args(), cutoff, limit, self.keys.stream_prefix(),
-                                         self.keys.wake_prefix()])
+                                                               self.keys.ready(), self.keys.wake_any(),
+                                                               self.keys.stream_prefix(), self.keys.wake_prefix()],
+                                   args=[*self._claim_args(), cutoff, limit])
         if reply == ErrorCode.LEASE_LOST:
             return -1
         recovered, quarantined = reply
@@ -408,6 +410,6 @@ class WorkerStore:
         now = self.clock.now_ms()
         cutoff = now - int(self.config.stale_claim_s * 1000)
         returned = int(await self.scripts("requeueStaleClaims",
-                                          keys=[k.schedule_claims(), k.schedule(), k.scheduler_lock()],
-                                          args=[cutoff, now, k.task_prefix(), self.worker_id]))
+                                          keys=[k.schedule_claims(), k.schedule(), k.scheduler_lock(), k.task_prefix()],
+                                          args=[cutoff, now, self.worker_id]))
         return -1 if returned == ErrorCode.LEASE_LOST else returned

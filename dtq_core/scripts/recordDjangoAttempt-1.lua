@@ -13,15 +13,15 @@
     not RUNNING at that attempt under that entry (cancelled, reclaimed or retried meanwhile:
     nothing is written)
 ]]
-local rcall = redis.call
-local h = rcall('HMGET', KEYS[1], 'status', 'attempt', 'django_worker_ids', 'django_started_at', 'started_at',
-                'errors', 'created_at', 'entry_id')
-if h[1] ~= 'RUNNING' or h[2] ~= ARGV[1] or h[8] ~= ARGV[3] then
+-- #include common
+local t = read_task(KEYS[1], 'status', 'attempt', 'django_worker_ids', 'django_started_at', 'started_at',
+                    'errors', 'created_at', 'entry_id')
+if t.status ~= 'RUNNING' or t.attempt ~= ARGV[1] or t.entry_id ~= ARGV[3] then
   return false
 end
 local ids = {}
-if h[3] and h[3] ~= '' then
-  ids = cjson.decode(h[3])
+if t.django_worker_ids and t.django_worker_ids ~= '' then
+  ids = cjson.decode(t.django_worker_ids)
 end
 local attempt = tonumber(ARGV[1])
 -- An attempt that died before recording itself (worker killed at once) leaves a gap.
@@ -30,10 +30,10 @@ while #ids < attempt - 1 do
 end
 ids[attempt] = ARGV[2]
 local encoded = cjson.encode(ids)
-local first = h[4]
+local first = t.django_started_at
 if not first or first == '' then
-  first = h[5]
+  first = t.started_at
 end
 -- HSET keeps the hash's TTL: the record expires with the task.
 rcall('HSET', KEYS[1], 'django_worker_ids', encoded, 'django_started_at', first)
-return {encoded, first, h[6] or '', h[7] or ''}
+return {encoded, first, t.errors or '', t.created_at or ''}

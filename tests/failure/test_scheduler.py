@@ -135,21 +135,21 @@ def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
     now = int(time.time() * 1000)
     far = now + 7200_000  # as if the frozen leader's clock said the task were due
     prefix = keys.task_prefix()
-    assert engine.scripts("claimDue", keys=[keys.schedule(), keys.schedule_claims(), keys.scheduler_lock()],
-                          args=["a", far, 500, prefix]) == ErrorCode.LEASE_LOST
+    assert engine.scripts("claimDue", keys=[keys.schedule(), keys.schedule_claims(), keys.scheduler_lock(), prefix],
+                          args=["a", far, 500]) == ErrorCode.LEASE_LOST
     assert engine.scripts("enqueueDue", keys=[keys.schedule_claims(), keys.scheduler_lock(), keys.events(),
                                               keys.event_seq(), keys.schedule(), keys.stats_tasks(), keys.dlq(),
-                                              keys.stats_counters(), keys.running(), keys.ready(), keys.wake_any()],
-                          args=["a", far, iso(far), 60_000, prefix, keys.stream_prefix(), keys.wake_prefix(), 1,
-                                100, later]) == ErrorCode.LEASE_LOST
+                                              keys.stats_counters(), keys.running(), keys.ready(), keys.wake_any(),
+                                              prefix, keys.stream_prefix(), keys.wake_prefix()],
+                          args=["a", far, iso(far), 60_000, 1, 100, later]) == ErrorCode.LEASE_LOST
     assert engine.scripts("requeueStaleClaims", keys=[keys.schedule_claims(), keys.schedule(),
-                                                      keys.scheduler_lock()],
-                          args=[far, far, prefix, "a"]) == ErrorCode.LEASE_LOST
+                                                      keys.scheduler_lock(), prefix],
+                          args=[far, far, "a"]) == ErrorCode.LEASE_LOST
     assert engine.scripts("recoverLostTasks", keys=[keys.paused(), keys.events(), keys.event_seq(), keys.dlq(),
                                                     keys.stats_counters(), keys.running(), keys.stats_tasks(),
-                                                    keys.scheduler_lock(), keys.ready(), keys.wake_any()],
-                          args=["dtq", "a", far, iso(far), 60_000, prefix, 1, 100, far, 500,
-                                keys.stream_prefix(), keys.wake_prefix()]) == ErrorCode.LEASE_LOST
+                                                    prefix, keys.scheduler_lock(), keys.ready(), keys.wake_any(),
+                                                    keys.stream_prefix(), keys.wake_prefix()],
+                          args=["dtq", "a", far, iso(far), 60_000, 1, 100, far, 500]) == ErrorCode.LEASE_LOST
     assert statuses(redis_client, keys, [later]) == ["PENDING"] and redis_client.zscore(keys.schedule(), later)
     assert all(execs(redis_client, keys, tid) == 1 for tid in due)
     assert a.proc.poll() is None  # the old leader keeps working as a follower

@@ -25,32 +25,32 @@ end
 local TASK_FIELDS = {'status', 'attempt', 'max_attempts', 'type', 'payload', 'timeout_s', 'queue',
                      'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested', 'handler'}
 
--- The worker running attempt h[2] went silent: honour a cancel it never got to act on, or count
+-- The worker running attempt t.attempt went silent: honour a cancel it never got to act on, or count
 -- the lost attempt against the budget (DLQ when spent). The caller finishes the old entry.
 -- Returns 'cancelled', 'dead', or 'again' (run the next attempt).
-local function lose_attempt(ctx, tkey, task_id, h)
-  local cur = tonumber(h[2])
-  if h[12] == '1' then
+local function lose_attempt(ctx, tkey, task_id, t)
+  local cur = tonumber(t.attempt)
+  if t.cancel_requested == '1' then
     rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
-    count_outcome(ctx, h[7], h[4], 'CANCELLED')
-    emit(ctx.events_key, ctx.seq_key, 'task.cancelled', task_id, h[7], 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
+    count_outcome(ctx, t.queue, t.type, 'CANCELLED')
+    emit(ctx.events_key, ctx.seq_key, 'task.cancelled', task_id, t.queue, 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
     return 'cancelled'
   end
   local msg = 'worker lost during attempt ' .. cur
-  local errors = push_error(h[11], cur, 'dtq.WorkerLost', msg, '', ctx.now_iso)  -- may fail: before any write
+  local errors = push_error(t.errors, cur, 'dtq.WorkerLost', msg, '', ctx.now_iso)  -- may fail: before any write
   rcall('HINCRBY', ctx.counters_key, 'redeliveries', 1)
   rcall('HSET', tkey, 'errors', errors, 'last_error', 'dtq.WorkerLost: ' .. msg)
-  if cur >= tonumber(h[3]) then
-    local st = dead_letter(ctx.task_prefix, task_id, h[7], h[4], cur, 'dtq.WorkerLost', msg, ctx.now_ms,
+  if cur >= tonumber(t.max_attempts) then
+    local st = dead_letter(ctx.task_prefix, task_id, t.queue, t.type, cur, 'dtq.WorkerLost', msg, ctx.now_ms,
                            ctx.dlq_key, ctx.dlq_enabled, ctx.dlq_maxlen, ctx.counters_key)
     rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
-    count_outcome(ctx, h[7], h[4], st)
+    count_outcome(ctx, t.queue, t.type, st)
     emit(ctx.events_key, ctx.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
-         task_id, h[7], st, cur, ctx.now_ms, ctx.now_iso)
+         task_id, t.queue, st, cur, ctx.now_ms, ctx.now_iso)
     return 'dead'
   end
   return 'again'
@@ -61,38 +61,38 @@ end
 -- (a reason only for absorbed, dead and cancelled: the worker logs those).
 local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclaim)
   local tkey = ctx.task_prefix .. task_id
-  local h = rcall('HMGET', tkey, unpack(TASK_FIELDS))
-  if not h[1] then
+  local t = read_task(tkey, unpack(TASK_FIELDS))
+  if not t.status then
     finish_entry(ctx, stream, entry_id)
     return {'missing'}
   end
-  local status, cur, ea = h[1], tonumber(h[2]), tonumber(entry_attempt)
-  if reclaim and status == 'RUNNING' and h[9] == entry_id then
+  local status, cur, ea = t.status, tonumber(t.attempt), tonumber(entry_attempt)
+  if reclaim and status == 'RUNNING' and t.entry_id == entry_id then
     -- The worker that ran this attempt went silent past the visibility timeout: count the lost
     -- attempt against the budget and run the next one (or honour a cancel it never acted on).
-    local lost = lose_attempt(ctx, tkey, task_id, h)
+    local lost = lose_attempt(ctx, tkey, task_id, t)
     if lost ~= 'again' then
       finish_entry(ctx, stream, entry_id)
-      return {lost, 'worker lost during attempt ' .. h[2]}
+      return {lost, 'worker lost during attempt ' .. t.attempt}
     end
     ea = cur + 1
   elseif not (status == 'QUEUED' and ea == cur + 1) then
     -- Terminal, superseded, or already started under another entry: a duplicate to absorb.
     finish_entry(ctx, stream, entry_id)
     rcall('HINCRBY', ctx.counters_key, 'absorbed', 1)
-    return {'absorbed', 'task is ' .. status .. ' at attempt ' .. tostring(h[2]) .. ', entry is for attempt '
+    return {'absorbed', 'task is ' .. status .. ' at attempt ' .. tostring(t.attempt) .. ', entry is for attempt '
             .. tostring(entry_attempt)}
   end
-  if h[8] and h[8] ~= '' and tonumber(h[8]) <= tonumber(ctx.now_ms) then
+  if t.expires_at and t.expires_at ~= '' and tonumber(t.expires_at) <= tonumber(ctx.now_ms) then
     rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
-    count_outcome(ctx, h[7], h[4], 'EXPIRED')
-    emit(ctx.events_key, ctx.seq_key, 'task.expired', task_id, h[7], 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
+    count_outcome(ctx, t.queue, t.type, 'EXPIRED')
+    emit(ctx.events_key, ctx.seq_key, 'task.expired', task_id, t.queue, 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
     return {'expired'}
   end
-  if is_paused(ctx, h[7]) then
+  if is_paused(ctx, t.queue) then
     -- Reclaimed from a lost worker while paused (a fetch does not read a paused queue at all):
     -- put it back at the tail instead of starting it.
     local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', ea)
@@ -101,7 +101,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     finish_entry(ctx, stream, entry_id)
     if status ~= 'QUEUED' then  -- RUNNING -> QUEUED is a state change: say so
       rcall('HSET', tkey, 'updated_at', ctx.now_ms, 'enqueued_at', ctx.now_ms)
-      emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, h[7], 'QUEUED', ea - 1, ctx.now_ms, ctx.now_iso)
+      emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, t.queue, 'QUEUED', ea - 1, ctx.now_ms, ctx.now_iso)
     end
     return {'deferred'}
   end
@@ -110,8 +110,8 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
         'cancel_requested', '0')
   rcall('PEXPIRE', tkey, ctx.retention_ms)
   rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
-  emit(ctx.events_key, ctx.seq_key, 'task.started', task_id, h[7], 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
-  return {'run', entry_id, stream, task_id, ea, h[3], h[4], h[5], h[6], h[7], h[10], h[13] or ''}
+  emit(ctx.events_key, ctx.seq_key, 'task.started', task_id, t.queue, 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
+  return {'run', entry_id, stream, task_id, ea, t.max_attempts, t.type, t.payload, t.timeout_s, t.queue, t.priority, t.handler or ''}
 end
 
 -- A claim that failed on a corrupt task field (err, caught by the caller's pcall): quarantine the
@@ -126,13 +126,14 @@ local function quarantine_entry(ctx, stream, entry_id, task_id, err)
 end
 
 -- An empty now (ms) means "when this runs": see server_now.
+-- The context reads KEYS[1..8] (CLAIM_KEYS) and ARGV[argv_offset .. argv_offset + 6] (CLAIM_ARGS),
+-- which every script including this one declares first, in this order.
 local function claim_context(argv_offset)
   local now_ms, now_iso = ARGV[argv_offset + 2], ARGV[argv_offset + 3]
   if now_ms == '' then now_ms, now_iso = server_now() end
   return {group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = now_ms,
           now_iso = now_iso, retention_ms = ARGV[argv_offset + 4],
-          task_prefix = ARGV[argv_offset + 5], dlq_enabled = ARGV[argv_offset + 6],
-          dlq_maxlen = ARGV[argv_offset + 7], paused_key = KEYS[1], events_key = KEYS[2],
-          seq_key = KEYS[3], dlq_key = KEYS[4], counters_key = KEYS[5], running_key = KEYS[6],
-          outcomes_key = KEYS[7]}
+          dlq_enabled = ARGV[argv_offset + 5], dlq_maxlen = ARGV[argv_offset + 6],
+          paused_key = KEYS[1], events_key = KEYS[2], seq_key = KEYS[3], dlq_key = KEYS[4],
+          counters_key = KEYS[5], running_key = KEYS[6], outcomes_key = KEYS[7], task_prefix = KEYS[8]}
 end

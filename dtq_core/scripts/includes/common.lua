@@ -9,6 +9,16 @@ local CODE = {OK = 0, EXISTING = 1, CANCEL_SIGNALLED = 2, TASK_NOT_FOUND = -1, T
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, DEAD_LETTERED = true, CANCELLED = true, EXPIRED = true}
 
+-- A task hash's named fields as a table (t.status, t.attempt, ...), in one HMGET. A field the
+-- hash lacks (or a missing hash) reads false, as HMGET gives it.
+local function read_task(tkey, ...)
+  local names = {...}
+  local values = rcall('HMGET', tkey, unpack(names))
+  local t = {}
+  for i, name in ipairs(names) do t[name] = values[i] end
+  return t
+end
+
 -- Epoch milliseconds as UTC ISO-8601 with milliseconds, exactly like dtq_core.clock.iso
 -- (days to civil date after Howard Hinnant's algorithm).
 local function iso_ms(ms)
@@ -163,14 +173,14 @@ local function quarantine(q, task_id, reason)
   rcall('HINCRBY', q.counters_key, 'corrupt_records', 1)
   local tkey = q.task_prefix .. tostring(task_id)
   local ok, status = pcall(function()
-    local h = rcall('HMGET', tkey, 'status', 'queue', 'type', 'attempt', 'errors')
-    if not h[1] then return nil end
-    local queue, ttype, attempt = h[2] or '', h[3] or '', tonumber(h[4])
+    local t = read_task(tkey, 'status', 'queue', 'type', 'attempt', 'errors')
+    if not t.status then return nil end
+    local queue, ttype, attempt = t.queue or '', t.type or '', tonumber(t.attempt)
     if not attempt then  -- the DLQ entry, events and the API need a number
-      rcall('HSET', tkey, 'attempt_corrupt', h[4] or '', 'attempt', 0)
+      rcall('HSET', tkey, 'attempt_corrupt', t.attempt or '', 'attempt', 0)
       attempt = 0
     end
-    local raw = h[5] or ''
+    local raw = t.errors or ''
     if not pcall(decode_errors, raw) then
       rcall('HSET', tkey, 'errors_corrupt', raw)
       raw = '[]'

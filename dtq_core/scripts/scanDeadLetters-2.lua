@@ -7,11 +7,11 @@
   "k"), mapped here first. A needle with other characters is matched by the caller, which asks
   for the payloads of the entries that pass the other filters instead.
   Input:
-    KEYS[1] DLQ stream
+    KEYS[1] DLQ stream   KEYS[2] task key prefix (prefix .. task id)
     ARGV[1] upper bound for XREVRANGE ('+' or '(' .. entry id)   ARGV[2] COUNT
     ARGV[3] queue ('' = any)   ARGV[4] type ('' = any)   ARGV[5] lower-case ASCII needle ('' = none)
-    ARGV[6] return payloads (1/0)   ARGV[7] task key prefix   ARGV[8] stop after this many matches
-    ARGV[9] stop after this many bytes of text looked at or returned: large payloads must not
+    ARGV[6] return payloads (1/0)   ARGV[7] stop after this many matches
+    ARGV[8] stop after this many bytes of text looked at or returned: large payloads must not
             hold Redis for long (lowering 1 MB takes tens of milliseconds)
   Output:
     {examined, id of the last entry examined ('' if none), matches, entries read}: matches is a
@@ -19,8 +19,8 @@
 ]]
 -- #include common
 local queue, ttype, needle = ARGV[3], ARGV[4], ARGV[5]
-local want_payload, task_prefix, wanted = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
-local byte_budget, bytes = tonumber(ARGV[9]), 0
+local want_payload, task_prefix, wanted = ARGV[6] == '1', KEYS[2], tonumber(ARGV[7])
+local byte_budget, bytes = tonumber(ARGV[8]), 0
 
 local function lower(text)
   if string.find(text, '[\196\226]') then

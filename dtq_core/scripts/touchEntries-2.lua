@@ -4,13 +4,13 @@
   refresh the task's score in the running index while the task hash still names us, so the
   lost-task sweep leaves it alone even when its entry was deleted from the stream.
   Input:
-    KEYS[1] running index
-    ARGV[1] group  ARGV[2] worker id  ARGV[3] now (ms)  ARGV[4] task key prefix
-    ARGV[5..] triples: stream, entry id, task id
+    KEYS[1] running index  KEYS[2] task key prefix (prefix .. task id)
+    ARGV[1] group  ARGV[2] worker id  ARGV[3] now (ms)
+    ARGV[4..] triples: stream, entry id, task id
   Output:
     number of entries refreshed
 ]]
-local rcall = redis.call
+-- #include common
 local touched = 0
 local function touch(stream, entry_id, task_id)
   local info = rcall('XPENDING', stream, ARGV[1], entry_id, entry_id, 1)[1]
@@ -19,12 +19,12 @@ local function touch(stream, entry_id, task_id)
     rcall('XCLAIM', stream, ARGV[1], ARGV[2], 0, entry_id, 'JUSTID')
     touched = touched + 1
   end
-  local h = rcall('HMGET', ARGV[4] .. task_id, 'status', 'entry_id', 'worker_id')
-  if h[1] == 'RUNNING' and h[2] == entry_id and h[3] == ARGV[2] then
+  local t = read_task(KEYS[2] .. task_id, 'status', 'entry_id', 'worker_id')
+  if t.status == 'RUNNING' and t.entry_id == entry_id and t.worker_id == ARGV[2] then
     rcall('ZADD', KEYS[1], 'XX', ARGV[3], task_id)
   end
 end
-for i = 5, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   -- pcall: one key overwritten by hand (another type) must not stop the heartbeat for the rest.
   pcall(touch, ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end

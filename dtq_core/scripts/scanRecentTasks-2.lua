@@ -5,22 +5,23 @@
   The cursor bookkeeping is the caller's (dtq_core.inspect.list_tasks): tasks of one
   millisecond share a score, so the walk counts how many of the last score it has passed.
   Input:
-    KEYS[1] recent tasks zset (score: created ms)
+    KEYS[1] recent tasks zset (score: created ms)   KEYS[2] task key prefix (prefix .. task id)
     ARGV[1] upper score ('+inf' or a score)   ARGV[2] offset among the ids at or below it
     ARGV[3] COUNT   ARGV[4] queue ('' = any)   ARGV[5] status ('' = any)   ARGV[6] type ('' = any)
-    ARGV[7] task key prefix   ARGV[8] stop after this many matches
-    ARGV[9] last score passed ('' = none)   ARGV[10] ids of that score passed
-    ARGV[11] stop after returning this many bytes (a record holds its payload, up to 1 MB)
+    ARGV[7] stop after this many matches
+    ARGV[8] last score passed ('' = none)   ARGV[9] ids of that score passed
+    ARGV[10] stop after returning this many bytes (a record holds its payload, up to 1 MB)
   Output:
     {examined, ids read, last score passed ('' if none), ids of it passed, records, positions}:
     each record is a task hash as flat field/value pairs, and its position the {score, ids of it
     passed} just after it (a cursor that resumes behind it); ids whose hash expired are passed
     over.
 ]]
-local queue, status, ttype, prefix = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local wanted = tonumber(ARGV[8])
-local last_score, seen = ARGV[9], tonumber(ARGV[10])
-local byte_budget, bytes = tonumber(ARGV[11]), 0
+-- #include common
+local queue, status, ttype, prefix = ARGV[4], ARGV[5], ARGV[6], KEYS[2]
+local wanted = tonumber(ARGV[7])
+local last_score, seen = ARGV[8], tonumber(ARGV[9])
+local byte_budget, bytes = tonumber(ARGV[10]), 0
 local filtering = queue ~= '' or status ~= '' or ttype ~= ''
 local rows = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', ARGV[2], ARGV[3])
 local records, positions, examined = {}, {}, 0
@@ -31,9 +32,9 @@ for i = 1, #rows, 2 do
   local key = prefix .. rows[i]
   local keep = true
   if filtering then
-    local h = redis.call('HMGET', key, 'queue', 'status', 'type')
-    keep = h[2] and (queue == '' or h[1] == queue) and (status == '' or h[2] == status)
-      and (ttype == '' or h[3] == ttype)
+    local t = read_task(key, 'queue', 'status', 'type')
+    keep = t.status and (queue == '' or t.queue == queue) and (status == '' or t.status == status)
+      and (ttype == '' or t.type == ttype)
   end
   if keep then
     local record = redis.call('HGETALL', key)

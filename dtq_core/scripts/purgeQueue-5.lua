@@ -3,9 +3,10 @@
   work that arrives during a purge is left alone. In-flight entries are not touched.
   Input:
     KEYS[1] stream  KEYS[2] events channel  KEYS[3] event seq  KEYS[4] per-outcome task counts (stats)
-    ARGV[1] group  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] task key prefix
-    ARGV[5] snapshot id (inclusive upper bound)  ARGV[6] limit  ARGV[7] start after this id
-    ARGV[8] retention (ms)
+    KEYS[5] task key prefix (prefix .. task id)
+    ARGV[1] group  ARGV[2] now (ms)  ARGV[3] now (ISO)
+    ARGV[4] snapshot id (inclusive upper bound)  ARGV[5] limit  ARGV[6] start after this id
+    ARGV[7] retention (ms)
   Output:
     {cancelled, last id seen or '' when done}
 ]]
@@ -21,27 +22,27 @@ local group_start = '0-0'
 for _, g in ipairs(rcall('XINFO', 'GROUPS', KEYS[1])) do
   if field(g, 'name') == ARGV[1] then group_start = field(g, 'last-delivered-id') end
 end
-local start = ARGV[7]
+local start = ARGV[6]
 if start == '' or id_lt(start, group_start) then start = group_start end
-local entries = rcall('XRANGE', KEYS[1], '(' .. start, ARGV[5], 'COUNT', ARGV[6])
+local entries = rcall('XRANGE', KEYS[1], '(' .. start, ARGV[4], 'COUNT', ARGV[5])
 local cancelled, last = 0, ''
 local counts = {}  -- per queue|type|cancelled field, for dtq_tasks_total (one HINCRBY each, not per task)
 for _, entry in ipairs(entries) do
   last = entry[1]
   local task_id = field(entry[2], 'task_id')
-  local tkey = ARGV[4] .. (task_id or '')
-  local h = rcall('HMGET', tkey, 'status', 'queue', 'attempt', 'entry_id', 'type')
-  if h[1] == 'QUEUED' and h[4] == entry[1] then
+  local tkey = KEYS[5] .. (task_id or '')
+  local t = read_task(tkey, 'status', 'queue', 'attempt', 'entry_id', 'type')
+  if t.status == 'QUEUED' and t.entry_id == entry[1] then
     rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', ARGV[2],
           'updated_at', ARGV[2], 'last_error', 'purged')
-    rcall('PEXPIRE', tkey, ARGV[8])
-    local counted = outcome_field(h[2], h[5], 'CANCELLED')
+    rcall('PEXPIRE', tkey, ARGV[7])
+    local counted = outcome_field(t.queue, t.type, 'CANCELLED')
     counts[counted] = (counts[counted] or 0) + 1
-    emit(KEYS[2], KEYS[3], 'task.cancelled', task_id, h[2], 'CANCELLED', h[3], ARGV[2], ARGV[3])
+    emit(KEYS[2], KEYS[3], 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, ARGV[2], ARGV[3])
     cancelled = cancelled + 1
   end
   rcall('XDEL', KEYS[1], entry[1])
 end
 for counted, n in pairs(counts) do rcall('HINCRBY', KEYS[4], counted, n) end
-if #entries < tonumber(ARGV[6]) then last = '' end
+if #entries < tonumber(ARGV[5]) then last = '' end
 return {cancelled, last}

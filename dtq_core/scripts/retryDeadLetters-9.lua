@@ -5,9 +5,9 @@
   entry or task record cannot be read (a field corrupted by hand), alone: the rest are retried.
   Input:
     KEYS[1] DLQ stream  KEYS[2] events channel  KEYS[3] event seq  KEYS[4] known queues
-    KEYS[5] ready queues set  KEYS[6] shared wake list
-    ARGV[1] now (ms)  ARGV[2] now (ISO)  ARGV[3] retention (ms)  ARGV[4] task key prefix
-    ARGV[5] stream key prefix  ARGV[6] group  ARGV[7] wake key prefix  ARGV[8..] DLQ entry ids
+    KEYS[5] ready queues set  KEYS[6] shared wake list  KEYS[7] task key prefix (prefix .. task id)
+    KEYS[8] stream key prefix (prefix .. queue .. ':' .. priority)  KEYS[9] wake key prefix (prefix .. queue)
+    ARGV[1] now (ms)  ARGV[2] now (ISO)  ARGV[3] retention (ms)  ARGV[4] group  ARGV[5..] DLQ entry ids
   Output:
     {retried, skipped (gone), kept (task expired or unreadable)}
 ]]
@@ -21,24 +21,24 @@ local function retry_one(entry_id)
   if not entry then return 'gone' end
   local task_id, queue = field(entry[2], 'task_id'), field(entry[2], 'queue')
   if not task_id or not queue then error('the dead letter has no task_id or queue', 0) end
-  local tkey = ARGV[4] .. task_id
-  local h = rcall('HMGET', tkey, 'status', 'priority', 'dlq_entry_id')
-  if not h[1] then return 'kept' end
-  local current = h[1] == 'DEAD_LETTERED' and h[3] == entry_id
-  if current and not h[2] then error('the task has no priority', 0) end
+  local tkey = KEYS[7] .. task_id
+  local t = read_task(tkey, 'status', 'priority', 'dlq_entry_id')
+  if not t.status then return 'kept' end
+  local current = t.status == 'DEAD_LETTERED' and t.dlq_entry_id == entry_id
+  if current and not t.priority then error('the task has no priority', 0) end
   rcall('XDEL', KEYS[1], entry_id)
   rcall('HINCRBY', KEYS[1] .. ':counts', queue, -1)
   if not current then return 'gone' end
-  local stream = ARGV[5] .. queue .. ':' .. h[2]
+  local stream = KEYS[8] .. queue .. ':' .. t.priority
   -- The queue may have been deleted since the task failed: retrying brings it back.
   if rcall('SADD', KEYS[4], queue) == 1 then
     for _, p in ipairs({'high', 'normal', 'low'}) do
-      pcall(rcall, 'XGROUP', 'CREATE', ARGV[5] .. queue .. ':' .. p, ARGV[6], '0', 'MKSTREAM')
+      pcall(rcall, 'XGROUP', 'CREATE', KEYS[8] .. queue .. ':' .. p, ARGV[4], '0', 'MKSTREAM')
     end
   end
-  pcall(rcall, 'XGROUP', 'CREATE', stream, ARGV[6], '0', 'MKSTREAM')
+  pcall(rcall, 'XGROUP', 'CREATE', stream, ARGV[4], '0', 'MKSTREAM')
   local eid = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', 1)
-  ring(ARGV[7] .. queue, KEYS[5], KEYS[6], queue)
+  ring(KEYS[9] .. queue, KEYS[5], KEYS[6], queue)
   rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', 0, 'entry_id', eid, 'dlq_entry_id', '',
         'enqueued_at', now_ms, 'updated_at', now_ms, 'finished_at', '', 'cancel_requested', '0',
         'retried_from_dlq_at', now_ms, 'expires_at', '')
@@ -51,7 +51,7 @@ local function retry_one(entry_id)
 end
 
 local counts = {retried = 0, gone = 0, kept = 0}
-for i = 8, #ARGV do
+for i = 5, #ARGV do
   local ok, outcome = pcall(retry_one, ARGV[i])
   if not ok then outcome = 'kept' end
   counts[outcome] = counts[outcome] + 1

@@ -9,11 +9,13 @@
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
-    KEYS[7] per-outcome task counts (stats)
-    KEYS[8] scheduler lock      KEYS[9] ready queues set   KEYS[10] shared wake list
-    ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
-               dlq enabled (1/0), dlq maxlen
-    ARGV[9] cutoff (ms)   ARGV[10] limit   ARGV[11] stream key prefix   ARGV[12] wake key prefix
+    KEYS[7] per-outcome task counts (stats)   KEYS[8] task key prefix (prefix .. task id)
+    KEYS[9] scheduler lock      KEYS[10] ready queues set   KEYS[11] shared wake list
+    KEYS[12] stream key prefix (prefix .. queue .. ':' .. priority)
+    KEYS[13] wake key prefix (prefix .. queue)
+    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
+               dlq maxlen
+    ARGV[8] cutoff (ms)   ARGV[9] limit
   A task whose record cannot be processed (a corrupt field) is quarantined alone (see quarantine
   in common.lua) and leaves the running index, so the sweep moves on.
   Output:
@@ -23,16 +25,16 @@
 -- #include common
 -- #include claim
 local ctx = claim_context(1)
-if rcall('GET', KEYS[8]) ~= ctx.worker_id then return CODE.LEASE_LOST end
+if rcall('GET', KEYS[9]) ~= ctx.worker_id then return CODE.LEASE_LOST end
 local recovered, quarantined = 0, {}
 local function recover(task_id)
   local tkey = ctx.task_prefix .. task_id
-  local h = rcall('HMGET', tkey, unpack(TASK_FIELDS))
-  if h[1] ~= 'RUNNING' then
+  local t = read_task(tkey, unpack(TASK_FIELDS))
+  if t.status ~= 'RUNNING' then
     rcall('ZREM', ctx.running_key, task_id)  -- moved on (or expired) by a path that keeps no index
   else
-    local stream = ARGV[11] .. h[7] .. ':' .. h[10]
-    local entry_id = h[9] or ''
+    local stream = KEYS[12] .. t.queue .. ':' .. t.priority
+    local entry_id = t.entry_id or ''
     local exists = entry_id ~= '' and #rcall('XRANGE', stream, entry_id, entry_id) > 0
     local pel = exists and redis.pcall('XPENDING', stream, ctx.group, entry_id, entry_id, 1)
     local pending = type(pel) == 'table' and #pel > 0  -- an error reply (no group) has no rows
@@ -45,23 +47,23 @@ local function recover(task_id)
         redis.pcall('XACK', stream, ctx.group, entry_id)
         rcall('XDEL', stream, entry_id)
       end
-      local lost = lose_attempt(ctx, tkey, task_id, h)
+      local lost = lose_attempt(ctx, tkey, task_id, t)
       if lost == 'again' then
-        local cur = tonumber(h[2])
+        local cur = tonumber(t.attempt)
         local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', cur + 1)
-        ring(ARGV[12] .. h[7], KEYS[9], KEYS[10], h[7])
+        ring(KEYS[13] .. t.queue, KEYS[10], KEYS[11], t.queue)
         rcall('HSET', tkey, 'status', 'QUEUED', 'entry_id', new_id, 'enqueued_at', ctx.now_ms,
               'updated_at', ctx.now_ms)
         rcall('PEXPIRE', tkey, ctx.retention_ms)
         rcall('ZREM', ctx.running_key, task_id)
-        emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, h[7], 'QUEUED', cur, ctx.now_ms, ctx.now_iso)
+        emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, t.queue, 'QUEUED', cur, ctx.now_ms, ctx.now_iso)
       end
       recovered = recovered + 1
     end
   end
 end
 
-for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[9], 'LIMIT', 0, ARGV[10])) do
+for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[8], 'LIMIT', 0, ARGV[9])) do
   local ok, err = pcall(recover, task_id)
   if not ok then
     local reason = 'the lost-task sweep could not recover it: ' .. error_text(err)

@@ -11,14 +11,14 @@
   Input:
     KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
     KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
-    KEYS[7] per-outcome task counts (stats)
-    KEYS[8] ready queues set    KEYS[9] shared wake list
-    KEYS[10] stream key prefix (prefix .. queue .. ':' .. priority)
-    KEYS[11] wake key prefix (prefix .. queue)
-    ARGV[1..8] group, worker id, now (ms), now (ISO), retention (ms), task key prefix,
-               dlq enabled (1/0), dlq maxlen; an empty now (ms) takes Redis's clock, for a
+    KEYS[7] per-outcome task counts (stats)   KEYS[8] task key prefix (prefix .. task id)
+    KEYS[9] ready queues set    KEYS[10] shared wake list
+    KEYS[11] stream key prefix (prefix .. queue .. ':' .. priority)
+    KEYS[12] wake key prefix (prefix .. queue)
+    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
+               dlq maxlen; an empty now (ms) takes Redis's clock, for a
                fetch queued behind a blocking wait
-    ARGV[9] count   ARGV[10..] the queues this worker serves (none: every queue)
+    ARGV[8] count   ARGV[9..] the queues this worker serves (none: every queue)
   Output:
     list of runnable rows {'run', entry_id, stream, task_id, attempt, max_attempts, type,
     payload, timeout_s, queue, priority, handler ('' = the type's own)}, and for the worker's log {outcome, entry_id,
@@ -29,12 +29,12 @@
 -- #include claim
 local PRIORITIES = {'high', 'normal', 'low'}  -- dtq_core.keys.PRIORITIES, served in this order
 local ctx = claim_context(1)
-local ready_key, shared_wake, stream_prefix, wake_prefix = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local remaining = tonumber(ARGV[9])
+local ready_key, shared_wake, stream_prefix, wake_prefix = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local remaining = tonumber(ARGV[8])
 
 local candidates = {}
-if #ARGV >= 10 then
-  for i = 10, #ARGV do
+if #ARGV >= 9 then
+  for i = 9, #ARGV do
     if rcall('SISMEMBER', ready_key, ARGV[i]) == 1 then candidates[#candidates + 1] = ARGV[i] end
   end
 else

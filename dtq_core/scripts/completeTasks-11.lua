@@ -10,9 +10,10 @@
     KEYS[1] events channel  KEYS[2] event seq  KEYS[3] schedule  KEYS[4] DLQ stream
     KEYS[5] stats tasks     KEYS[6] stats duration histogram     KEYS[7] stats counters
     KEYS[8] finished-per-queue hash of the current minute   KEYS[9] running index
-    ARGV[1..9] group, now (ms), now (ISO), retention (ms), result retention (ms),
-               task key prefix, result key prefix, dlq enabled (1/0), dlq maxlen
-    ARGV[10] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream,
+    KEYS[10] task key prefix (prefix .. task id)   KEYS[11] result key prefix (prefix .. task id)
+    ARGV[1..7] group, now (ms), now (ISO), retention (ms), result retention (ms),
+               dlq enabled (1/0), dlq maxlen
+    ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream,
              outcome (ok|retry|fail|cancel), result JSON, truncated (1/0), error class, error
              message, traceback tail, retry due (ms, 0 = out of attempts), duration (s),
              histogram bucket label. (One argument for the batch: redis-py's asyncio client
@@ -25,7 +26,7 @@
 -- #include common
 local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
 local retention_ms, result_retention_ms = ARGV[4], ARGV[5]
-local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = KEYS[10], KEYS[11], ARGV[6], ARGV[7]
 
 -- Stats are summed over the batch and written once at the end: one HINCRBY per distinct field
 -- instead of five commands per task (the hot path's Redis CPU).
@@ -35,19 +36,19 @@ local function add(t, field, n) t[field] = (t[field] or 0) + n end
 local function complete_one(r)
   local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], r[4], r[5]
   local tkey = task_prefix .. task_id
-  local h = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
-                  'completed')
+  local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
+                     'completed')
   local mark = attempt .. '@' .. entry_id
-  if h[1] ~= 'RUNNING' or h[2] ~= attempt or h[3] ~= entry_id then
-    if h[8] == mark then return 'resent' end  -- applied by an earlier send whose reply was lost
+  if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then
+    if t.completed == mark then return 'resent' end  -- applied by an earlier send whose reply was lost
     rcall('HINCRBY', KEYS[7], 'fenced', 1)
     return 'fenced'
   end
-  local queue, ttype = h[4], h[5]
+  local queue, ttype = t.queue, t.type
   local errors
   if outcome ~= 'ok' and outcome ~= 'cancel' then
     -- Before any write: a corrupt error list fails this record with nothing half-written.
-    errors = push_error(h[6], attempt, r[8], r[9], r[10], now_iso)
+    errors = push_error(t.errors, attempt, r[8], r[9], r[10], now_iso)
   end
   rcall('ZREM', KEYS[9], task_id)
   local status, etype
@@ -66,7 +67,7 @@ local function complete_one(r)
     rcall('HSET', tkey, 'errors', errors, 'last_error', err_class .. ': ' .. message, 'updated_at', now_ms,
           'completed', mark)
     local due = tonumber(r[11])
-    if h[7] == '1' then
+    if t.cancel_requested == '1' then
       -- A cancel accepted while this attempt ran (and not yet acted on by the worker's watcher):
       -- the failure is recorded above, but nothing runs again.
       rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms)
@@ -100,7 +101,7 @@ local q = {task_prefix = task_prefix, now_ms = now_ms, now_iso = now_iso, retent
            dlq_key = KEYS[4], dlq_enabled = dlq_enabled, dlq_maxlen = dlq_maxlen, counters_key = KEYS[7],
            running_key = KEYS[9], outcomes_key = KEYS[5], events_key = KEYS[1], seq_key = KEYS[2]}
 local statuses = {}
-for _, record in ipairs(cjson.decode(ARGV[10])) do
+for _, record in ipairs(cjson.decode(ARGV[8])) do
   local ok, status = pcall(complete_one, record)
   if not ok then
     local reason = 'the completion of attempt ' .. tostring(record[2]) .. ' could not be recorded: '

@@ -6,13 +6,13 @@
     KEYS[1] task hash   KEYS[2] idempotency key   KEYS[3..5] the queue's high/normal/low streams
     KEYS[6] schedule    KEYS[7] known queues set  KEYS[8] events channel  KEYS[9] event seq
     KEYS[10] recent tasks zset  KEYS[11] the queue's wake list  KEYS[12] ready queues set
-    KEYS[13] shared wake list
+    KEYS[13] shared wake list   KEYS[14] task key prefix (prefix .. task id)
+    KEYS[15] result key prefix (prefix .. task id)
     ARGV[1] task id  ARGV[2] priority index (1..3)  ARGV[3] now (ms)  ARGV[4] now (ISO)
     ARGV[5] retention (ms)  ARGV[6] idempotency ttl (ms)  ARGV[7] max depth (0 = off)
     ARGV[8] due (ms, 0 = now)  ARGV[9] queue  ARGV[10] group  ARGV[11] use idempotency key (1/0)
-    ARGV[12] recent cap  ARGV[13] task key prefix  ARGV[14] result key prefix
-    ARGV[15] return the record (1/0)  ARGV[16] most queues (0 = no bound)
-    ARGV[17..] task hash field/value pairs
+    ARGV[12] recent cap  ARGV[13] return the record (1/0)  ARGV[14] most queues (0 = no bound)
+    ARGV[15..] task hash field/value pairs
   Output:
     {OK, id, status, record} created; {EXISTING, existing id, its status, record, result}
     idempotency key seen; {QUEUE_FULL, depth} queue full; {QUEUE_LIMIT_REACHED, queues} a new
@@ -21,17 +21,17 @@
 ]]
 -- #include common
 local task_id, now_ms, now_iso, queue = ARGV[1], ARGV[3], ARGV[4], ARGV[9]
-local want_record = ARGV[15] == '1'
+local want_record = ARGV[13] == '1'
 if ARGV[11] == '1' then
   local existing = rcall('GET', KEYS[2])
   -- Even when the first task's record has already expired (DTQ_TASK_RETENTION_S shorter than
   -- DTQ_IDEM_TTL_S), the key still stands for it: a second task could repeat its side effects.
   if existing then
-    local ekey = ARGV[13] .. existing
+    local ekey = KEYS[14] .. existing
     local record, result = {}, ''
     if want_record then
       record = rcall('HGETALL', ekey)
-      result = rcall('GET', ARGV[14] .. existing) or ''
+      result = rcall('GET', KEYS[15] .. existing) or ''
     end
     return {CODE.EXISTING, existing, rcall('HGET', ekey, 'status') or '', record, result}
   end
@@ -44,7 +44,7 @@ if due == 0 and max_depth > 0 then
 end
 if rcall('SISMEMBER', KEYS[7], queue) == 0 then
   -- Checked and registered in one script, so concurrent submits to new queues cannot overshoot.
-  local max_queues = tonumber(ARGV[16])
+  local max_queues = tonumber(ARGV[14])
   if max_queues > 0 then
     local count = rcall('SCARD', KEYS[7])
     if count >= max_queues then return {CODE.QUEUE_LIMIT_REACHED, count} end
@@ -57,7 +57,7 @@ end
 -- One HSET for the whole record (the stream entry's id is part of it, so XADD comes first).
 local fields = {'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms, 'errors', '[]',
                 'cancel_requested', '0', 'result_truncated', '0'}
-for i = 17, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 15, #ARGV do fields[#fields + 1] = ARGV[i] end
 local status
 if due > 0 then
   status = 'PENDING'

@@ -9,8 +9,8 @@
     KEYS[1] known queues  KEYS[2] paused set  KEYS[3] who paused each queue  KEYS[4] ready set
     KEYS[5..7] the queue's high/normal/low streams  KEYS[8] the queue's wake list
     KEYS[9] schedule counts per queue  KEYS[10] running index  KEYS[11] events channel
-    KEYS[12] event seq
-    ARGV[1] queue  ARGV[2] group  ARGV[3] now (ms)  ARGV[4] now (ISO)  ARGV[5] task key prefix
+    KEYS[12] event seq  KEYS[13] task key prefix (prefix .. task id)
+    ARGV[1] queue  ARGV[2] group  ARGV[3] now (ms)  ARGV[4] now (ISO)
   Output:
     {OK} deleted; {QUEUE_NOT_FOUND} unknown queue; {QUEUE_NOT_EMPTY, waiting, in flight, scheduled}
     not empty (codes: CODE in includes/common.lua)
@@ -28,7 +28,7 @@ for k = 5, 7 do
 end
 local running = 0
 for _, task_id in ipairs(rcall('ZRANGE', KEYS[10], 0, -1)) do
-  if rcall('HGET', ARGV[5] .. task_id, 'queue') == queue then running = running + 1 end
+  if rcall('HGET', KEYS[13] .. task_id, 'queue') == queue then running = running + 1 end
 end
 local in_flight = math.max(pending, running)
 local scheduled = tonumber(rcall('HGET', KEYS[9], queue) or '0')
