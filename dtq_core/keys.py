@@ -20,8 +20,16 @@ class Keys:
         """The queue's streams in the order a worker serves them."""
         return [self.stream(queue, p) for p in PRIORITIES]
 
-    def stream_prefix(self) -> str:  # ARGV for Lua-built stream keys: prefix .. queue .. ":" .. priority
+    def stream_prefix(self) -> str:  # a KEY for Lua-built stream keys: prefix .. queue .. ":" .. priority
         return f"{self.prefix}:stream:"
+
+    def stream_name(self, stream: str) -> str:
+        """A stream key without the stream prefix ("queue:priority"), as scripts that take the
+        prefix as a KEY want it in ARGV."""
+        name = stream.removeprefix(self.stream_prefix())
+        if name == stream:
+            raise ValueError(f"{stream!r} is not a stream key of prefix {self.prefix!r}")
+        return name
 
     def wake(self, queue: str) -> str:
         """List idle workers block on (BLPOP) and fetch from in the same round trip; every script
@@ -29,7 +37,7 @@ class Keys:
         missed token costs latency (at most the worker's block time), never a task."""
         return f"{self.prefix}:wake:{queue}"
 
-    def wake_prefix(self) -> str:  # ARGV for Lua-built wake keys: prefix .. queue
+    def wake_prefix(self) -> str:  # a KEY for Lua-built wake keys: prefix .. queue
         return f"{self.prefix}:wake:"
 
     def wake_any(self) -> str:
@@ -48,13 +56,13 @@ class Keys:
     def task(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
 
-    def task_prefix(self) -> str:  # ARGV for Lua-built task keys
+    def task_prefix(self) -> str:  # a KEY for Lua-built task keys
         return f"{self.prefix}:task:"
 
     def result(self, task_id: str) -> str:
         return f"{self.prefix}:result:{task_id}"
 
-    def result_prefix(self) -> str:
+    def result_prefix(self) -> str:  # a KEY for Lua-built result keys
         return f"{self.prefix}:result:"
 
     def idem(self, key: str) -> str:

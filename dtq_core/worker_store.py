@@ -206,10 +206,11 @@ class WorkerStore:
                                "running here (late heartbeat: a blocked event loop?); a peer could have taken it",
                                task_id, self.worker_id, entry_id)
                 continue
-            quads += [stream, entry_id, task_id, attempt]
+            quads += [self.keys.stream_name(stream), entry_id, task_id, attempt]
         if not quads:
             return []
-        reply = await self.scripts("claimEntries", keys=self._claim_keys(), args=[*self._claim_args(), *quads])
+        reply = await self.scripts("claimEntries", keys=[*self._claim_keys(), self.keys.stream_prefix()],
+                                   args=[*self._claim_args(), *quads])
         return self._runnable(reply)
 
     async def in_flight_streams(self, limit: int = 5000) -> list[str]:
@@ -258,11 +259,16 @@ class WorkerStore:
         commands = []
         for start in range(0, len(completions), COMPLETE_BATCH):
             now = self.clock.now_ms()
-            records = json.dumps([completion.record() for completion in completions[start:start + COMPLETE_BATCH]])
+            records = []
+            for completion in completions[start:start + COMPLETE_BATCH]:
+                record = completion.record()
+                record[3] = k.stream_name(record[3])  # the script adds the prefix, a KEY
+                records.append(record)
             keys = [k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),
-                    k.stats_counters(), k.throughput(now // 60000), k.running(), k.task_prefix(), k.result_prefix()]
+                    k.stats_counters(), k.throughput(now // 60000), k.running(), k.task_prefix(), k.result_prefix(),
+                    k.stream_prefix()]
             args = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
-                    1 if c.dlq_enabled else 0, c.dlq_maxlen, records]
+                    1 if c.dlq_enabled else 0, c.dlq_maxlen, json.dumps(records)]
             commands.append(self.scripts.command("completeTasks", keys=keys, args=args))
         return commands
 
@@ -313,8 +319,9 @@ class WorkerStore:
         if self.served_types and now - self._types_at >= TYPES_REFRESH_MS:
             await self._register_types(pipe, now)
         if entries:
-            flat = [part for triple in entries for part in triple]  # stream, entry id, task id
-            await self.scripts("touchEntries", keys=[k.running(), k.task_prefix()],
+            flat = [part for stream, entry_id, task_id in entries
+                    for part in (k.stream_name(stream), entry_id, task_id)]
+            await self.scripts("touchEntries", keys=[k.running(), k.task_prefix(), k.stream_prefix()],
                                args=[Keys.GROUP, self.worker_id, now, *flat], client=pipe)
         await pipe.execute()
 

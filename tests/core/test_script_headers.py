@@ -8,7 +8,7 @@
    - a value read from ARGV (`ARGV[i]`, or a name assigned from it: `local p = ARGV[5]`,
      `{prefix = ARGV[5]}`) is the left operand of `..`: a key built on an ARGV prefix;
    - the key argument of redis.call / redis.pcall / rcall (the first one after the command
-     name) is an `ARGV[i]` itself.
+     name) is an `ARGV[i]` itself, or a name assigned from one: a whole key passed in ARGV.
    It does not follow values through function arguments: a batch script handing `ARGV[i]` to a
    helper is not seen (the batch scripts whose rows name a stream are listed in
    docs/contributing.md).
@@ -90,8 +90,14 @@ def _argv_key_findings(code: str) -> list[str]:
     findings = [m.group(0) for m in re.finditer(r"ARGV\[[^\]]*\]\s*\.\.", code)]
     for name in names:
         findings += [m.group(0) for m in re.finditer(rf"(?<![\w'\"]){name}\s*\.\.(?!\.)", code)]
-    call = r"(?:rcall|redis\.p?call)\s*\(\s*'[A-Za-z]+'\s*,\s*ARGV\["
-    findings += [m.group(0) for m in re.finditer(call + "|pcall\\(\\s*rcall\\s*,\\s*'[A-Za-z]+'\\s*,\\s*ARGV\\[", code)]
+    # The key argument: the first after the command name (and after XGROUP's or XINFO's subcommand;
+    # commands whose keys come later, XREADGROUP ... STREAMS, are not looked at).
+    call = (r"(?:rcall|redis\.p?call|pcall\(\s*rcall)\s*[(,]\s*'(?:(?:XGROUP|XINFO)'\s*,\s*'[A-Z]+|[A-Za-z]+)'"
+            r"\s*,\s*([\w.]+(?:\[[^\]]*\])?)")
+    for m in re.finditer(call, code):
+        key = m.group(1)
+        if key.startswith("ARGV[") or key.rpartition(".")[2] in names:
+            findings.append(m.group(0))
     return findings
 
 
@@ -108,6 +114,8 @@ def test_no_key_is_built_from_argv(name: str) -> None:
     "local ctx = {group = ARGV[1], task_prefix = ARGV[6]}\nlocal k = ctx.task_prefix .. id",
     "rcall('XACK', ARGV[5], group, id)",
     "redis.pcall('GET', ARGV[1])",
+    "local stream = ARGV[i]\nlocal info = redis.pcall('XPENDING', stream, group)",
+    "pcall(rcall, 'XGROUP', 'CREATE', ARGV[2], 'g', '0')",
 ])
 def test_the_heuristic_sees_an_argv_key(snippet: str) -> None:
     assert _argv_key_findings(snippet)

@@ -11,9 +11,11 @@
     KEYS[5] stats tasks     KEYS[6] stats duration histogram     KEYS[7] stats counters
     KEYS[8] finished-per-queue hash of the current minute   KEYS[9] running index
     KEYS[10] task key prefix (prefix .. task id)   KEYS[11] result key prefix (prefix .. task id)
+    KEYS[12] stream key prefix (prefix .. queue .. ':' .. priority)
     ARGV[1..7] group, now (ms), now (ISO), retention (ms), result retention (ms),
                dlq enabled (1/0), dlq maxlen
-    ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream,
+    ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream (after
+             the stream key prefix: queue:priority),
              outcome (ok|retry|fail|cancel), result JSON, truncated (1/0), error class, error
              message, traceback tail, retry due (ms, 0 = out of attempts), duration (s),
              histogram bucket label. (One argument for the batch: redis-py's asyncio client
@@ -34,7 +36,7 @@ local task_counts, finished, buckets, duration_sum = {}, {}, {}, 0
 local function add(t, field, n) t[field] = (t[field] or 0) + n end
 
 local function complete_one(r)
-  local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], r[4], r[5]
+  local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], KEYS[12] .. r[4], r[5]
   local tkey = task_prefix .. task_id
   local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
                      'completed')
@@ -107,8 +109,9 @@ for _, record in ipairs(cjson.decode(ARGV[8])) do
     local reason = 'the completion of attempt ' .. tostring(record[2]) .. ' could not be recorded: '
                    .. error_text(status)
     status = {'quarantined', quarantine(q, record[1], reason) or '', reason}
-    redis.pcall('XACK', record[4], group, record[3])
-    redis.pcall('XDEL', record[4], record[3])
+    local stream = KEYS[12] .. tostring(record[4])
+    redis.pcall('XACK', stream, group, record[3])
+    redis.pcall('XDEL', stream, record[3])
   end
   statuses[#statuses + 1] = status
 end

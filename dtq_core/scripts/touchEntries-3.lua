@@ -5,8 +5,9 @@
   lost-task sweep leaves it alone even when its entry was deleted from the stream.
   Input:
     KEYS[1] running index  KEYS[2] task key prefix (prefix .. task id)
+    KEYS[3] stream key prefix (prefix .. queue .. ':' .. priority)
     ARGV[1] group  ARGV[2] worker id  ARGV[3] now (ms)
-    ARGV[4..] triples: stream, entry id, task id
+    ARGV[4..] triples: stream (after the stream key prefix: queue:priority), entry id, task id
   Output:
     number of entries refreshed
 ]]
@@ -26,6 +27,6 @@ local function touch(stream, entry_id, task_id)
 end
 for i = 4, #ARGV, 3 do
   -- pcall: one key overwritten by hand (another type) must not stop the heartbeat for the rest.
-  pcall(touch, ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  pcall(touch, KEYS[3] .. ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end
 return touched
