@@ -192,8 +192,9 @@ class WorkerStore:
             return []
         min_idle = int(self.config.visibility_timeout_s * 1000)
         started = time.monotonic()
-        deleted, taken = await self.scripts("takeIdleEntries", keys=[],
-                                            args=[Keys.GROUP, self.worker_id, min_idle, count, *streams])
+        deleted, taken = await self.scripts("takeIdleEntries", keys=[self.keys.stream_prefix()],
+                                            args=[Keys.GROUP, self.worker_id, min_idle, count,
+                                                  *(self.keys.stream_name(stream) for stream in streams)])
         self.deleted_seen += int(deleted)
         if taken and not trusted(time.monotonic() - started):
             await self._give_back([(stream, entry_id, task_id) for stream, entry_id, task_id, *_ in taken
@@ -250,8 +251,9 @@ class WorkerStore:
         if not rows:
             return 0
         idle_ms = int(self.config.visibility_timeout_s * 1000)
-        pairs = [part for row in rows for part in (row.stream, row.entry_id)]
-        return int(await self.scripts("releaseEntries", keys=[], args=[Keys.GROUP, self.worker_id, idle_ms, *pairs]))
+        pairs = [part for row in rows for part in (self.keys.stream_name(row.stream), row.entry_id)]
+        return int(await self.scripts("releaseEntries", keys=[self.keys.stream_prefix()],
+                                      args=[Keys.GROUP, self.worker_id, idle_ms, *pairs]))
 
     # -- complete -----------------------------------------------------------------------------
     def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:

@@ -6,10 +6,12 @@
   examines only 10 x COUNT entries per call, and would leave it behind them). The entries
   become ours, their idle time reset; claimEntries then charges the lost attempt.
   Input:
+    KEYS[1] stream key prefix (prefix .. queue .. ':' .. priority)
     ARGV[1] group   ARGV[2] worker id (the new owner)   ARGV[3] min idle (ms)   ARGV[4] count
-    ARGV[5..] stream keys, highest priority first (a stream or group that is gone is skipped)
+    ARGV[5..] streams after the stream key prefix (queue:priority), highest priority first (a
+              stream or group that is gone is skipped)
   Output:
-    {deleted, {{stream, entry id, task id, entry attempt, previous owner}, ...}}: the entries
+    {deleted, {{stream key, entry id, task id, entry attempt, previous owner}, ...}}: the entries
     taken, and how many idle ones had been deleted from their stream (XCLAIM drops those from
     the pending list; the leader's lost-task sweep requeues their tasks)
 ]]
@@ -19,7 +21,7 @@ local remaining = tonumber(ARGV[4])
 local taken, deleted = {}, 0
 for i = 5, #ARGV do
   if remaining <= 0 then break end
-  local stream = ARGV[i]
+  local stream = KEYS[1] .. ARGV[i]
   local idle = redis.pcall('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', remaining)
   if not idle.err then
     for _, p in ipairs(idle) do
