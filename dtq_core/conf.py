@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import sys
 
+import environ
+from django.conf import settings
+
 from .config import ConfigError, DtqConfig, read_env
 
 _config: DtqConfig | None = None
@@ -15,8 +18,6 @@ _config: DtqConfig | None = None
 
 def read_environment() -> DtqConfig:
     """Read and validate every DTQ_* variable; raises ConfigError naming the first bad one."""
-    import environ
-
     env = environ.Env()
     try:
         return read_env(lambda name: env.str(name, default=None))
@@ -27,8 +28,6 @@ def read_environment() -> DtqConfig:
 def get_config() -> DtqConfig:
     global _config
     if _config is None:
-        from django.conf import settings
-
         # A project of its own has no settings.DTQ (only dtq_site builds one): the DTQ_*
         # variables must still apply there, read exactly as dtq_site reads them.
         _config = DtqConfig.from_mapping(settings.DTQ) if hasattr(settings, "DTQ") else read_environment()
@@ -41,8 +40,6 @@ def stop_if_invalid() -> None:
     dtq_site does this while its settings load; a project without settings.DTQ gets it when its
     apps load, before any command or server starts.
     """
-    from django.conf import settings
-
     if hasattr(settings, "DTQ"):
         return  # validated where it was built (dtq_site), or reported by check dtq.E701 if by hand
     try:
@@ -55,13 +52,10 @@ def stop_if_invalid() -> None:
 def _reload(*, setting: str, **_: object) -> None:
     global _config
     if setting == "DTQ":
-        from .engine import reset_engine
-
-        _config = None
-        reset_engine()
+        _config = None  # get_engine() sees the new config and builds a new Engine
 
 
 def connect_signals() -> None:
-    from django.test.signals import setting_changed
+    from django.test.signals import setting_changed  # here: importing django.test loads its test client
 
     setting_changed.connect(_reload, dispatch_uid="dtq_core.conf.reload")

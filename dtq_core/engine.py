@@ -17,6 +17,7 @@ from . import codec
 from .admin import AdminMixin
 from .audit import AuditMixin
 from .clock import Clock, SystemClock, iso
+from .conf import get_config
 from .config import DtqConfig
 from .connection import eviction_policy, sync_client
 from .errors import ErrorCode, QueueFull, QueueLimitReached, TaskNotFound, UnknownTaskType, raise_for_code
@@ -206,10 +207,9 @@ _engine: Engine | None = None
 def get_engine() -> Engine:
     """The process-wide Engine built from settings.DTQ; rebuilt when the settings change."""
     global _engine
-    if _engine is None:
-        from .conf import get_config
-
-        _engine = Engine(get_config())
+    config = get_config()  # a new DtqConfig after conf reloads settings.DTQ
+    if _engine is None or _engine.config is not config:
+        _engine = Engine(config)
     return _engine
 
 
