@@ -27,10 +27,15 @@ from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
-from . import django_tasks_results as results
-from .conf import get_config
-from .config import ConfigError, DtqConfig
-from .django_tasks_compat import (
+from ..conf import get_config
+from ..config import ConfigError, DtqConfig
+from ..engine import Engine, get_engine
+from ..errors import QueueFull, QueueLimitReached, TaskNotFound, ValidationError
+from ..submit import MAX_DELAY_S, Submission
+from ..task import TASK_TYPE_RE, valid_queue_name
+from . import results
+from .checks import check_backend
+from .compat import (
     BaseTaskBackend,
     InvalidTask,
     InvalidTaskBackend,
@@ -41,10 +46,6 @@ from .django_tasks_compat import (
     normalize_json,
     task_enqueued,
 )
-from .engine import Engine, get_engine
-from .errors import QueueFull, QueueLimitReached, TaskNotFound, ValidationError
-from .submit import MAX_DELAY_S, Submission
-from .task import TASK_TYPE_RE, valid_queue_name
 
 __all__ = ["DtqBackend", "TaskCancelled", "TaskExpired", "TaskFailed", "enqueue_on_commit"]
 
@@ -157,8 +158,6 @@ class DtqBackend(BaseTaskBackend):
             )
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
-        from .django_tasks_checks import check_backend
-
         yield from super().check(**kwargs)
         yield from check_backend(self)
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from django.core import checks
 
-from .conf import get_config
-from .config import ConfigError
-from .task import valid_queue_name
+from ..conf import get_config
+from ..config import ConfigError
+from ..task import valid_queue_name
 
 if TYPE_CHECKING:
-    from .django_tasks import DtqBackend
+    from .backend import DtqBackend
 
 
 def check_backend(backend: DtqBackend) -> list[checks.CheckMessage]:

@@ -16,8 +16,10 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from .django_tasks_compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
-from .django_tasks_runner import ASYNC_TYPE, SYNC_TYPE  # sync: thread pool; async: event loop
+from .compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
+
+SYNC_TYPE = "django.task"  # the runner's handler of sync functions (the worker's thread pool)
+ASYNC_TYPE = "django.atask"  # and of coroutine functions (the worker's event loop)
 
 TASK_TYPES = frozenset({SYNC_TYPE, ASYNC_TYPE})  # the runner's handlers (and the types of older tasks)
 

@@ -10,23 +10,29 @@ Every worker registers both, so it serves every Django task. Each attempt:
   3. sends task_started, calls the function (with a TaskContext first when takes_context);
   4. sends task_finished once the outcome is final and returns the JSON-normalised value, or
      re-raises so the executor records the error (RetryableError retries; others are permanent).
-Django and the Tasks framework are imported lazily so a worker without them still starts.
+Importing this module registers both handlers; the worker's start-up does (dtq_worker).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from . import registry
+from django.db import close_old_connections
+
+from .. import registry
+from ..engine import get_engine
+from . import results
+from .backend import DtqBackend
+from .compat import TaskContext, TaskError, TaskResult, TaskResultStatus, normalize_json, task_finished, task_started
+from .results import ASYNC_TYPE, SYNC_TYPE
 
 logger = logging.getLogger(__name__)
-
-SYNC_TYPE = "django.task"
-ASYNC_TYPE = "django.atask"
 
 
 @dataclass(slots=True)
@@ -40,9 +46,6 @@ class Attempt:
 
 def prepare(payload: Any) -> Attempt:
     """Resolve the task and build its RUNNING TaskResult for this attempt (steps 1 and 2)."""
-    from . import django_tasks_results as results
-    from .django_tasks_compat import TaskContext, TaskResult, TaskResultStatus
-
     ctx = registry.current_task()
     if ctx is None:
         raise RuntimeError("the Django task runner must run inside a dtq worker")
@@ -62,10 +65,6 @@ def prepare(payload: Any) -> Attempt:
 
 
 def _record(ctx: registry.TaskContext) -> tuple[list[str], str, str, str]:
-    import json
-
-    from .engine import get_engine
-
     engine = get_engine()
     reply = engine.scripts("recordDjangoAttempt", keys=[engine.keys.task(ctx.task_id)],
                            args=[ctx.attempt, ctx.worker_id, ctx.entry_id])
@@ -75,15 +74,7 @@ def _record(ctx: registry.TaskContext) -> tuple[list[str], str, str, str]:
     return [str(i) for i in json.loads(ids)], first_start, errors, created
 
 
-def _sender() -> type:
-    from .django_tasks import DtqBackend
-
-    return DtqBackend
-
-
 def _succeeded(attempt: Attempt, raw: Any) -> Any:
-    from .django_tasks_compat import TaskResultStatus, normalize_json
-
     value = normalize_json(raw)  # a value with no JSON form fails the task, as in Django's backends
     result = attempt.result
     object.__setattr__(result, "_return_value", value)
@@ -94,10 +85,6 @@ def _succeeded(attempt: Attempt, raw: Any) -> Any:
 
 def _failed(attempt: Attempt, exc: Exception) -> bool:
     """Record the error on the TaskResult; return whether the task is now finished."""
-    import traceback
-
-    from .django_tasks_compat import TaskError, TaskResultStatus
-
     final = attempt.final_on_error or not isinstance(exc, registry.RetryableError)
     result = attempt.result
     cls = type(exc)
@@ -113,22 +100,17 @@ def _failed(attempt: Attempt, exc: Exception) -> bool:
 
 def run_sync(payload: Any) -> Any:
     """Run a sync Django task in this worker thread."""
-    from django.db import close_old_connections
-
-    from .django_tasks_compat import task_finished, task_started
-
     attempt = prepare(payload)
-    sender = _sender()
     close_old_connections()  # a pooled thread may hold a connection the database dropped
     try:
-        task_started.send(sender=sender, task_result=attempt.result)
+        task_started.send(sender=DtqBackend, task_result=attempt.result)
         try:
             value = _succeeded(attempt, attempt.task.call(*attempt.call_args, **attempt.call_kwargs))
         except Exception as exc:
             if _failed(attempt, exc):
-                task_finished.send(sender=sender, task_result=attempt.result)
+                task_finished.send(sender=DtqBackend, task_result=attempt.result)
             raise
-        task_finished.send(sender=sender, task_result=attempt.result)
+        task_finished.send(sender=DtqBackend, task_result=attempt.result)
         return value
     finally:
         close_old_connections()
@@ -136,18 +118,15 @@ def run_sync(payload: Any) -> Any:
 
 async def run_async(payload: Any) -> Any:
     """Run a coroutine Django task on the worker's event loop."""
-    from .django_tasks_compat import task_finished, task_started
-
     attempt = await asyncio.to_thread(prepare, payload)  # blocking import and Redis call
-    sender = _sender()
-    await task_started.asend(sender=sender, task_result=attempt.result)
+    await task_started.asend(sender=DtqBackend, task_result=attempt.result)
     try:
         value = _succeeded(attempt, await attempt.task.acall(*attempt.call_args, **attempt.call_kwargs))
     except Exception as exc:  # CancelledError (timeout, cancel, drain) passes through: not an outcome
         if _failed(attempt, exc):
-            await task_finished.asend(sender=sender, task_result=attempt.result)
+            await task_finished.asend(sender=DtqBackend, task_result=attempt.result)
         raise
-    await task_finished.asend(sender=sender, task_result=attempt.result)
+    await task_finished.asend(sender=DtqBackend, task_result=attempt.result)
     return value
 
 

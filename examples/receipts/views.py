@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from dtq_core.django_tasks import enqueue_on_commit
-from dtq_core.django_tasks_compat import (  # django.tasks.exceptions on Django 6
+from dtq_core.django_tasks.compat import (  # django.tasks.exceptions on Django 6
     TaskResultDoesNotExist,
     TaskResultMismatch,
 )

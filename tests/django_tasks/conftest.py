@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dtq_core.django_tasks_compat import task_backends
+from dtq_core.django_tasks.compat import task_backends
 
 BACKEND = "dtq_core.django_tasks.DtqBackend"
 

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from dtq_core.django_tasks_compat import task, task_finished, task_started
+from dtq_core.django_tasks.compat import task, task_finished, task_started
 from dtq_tasks import RetryableError
 
 SIGNAL_LOG_ENV = "DTQ_TEST_SIGNAL_LOG"  # set on a worker: its task signals are appended here

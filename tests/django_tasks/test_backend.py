@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from dtq_core.django_tasks import DtqBackend
-from dtq_core.django_tasks_compat import (
+from dtq_core.django_tasks.compat import (
     InvalidTask,
     InvalidTaskBackend,
     TaskResultDoesNotExist,
@@ -163,7 +163,7 @@ def test_cancelling_a_queued_task_fails_it_with_the_reason(backend: DtqBackend, 
     live_engine.cancel(result.id)
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
-    assert result.errors[-1].exception_class_path == "dtq_core.django_tasks_results.TaskCancelled"
+    assert result.errors[-1].exception_class_path == "dtq_core.django_tasks.results.TaskCancelled"
     assert result.errors[-1].exception_class.__name__ == "TaskCancelled"
     with pytest.raises(ValueError, match="failed"):
         result.return_value  # noqa: B018

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dtq_core.django_tasks_compat import TaskResultStatus
-from dtq_core.django_tasks_results import dtq_priority, error_path, to_result
+from dtq_core.django_tasks.compat import TaskResultStatus
+from dtq_core.django_tasks.results import dtq_priority, error_path, to_result
 
 PAYLOAD = json.dumps({"module_path": "tests.django_tasks.tasks_module.add", "args": [1, 2], "kwargs": {},
                       "takes_context": False, "priority": 0, "queue_name": "default", "backend": "default"})
@@ -31,10 +31,10 @@ def test_every_dtq_status_maps_to_a_django_status(dtq_status: str, django_status
 
 
 @pytest.mark.parametrize(("dtq_status", "reason"), [
-    ("CANCELLED", "dtq_core.django_tasks_results.TaskCancelled"),
-    ("EXPIRED", "dtq_core.django_tasks_results.TaskExpired"),
-    ("FAILED", "dtq_core.django_tasks_results.TaskFailed"),
-    ("DEAD_LETTERED", "dtq_core.django_tasks_results.TaskFailed"),
+    ("CANCELLED", "dtq_core.django_tasks.results.TaskCancelled"),
+    ("EXPIRED", "dtq_core.django_tasks.results.TaskExpired"),
+    ("FAILED", "dtq_core.django_tasks.results.TaskFailed"),
+    ("DEAD_LETTERED", "dtq_core.django_tasks.results.TaskFailed"),
 ])
 def test_a_failure_without_an_exception_names_its_reason_last(dtq_status: str, reason: str) -> None:
     result = to_result(fields(dtq_status, last_error="worker lost"), None, alias="default")
@@ -72,8 +72,8 @@ def test_an_unrecorded_attempt_falls_back_to_the_last_worker() -> None:
     ("ValueError", "builtins.ValueError"), ("dtq.HandlerTimeout", "dtq_core.executor.HandlerTimeout"),
     ("dtq.UnknownTaskType", "dtq_core.executor.UnknownTaskType"), ("dtq_tasks.RetryableError",
                                                                    "dtq_tasks.RetryableError"),
-    ("myapp.errors.Oops", "myapp.errors.Oops"), ("dtq.WorkerLost", "dtq_core.django_tasks_results.WorkerLost"),
-    ("dtq.SomethingNew", "dtq_core.django_tasks_results.TaskFailed"),
+    ("myapp.errors.Oops", "myapp.errors.Oops"), ("dtq.WorkerLost", "dtq_core.django_tasks.results.WorkerLost"),
+    ("dtq.SomethingNew", "dtq_core.django_tasks.results.TaskFailed"),
 ])
 def test_error_names_become_importable_class_paths(name: str, path: str) -> None:
     assert error_path(name) == path

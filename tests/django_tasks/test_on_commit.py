@@ -9,7 +9,7 @@ import redis
 from django.db import transaction
 
 from dtq_core.django_tasks import DtqBackend, enqueue_on_commit
-from dtq_core.django_tasks_compat import SOURCE, InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
+from dtq_core.django_tasks.compat import SOURCE, InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
 from dtq_core.engine import Engine
 
 from . import tasks_module as tm

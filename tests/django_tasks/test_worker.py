@@ -12,9 +12,9 @@ from typing import Any
 import redis
 from django.test import Client
 
-from dtq_core import django_tasks_runner, registry
-from dtq_core.django_tasks import DtqBackend
-from dtq_core.django_tasks_compat import InvalidTask, TaskResultStatus
+from dtq_core import registry
+from dtq_core.django_tasks import DtqBackend, runner
+from dtq_core.django_tasks.compat import InvalidTask, TaskResultStatus
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
@@ -124,7 +124,7 @@ def test_a_running_task_reads_running_and_a_cancel_fails_it(backend: DtqBackend,
     wait_for(lambda: tm.anap.get_result(result.id).is_finished, message=worker.output())
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
-    assert result.errors[-1].exception_class_path == "dtq_core.django_tasks_results.TaskCancelled"
+    assert result.errors[-1].exception_class_path == "dtq_core.django_tasks.results.TaskCancelled"
 
 
 def test_bad_payloads_sent_around_the_backend_dead_letter(live_engine: Engine, redis_client: redis.Redis,
@@ -176,7 +176,7 @@ def test_a_stale_runner_of_an_earlier_entry_records_nothing(backend: DtqBackend,
 
         def run() -> None:  # in a context of its own, as the executor runs a handler
             registry.set_current(ctx)
-            django_tasks_runner.prepare(payload)
+            runner.prepare(payload)
 
         contextvars.copy_context().run(run)
 
