@@ -103,10 +103,11 @@ def set_current(ctx: TaskContext) -> contextvars.Token[TaskContext | None]:
 
 
 def import_task_modules(modules: tuple[str, ...]) -> None:
-    """Import DTQ_TASK_MODULES so their @task decorators register handlers."""
-    import dtq_core.django_tasks_runner  # noqa: F401  (django.task / django.atask: the Django Tasks backend)
-    import dtq_tasks  # noqa: F401  (built-ins)
+    """Import DTQ_TASK_MODULES so their @task decorators register handlers.
 
+    The built-in types are registered by whoever runs tasks (the worker imports dtq_tasks and
+    dtq_core.django_tasks.runner): this module sits below both and imports neither.
+    """
     for module in modules:
         try:
             importlib.import_module(module)

@@ -16,6 +16,8 @@ from django.core import checks
 from django.core.checks.registry import CheckRegistry
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+import dtq_core.django_tasks.runner  # noqa: F401  (registers django.task / django.atask: the Django Tasks backend)
+import dtq_tasks  # noqa: F401  (registers the built-in types, before DTQ_TASK_MODULES can clash with them)
 from dtq_core import registry
 from dtq_core.conf import get_config
 from dtq_core.errors import WorkerNameTaken
