@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -205,8 +206,6 @@ class AdminMixin:
             op.done = 1
 
     def _publish_admin_event(self: Engine, etype: str, queue: str | None, now: int) -> None:
-        import json
-
         seq = self.client.incr(self.keys.event_seq())
         self.client.publish(self.keys.events(), json.dumps(
             {"event_id": f"{now}-{seq}", "type": etype, "task_id": None, "queue": queue, "status": None,

@@ -28,6 +28,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .connection import UNAVAILABLE_ERRORS
+from .engine import get_engine
 from .executor import BUCKETS
 from .keys import PRIORITIES, Keys
 
@@ -253,8 +254,6 @@ def register(registry: CollectorRegistry = REGISTRY) -> RedisCollector:
     global _registered
     with _lock:
         if _registered is None:
-            from .engine import get_engine
-
             collector = RedisCollector(get_engine)
             registry.register(collector)
             _registered = collector
