@@ -1,5 +1,6 @@
 """dtq_core sits at the bottom: nothing in it imports the Django apps or dtq_tasks, and its own
-modules import each other without a ring (docs/contributing.md, "Where things live").
+modules import each other without a ring; an import it keeps inside a function says why
+(docs/contributing.md, "Where things live").
 
 The graph is read from the source with `ast`: module-level and function-level imports alike, since
 an import inside a function is still a dependency (it only dodges the ring at load time). Imports
@@ -172,3 +173,20 @@ def test_dtq_core_modules_form_no_ring() -> None:
             for module, edges in graph.items() if module.split(".")[0] == "dtq_core"}
     rings = [f"{ring(core, component)}\n  (the ring runs among {', '.join(component)})" for component in cycles(core)]
     assert not rings, "import rings among dtq_core modules:\n" + "\n".join(rings)
+
+
+def test_function_level_imports_in_dtq_core_say_why() -> None:
+    silent = []
+    for module, path in tree_modules().items():
+        if module.split(".")[0] != "dtq_core":
+            continue
+        lines = path.read_text().splitlines()
+        for function in ast.walk(ast.parse("\n".join(lines), str(path))):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in _import_nodes(function):
+                text = lines[node.lineno - 1 : node.end_lineno]
+                if not any("#" in line for line in text):
+                    silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not silent, "an import inside a function needs a comment saying why it is not at the top:\n" + "\n".join(
+        silent)
