@@ -1,5 +1,5 @@
 --[[
-  Record which worker runs this attempt of a Django task (dtq_core.django_tasks_runner), fenced
+  Record which worker runs this attempt of a Django task (dtq_core.django_tasks.runner), fenced
   like completeTasks on the running attempt and its stream entry, so TaskResult.worker_ids has
   one entry per attempt and started_at stays the first start while the hash's started_at moves
   with every attempt. The entry matters: an attempt number repeats (a DLQ retry starts again at
