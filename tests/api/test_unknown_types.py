@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-import dtq_core.django_tasks_runner  # noqa: F401  (this process's workers run Django tasks, as runworker_dtq's do)
+import dtq_core.django_tasks.runner  # noqa: F401  (this process's workers run Django tasks, as runworker_dtq's do)
 import dtq_tasks
 from dtq_core.config import ConfigError, DtqConfig, read_env
 from dtq_core.engine import Engine
