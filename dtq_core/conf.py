@@ -1,5 +1,5 @@
-"""settings.DTQ (or the DTQ_* environment) -> DtqConfig; the only dtq_core module that imports
-django.conf and the only one that reads the environment.
+"""settings.DTQ (or the DTQ_* environment) -> DtqConfig and the process-wide Engine built from it;
+the only dtq_core module that imports django.conf and the only one that reads the environment.
 
 Reloaded on setting_changed so pytest-django's `settings` fixture works.
 """
@@ -12,8 +12,10 @@ import environ
 from django.conf import settings
 
 from .config import ConfigError, DtqConfig, read_env
+from .engine import Engine
 
 _config: DtqConfig | None = None
+_engine: Engine | None = None
 
 
 def read_environment() -> DtqConfig:
@@ -32,6 +34,20 @@ def get_config() -> DtqConfig:
         # variables must still apply there, read exactly as dtq_site reads them.
         _config = DtqConfig.from_mapping(settings.DTQ) if hasattr(settings, "DTQ") else read_environment()
     return _config
+
+
+def get_engine() -> Engine:
+    """The process-wide Engine built from settings.DTQ; rebuilt when the settings change."""
+    global _engine
+    config = get_config()  # a new DtqConfig after conf reloads settings.DTQ
+    if _engine is None or _engine.config is not config:
+        _engine = Engine(config)
+    return _engine
+
+
+def reset_engine() -> None:
+    global _engine
+    _engine = None
 
 
 def stop_if_invalid() -> None:

@@ -1,34 +1,39 @@
-"""Engine: the service API that views, commands, the console and dtq_tasks call.
-
-Every operation is one pipelined round trip or one script where it can be; reads that shape
-records for display live in `inspect.py`, operator actions in `admin.py`.
-"""
+"""Tasks: submit (one or a batch, checked against the types workers serve), read one, list the
+recent ones, cancel (audited)."""
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from . import codec
-from .admin import AdminMixin
-from .audit import AuditMixin
-from .clock import Clock, SystemClock, iso
-from .conf import get_config
-from .config import DtqConfig
-from .connection import eviction_policy, sync_client
-from .errors import ErrorCode, QueueFull, QueueLimitReached, TaskNotFound, UnknownTaskType, raise_for_code
-from .inspect import InspectMixin
-from .keys import PRIORITIES, Keys
-from .scripts import Scripts
-from .submit import Submission, validate
+from .. import codec
+from ..clock import iso
+from ..errors import (
+    CancelRequested,
+    ErrorCode,
+    QueueFull,
+    QueueLimitReached,
+    TaskNotFound,
+    TaskTerminal,
+    UnknownTaskType,
+    ValidationError,
+    raise_for_code,
+)
+from ..keys import PRIORITIES, Keys
+from ..submit import Submission, validate
+from ..task import TERMINAL
+from . import reads
+from .audit import Actor, Audit
+from .plumbing import Noun, Plumbing
+from .reads import SCORE_RE, Page, page_limit, queue_filter, stream_fields, type_filter
 
 RECENT_CAP = 100_000  # tasks kept in the recent-tasks index for listing
 TYPES_CACHE_S = 5.0  # how long submit trusts its copy of the registered task types
 TYPES_RECHECK_S = 0.5  # an unknown type re-reads them, at most this often (junk cannot hammer Redis)
+
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,16 +51,14 @@ class CancelResult:
     cancelled: bool  # True: CANCELLED now; False: recorded, the worker will stop the handler
 
 
-class Engine(InspectMixin, AdminMixin, AuditMixin):
-    def __init__(self, config: DtqConfig, *, client: redis.Redis | None = None, clock: Clock | None = None) -> None:
-        self.config = config
-        self.keys = Keys(config.key_prefix)
-        self.client = client if client is not None else sync_client(config)
-        self.clock: Clock = clock or SystemClock()
-        self.scripts = Scripts(self.client)
+class Tasks(Noun):
+    """Submit, read, list and cancel tasks."""
+
+    def __init__(self, plumbing: Plumbing, audit: Audit) -> None:
+        super().__init__(plumbing)
+        self.audit = audit
         self._types: tuple[float, frozenset[str]] | None = None  # (read at, monotonic) served task types
 
-    # -- submit -----------------------------------------------------------------------------
     def validate(self, type: Any, payload: Any = None, **options: Any) -> Submission:
         """Check a submission; raise ValidationError (UnknownTaskType: no worker serves it).
 
@@ -103,13 +106,14 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
         reply = self._enqueue_script(submission, client=None, with_record=record)
         return self._enqueued(submission, reply)
 
-    def enqueue_many(self, submissions: Sequence[Submission]) -> list[Enqueued | QueueFull | QueueLimitReached]:
+    def enqueue_many(self, submissions: Sequence[Submission]
+                     ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
         """Queue validated submissions in one pipelined round trip, in order."""
         pipe = self.client.pipeline(transaction=False)
         for submission in submissions:
             self._enqueue_script(submission, client=pipe, with_record=False)
         replies = pipe.execute()
-        out: list[Enqueued | QueueFull | QueueLimitReached] = []
+        out: builtins.list[Enqueued | QueueFull | QueueLimitReached] = []
         for submission, reply in zip(submissions, replies, strict=True):
             try:
                 out.append(self._enqueued(submission, reply))
@@ -140,7 +144,7 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
             return self.scripts.call_direct("enqueueTask", keys=keys, args=args)
         return self.scripts("enqueueTask", keys=keys, args=args, client=client)
 
-    def _enqueued(self, s: Submission, reply: list[Any]) -> Enqueued:
+    def _enqueued(self, s: Submission, reply: builtins.list[Any]) -> Enqueued:
         code = raise_for_code(reply[0], task_id=s.task_id, script="enqueueTask", queue=s.queue, count=reply[1],
                               max_depth=self.config.max_queue_depth, max_queues=self.config.max_queues)
         record = _pairs(reply[3])
@@ -151,13 +155,12 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
         return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True,
                         task=codec.task_view(record) if record else None)
 
-    # -- read one -----------------------------------------------------------------------------
-    def get_task(self, task_id: str) -> dict[str, Any]:
+    def get(self, task_id: str) -> dict[str, Any]:
         """Return the task as the API shows it (with `result` when stored); raise TaskNotFound."""
-        fields, result = self.task_record(task_id)
+        fields, result = self.record(task_id)
         return codec.task_view(fields, result)
 
-    def task_record(self, task_id: str) -> tuple[dict[str, str], str | None]:
+    def record(self, task_id: str) -> tuple[dict[str, str], str | None]:
         """Return the raw task hash and stored result JSON in one round trip; raise TaskNotFound."""
         if not _plausible_id(task_id):
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
@@ -169,9 +172,72 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
             raise TaskNotFound(f"task {task_id!r} not found (it may have expired)", task_id=task_id)
         return fields, result
 
-    # -- cancel -------------------------------------------------------------------------------
-    def cancel(self, task_id: str) -> CancelResult:
-        """Cancel a task: at once when it waits, via the worker when it runs."""
+    def list(self, *, queue: str | None = None, status: str | None = None,
+                   type: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
+        """Recent tasks, newest first, filtered; the cursor is "<created ms>-<tasks of that ms seen>".
+
+        Many tasks share a millisecond (a batch submit), so the cursor resumes by offset within
+        that score instead of skipping the rest of it. Scores only grow (creation time), so the
+        members of a past millisecond do not change between pages.
+        """
+        limit = page_limit(limit)
+        queue, type = queue_filter(queue), type_filter(type)
+        upper, seen_at_score, last_score = "+inf", 0, None
+        if cursor:
+            score, _, seen = cursor.partition("-")
+            if not SCORE_RE.fullmatch(score) or not seen.isascii() or not seen.isdigit() or len(seen) > 9:
+                raise ValidationError("invalid cursor", field="cursor")
+            upper, seen_at_score, last_score = score, int(seen), int(score)
+        offset = seen_at_score
+        filtering = bool(queue or status or type)
+        # One match past the page says whether an older page exists (see DeadLetters.list).
+        target = limit + 1
+        items: builtins.list[dict[str, Any]] = []
+        positions: builtins.list[str] = []  # the cursor that resumes just behind each item
+        scanned, exhausted = 0, False
+        # The filters run in Redis (scanRecentTasks), so only matching records travel.
+        while len(items) < target and scanned < reads.SCAN_BUDGET and not exhausted:
+            want = min(500, reads.SCAN_BUDGET - scanned) if filtering else min(500, target - len(items))
+            examined, read, score_passed, seen_passed, records, after = self.scripts(
+                "scanRecentTasks", keys=[self.keys.recent(), self.keys.task_prefix()],
+                args=[upper, offset, want, queue or "", status or "", type or "",
+                      target - len(items), "" if last_score is None else last_score, seen_at_score,
+                      reads.SCAN_CALL_BYTES])
+            scanned += int(examined)
+            offset += int(examined)
+            if score_passed:
+                last_score, seen_at_score = int(float(score_passed)), int(seen_passed)
+            items.extend(codec.task_view(stream_fields(record)) for record in records)
+            positions.extend(f"{int(float(score))}-{seen}" for score, seen in after)
+            exhausted = int(examined) == int(read) < want and len(items) < target  # it passed the oldest
+        if len(items) > limit:
+            return Page(items=items[:limit], next_cursor=positions[limit - 1])
+        more = not exhausted and last_score is not None
+        return Page(items=items, next_cursor=f"{last_score}-{seen_at_score}" if more else None)
+
+    def cancel(self, task_id: str, actor: Actor) -> CancelResult:
+        """Cancel a task, audited: at once when it waits, via the worker when it runs.
+
+        The usual refusals (no such task, already finished, a cancel in flight) are answered
+        before the intent is written, so they leave no audit entry; one that races in between
+        is recorded as refused.
+        """
+        status, requested = self.client.hmget(self.keys.task(task_id), "status", "cancel_requested") \
+            if 0 < len(task_id) <= 128 else (None, None)
+        if status is None:
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
+        if status in TERMINAL:
+            raise TaskTerminal(f"task {task_id} is already {status}", task_id=task_id, status=status)
+        if status == "RUNNING" and requested == "1":
+            raise CancelRequested(f"task {task_id} is running; its cancellation is in flight", task_id=task_id)
+        with self.audit.operation(actor, "task.cancel", f"task:{task_id}", selected=1,
+                          selection={"task_ids": [task_id]}) as op:
+            result = self._cancel(task_id)
+            op.done = 1
+        return result
+
+    def _cancel(self, task_id: str) -> CancelResult:
+        """Cancel without an audit entry (cancel() records one around this)."""
         if not _plausible_id(task_id):
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
         now = self.clock.now_ms()
@@ -184,14 +250,6 @@ class Engine(InspectMixin, AdminMixin, AuditMixin):
         code = raise_for_code(code, task_id=task_id, script="cancelTask", status=rest[0] if rest else None)
         return CancelResult(id=task_id, status=str(rest[0]), cancelled=code is ErrorCode.OK)
 
-    # -- health -------------------------------------------------------------------------------
-    def ping(self) -> bool:
-        return bool(self.client.ping())
-
-    def eviction_policy(self) -> str | None:
-        """Redis's maxmemory-policy (None: could not be read); dtq needs noeviction."""
-        return eviction_policy(self.client)
-
 
 def _pairs(flat: list[Any]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
@@ -199,20 +257,3 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
 
 def _plausible_id(task_id: str) -> bool:
     return isinstance(task_id, str) and 0 < len(task_id) <= 128 and ":" not in task_id
-
-
-_engine: Engine | None = None
-
-
-def get_engine() -> Engine:
-    """The process-wide Engine built from settings.DTQ; rebuilt when the settings change."""
-    global _engine
-    config = get_config()  # a new DtqConfig after conf reloads settings.DTQ
-    if _engine is None or _engine.config is not config:
-        _engine = Engine(config)
-    return _engine
-
-
-def reset_engine() -> None:
-    global _engine
-    _engine = None

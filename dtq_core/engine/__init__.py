@@ -1,0 +1,52 @@
+"""Engine: the service API that views, commands, the console and dtq_tasks call.
+
+Grouped by noun, each a small class over the same plumbing (plumbing.py):
+`engine.tasks`, `engine.queues`, `engine.dlq`, `engine.schedule`, `engine.workers`,
+`engine.audit`. Every operation is one pipelined round trip or one script where it can be;
+every operator action is audited (audit.py). This package imports no Django: the process-wide
+engine built from settings.DTQ is `dtq_core.conf.get_engine()`.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from ..clock import Clock, SystemClock
+from ..config import DtqConfig
+from ..connection import eviction_policy, sync_client
+from ..keys import Keys
+from ..scripts import Scripts
+from .audit import Audit
+from .dlq import DeadLetters
+from .plumbing import Plumbing
+from .queues import Queues
+from .schedule import Schedule
+from .tasks import Tasks
+from .workers import Workers
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    def __init__(self, config: DtqConfig, *, client: redis.Redis | None = None, clock: Clock | None = None) -> None:
+        self.config = config
+        self.keys = Keys(config.key_prefix)
+        self.client = client if client is not None else sync_client(config)
+        self.clock: Clock = clock or SystemClock()
+        self.scripts = Scripts(self.client)
+        plumbing = Plumbing(config=config, keys=self.keys, client=self.client, clock=self.clock,
+                            scripts=self.scripts)
+        self.audit = Audit(plumbing)
+        self.tasks = Tasks(plumbing, self.audit)
+        self.queues = Queues(plumbing, self.audit)
+        self.dlq = DeadLetters(plumbing, self.audit, self.tasks)
+        self.schedule = Schedule(plumbing)
+        self.workers = Workers(plumbing)
+
+    # -- health -------------------------------------------------------------------------------
+    def ping(self) -> bool:
+        return bool(self.client.ping())
+
+    def eviction_policy(self) -> str | None:
+        """Redis's maxmemory-policy (None: could not be read); dtq needs noeviction."""
+        return eviction_policy(self.client)

@@ -1,0 +1,35 @@
+"""What every noun of the engine shares: the Redis client and its scripts, the key names, the
+clock and the configuration. Passed to each noun when the Engine is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from ..clock import Clock
+from ..config import DtqConfig
+from ..keys import Keys
+from ..scripts import Scripts
+
+BATCH = 500  # entries one bulk-action script call handles, so no call holds Redis for long
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plumbing:
+    config: DtqConfig
+    keys: Keys
+    client: redis.Redis
+    clock: Clock
+    scripts: Scripts
+
+
+class Noun:
+    """Base of the engine's nouns: the shared plumbing as attributes, nothing else."""
+
+    def __init__(self, plumbing: Plumbing) -> None:
+        self.config = plumbing.config
+        self.keys = plumbing.keys
+        self.client = plumbing.client
+        self.clock = plumbing.clock
+        self.scripts = plumbing.scripts
