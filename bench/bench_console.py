@@ -25,8 +25,9 @@ from django.conf import settings  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import override_settings, setup_test_environment  # noqa: E402
 
+from dtq_core.conf import reset_engine  # noqa: E402
 from dtq_core.config import DtqConfig  # noqa: E402
-from dtq_core.engine import Engine, reset_engine  # noqa: E402
+from dtq_core.engine import Engine  # noqa: E402
 from dtq_core.keys import Keys  # noqa: E402
 
 from .common import percentile, start_redis  # noqa: E402
@@ -122,11 +123,11 @@ def fill(engine: Engine, waiting: int, dead: int) -> float:
 
 
 def pages(engine: Engine, waiting: int, dead: int) -> dict[str, str]:
-    deep = engine.waiting_tasks("default", limit=500)
+    deep = engine.queues.waiting("default", limit=500)
     for _ in range(3):  # a cursor a few pages in, to show paging by stream id does not slow down
         if deep.next_cursor:
-            deep = engine.waiting_tasks("default", after=deep.next_cursor, limit=500)
-    dlq_deep = engine.dlq_list(limit=500)
+            deep = engine.queues.waiting("default", after=deep.next_cursor, limit=500)
+    dlq_deep = engine.dlq.list(limit=500)
     return {
         "overview": "/",
         "state.json": "/console/state.json",

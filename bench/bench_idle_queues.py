@@ -60,7 +60,7 @@ def measure(root: Path, queues: int, window_s: float, samples: int) -> dict[str,
         latencies = []
         for _ in range(samples):
             started = time.perf_counter()
-            task_id = engine.enqueue("dtq.echo", queue=names[len(names) // 2]).id
+            task_id = engine.tasks.enqueue("dtq.echo", queue=names[len(names) // 2]).id
             wait_until(lambda: engine.client.hget(engine.keys.task(task_id), "status") == "SUCCEEDED",  # noqa: B023
                        timeout=30, interval=0.0005)
             latencies.append((time.perf_counter() - started) * 1000)

@@ -23,6 +23,7 @@ import redis
 
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_core.keys import Keys
 
 from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, percentile, server_totals, wait_until
@@ -86,13 +87,14 @@ def prefill(engine: Engine, n: int, key: str, single: int = SINGLE_ENQUEUES) -> 
     single = min(single, n)
     started = time.perf_counter()
     for _ in range(single):
-        engine.enqueue(TASK, {"k": key}, queue=QUEUE)
+        engine.tasks.enqueue(TASK, {"k": key}, queue=QUEUE)
     single_s = time.perf_counter() - started
     started = time.perf_counter()
     left = n - single
     while left > 0:
         chunk = min(BULK_CHUNK, left)
-        replies = engine.enqueue_many([engine.validate(TASK, {"k": key}, queue=QUEUE) for _ in range(chunk)])
+        replies = engine.tasks.enqueue_many([engine.tasks.validate(TASK, {"k": key}, queue=QUEUE)
+                                             for _ in range(chunk)])
         if any(isinstance(r, Exception) for r in replies):
             raise RuntimeError(f"enqueue_many refused tasks: {replies[0]}")
         left -= chunk
@@ -195,7 +197,7 @@ def latency(rig: Rig, *, samples: int = 200, warmup: int = 20) -> dict[str, Any]
         for i in range(warmup + samples):
             started = time.perf_counter()
             # What dtq_tasks.enqueue does: the id back, no record.
-            task_id = engine.enqueue(TASK, {"k": key}, queue=QUEUE, record=False).id
+            task_id = engine.tasks.enqueue(TASK, {"k": key}, queue=QUEUE, record=False).id
             body_at = done_at = None
             deadline = time.monotonic() + 10
             while body_at is None or done_at is None:
@@ -273,7 +275,7 @@ def redelivery(rig: Rig, *, runs: int = 3, visibility_timeout_s: float = 2.0) ->
         start("r1")
         wait_until(lambda: _registered(rig, prefix, "r0", "r1"), 30, what="workers start")
         for run in range(runs):
-            task_id = engine.enqueue("dtq.sleep", {"seconds": 60}, queue=QUEUE, max_attempts=10).id
+            task_id = engine.tasks.enqueue("dtq.sleep", {"seconds": 60}, queue=QUEUE, max_attempts=10).id
             tkey = engine.keys.task(task_id)
             owner = wait_until(lambda tkey=tkey: rig.client.hget(tkey, "status") == "RUNNING"
                                and rig.client.hget(tkey, "worker_id"), 10, what="task start")
@@ -284,7 +286,7 @@ def redelivery(rig: Rig, *, runs: int = 3, visibility_timeout_s: float = 2.0) ->
                        and rig.client.hget(tkey, "attempt") == "2", visibility_timeout_s + 30,
                        interval=0.005, what="redelivery")
             times.append(time.perf_counter() - killed_at)
-            engine.cancel(task_id)
+            engine.tasks.cancel(task_id, Actor.cli())
             replacement = f"r{run + 2}"
             start(replacement)
             wait_until(lambda name=replacement: _registered(rig, prefix, name), 30, what="replacement start")

@@ -14,8 +14,8 @@ from django.contrib.auth.models import AnonymousUser
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
-from dtq_core.admin import Actor
 from dtq_core.conf import get_config
+from dtq_core.engine.audit import Actor
 from dtq_core.errors import DtqError
 
 from .middleware import request_id_of

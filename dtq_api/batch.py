@@ -18,7 +18,7 @@ def _validate(engine: Engine, item: Any, request_id: str) -> Submission | dict[s
         message, _ = _flatten(shape.errors)
         return error_body(ValidationError(message), request_id)
     try:
-        return engine.validate(request_id=request_id, **shape.validated_data)
+        return engine.tasks.validate(request_id=request_id, **shape.validated_data)
     except DtqError as exc:
         return error_body(exc, request_id)
 
@@ -30,7 +30,7 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
     503 envelope (exception_handler), since nothing of the pipeline can be said to have landed."""
     checked = [_validate(engine, item, request_id) for item in items]
     valid = [c for c in checked if isinstance(c, Submission)]
-    outcomes = iter(engine.enqueue_many(valid) if valid else [])
+    outcomes = iter(engine.tasks.enqueue_many(valid) if valid else [])
     results: list[dict[str, Any]] = []
     for c in checked:
         if not isinstance(c, Submission):

@@ -10,8 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
+from dtq_core.engine.reads import MAX_PAGE, Page
 from dtq_core.errors import ValidationError
-from dtq_core.inspect import MAX_PAGE, Page
 
 MAX_PARAM = 200
 

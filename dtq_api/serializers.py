@@ -50,7 +50,7 @@ class BatchSerializer(serializers.Serializer):
 
 
 class DlqSelectionSerializer(serializers.Serializer):
-    """Documentation of a bulk DLQ body; dtq_core.admin.DlqSelection.from_body does the checking."""
+    """Documentation of a bulk DLQ body; dtq_core.engine.dlq.DlqSelection.from_body does the checking."""
 
     ids = serializers.ListField(child=serializers.CharField(), required=False, max_length=10000)
     task_ids = serializers.ListField(child=serializers.CharField(), required=False, max_length=10000)

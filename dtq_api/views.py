@@ -17,9 +17,9 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from dtq_core.admin import DlqSelection
+from dtq_core.conf import get_engine
 from dtq_core.connection import EVICTION_POLICY, eviction_problem
-from dtq_core.engine import get_engine
+from dtq_core.engine.dlq import DlqSelection
 from dtq_core.errors import RedisTrouble, ValidationError, error_body
 from dtq_core.redis_errors import redis_trouble
 from dtq_core.task import Status
@@ -58,11 +58,11 @@ class TaskListView(APIView):
         data = s.SubmitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         engine = get_engine()
-        enqueued = engine.enqueue(request_id=request_id_of(request._request), **data.validated_data)
+        enqueued = engine.tasks.enqueue(request_id=request_id_of(request._request), **data.validated_data)
         if enqueued.task is None and not enqueued.created and enqueued.status == "UNKNOWN":
             # The idempotency key outlived its task's record: the id is all that is known.
             return Response({"id": enqueued.id, "status": enqueued.status}, status=status.HTTP_200_OK)
-        task = enqueued.task if enqueued.task is not None else engine.get_task(enqueued.id)
+        task = enqueued.task if enqueued.task is not None else engine.tasks.get(enqueued.id)
         return Response(task, status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK)
 
     @extend_schema(operation_id="tasks_list", parameters=[*_filters("queue", "status", "type"), *PAGE_PARAMETERS],
@@ -71,7 +71,7 @@ class TaskListView(APIView):
         wanted = text_param(request, "status")
         if wanted is not None and wanted not in Status.__members__:
             raise ValidationError(f"status must be one of {', '.join(Status)}", field="status")
-        page = get_engine().list_tasks(queue=text_param(request, "queue"), status=wanted,
+        page = get_engine().tasks.list(queue=text_param(request, "queue"), status=wanted,
                                        type=text_param(request, "type"), **page_params(request))
         return page_response(request, page)
 
@@ -89,7 +89,7 @@ class TaskBatchView(APIView):
 class TaskDetailView(APIView):
     @extend_schema(operation_id="tasks_get", responses={200: s.TaskSerializer, **ERRORS})
     def get(self, request: Request, task_id: str) -> Response:
-        return Response(get_engine().get_task(task_id))
+        return Response(get_engine().tasks.get(task_id))
 
 
 class TaskCancelView(DestructiveMixin, APIView):
@@ -99,8 +99,8 @@ class TaskCancelView(DestructiveMixin, APIView):
                    responses={202: s.TaskSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, task_id: str) -> Response:
         engine = get_engine()
-        engine.cancel_as(task_id, actor_for(request))
-        return Response(engine.get_task(task_id), status=status.HTTP_202_ACCEPTED)
+        engine.tasks.cancel(task_id, actor_for(request))
+        return Response(engine.tasks.get(task_id), status=status.HTTP_202_ACCEPTED)
 
 
 # -- queues -----------------------------------------------------------------------------------
@@ -108,13 +108,13 @@ class TaskCancelView(DestructiveMixin, APIView):
 class QueueListView(APIView):
     @extend_schema(operation_id="queues_list", responses={200: s.QueueListSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
-        return Response({"results": get_engine().queue_stats()})
+        return Response({"results": get_engine().queues.stats()})
 
 
 class QueueDetailView(APIView):
     @extend_schema(operation_id="queues_get", responses={200: s.QueueSerializer, **ERRORS})
     def get(self, request: Request, queue: str) -> Response:
-        return Response(get_engine().queue_detail(queue))
+        return Response(get_engine().queues.get(queue))
 
 
 class QueueFlagView(DestructiveMixin, APIView):
@@ -126,8 +126,8 @@ class QueueFlagView(DestructiveMixin, APIView):
     @extend_schema(request=None, responses={200: s.PauseResultSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, queue: str) -> Response:
         engine = get_engine()
-        changed = engine.set_paused(queue, self.paused, actor_for(request))
-        return Response({**engine.queue_detail(queue), "changed": changed})
+        changed = (engine.queues.pause if self.paused else engine.queues.resume)(queue, actor_for(request))
+        return Response({**engine.queues.get(queue), "changed": changed})
 
 
 @extend_schema_view(post=extend_schema(operation_id="queues_pause"))
@@ -146,7 +146,7 @@ class QueuePurgeView(DestructiveMixin, APIView):
     @extend_schema(operation_id="queues_purge", request=None,
                    responses={200: s.PurgeResultSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, queue: str) -> Response:
-        return Response({"queue": queue, "count": get_engine().purge(queue, actor_for(request))})
+        return Response({"queue": queue, "count": get_engine().queues.purge(queue, actor_for(request))})
 
 
 class QueueDeleteView(DestructiveMixin, APIView):
@@ -155,7 +155,7 @@ class QueueDeleteView(DestructiveMixin, APIView):
     @extend_schema(operation_id="queues_delete", request=None,
                    responses={200: s.DeleteResultSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, queue: str) -> Response:
-        get_engine().delete_queue(queue, actor_for(request))
+        get_engine().queues.delete(queue, actor_for(request))
         return Response({"queue": queue, "deleted": True})
 
 
@@ -167,7 +167,7 @@ class DlqListView(APIView):
                                OpenApiParameter("q", OpenApiTypes.STR, description="text in the error or payload")],
                    responses={200: s.DlqPageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
-        page = get_engine().dlq_list(queue=text_param(request, "queue"), type=text_param(request, "type"),
+        page = get_engine().dlq.list(queue=text_param(request, "queue"), type=text_param(request, "type"),
                                      q=text_param(request, "q"), **page_params(request))
         return page_response(request, page)
 
@@ -175,7 +175,7 @@ class DlqListView(APIView):
 class DlqEntryView(APIView):
     @extend_schema(operation_id="dlq_get", responses={200: s.DlqEntrySerializer, **ERRORS})
     def get(self, request: Request, entry_id: str) -> Response:
-        return Response(get_engine().dlq_entry(entry_id))
+        return Response(get_engine().dlq.get(entry_id))
 
 
 class DlqEntryActionView(DestructiveMixin, APIView):
@@ -186,8 +186,8 @@ class DlqEntryActionView(DestructiveMixin, APIView):
     @extend_schema(request=None, responses={200: s.CountSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, entry_id: str) -> Response:
         engine = get_engine()
-        engine.dlq_entry(entry_id)  # 404 DLQ_ENTRY_NOT_FOUND before anything is audited
-        act = engine.retry_dead_letters if self.operation == "retry" else engine.discard_dead_letters
+        engine.dlq.get(entry_id)  # 404 DLQ_ENTRY_NOT_FOUND before anything is audited
+        act = engine.dlq.retry if self.operation == "retry" else engine.dlq.discard
         return Response({"count": act(DlqSelection(ids=(entry_id,)), actor_for(request))})
 
 
@@ -200,7 +200,7 @@ class DlqBulkView(DestructiveMixin, APIView):
     def post(self, request: Request) -> Response:
         selection = DlqSelection.from_body(request.data)
         engine = get_engine()
-        act = engine.retry_dead_letters if self.operation == "retry" else engine.discard_dead_letters
+        act = engine.dlq.retry if self.operation == "retry" else engine.dlq.discard
         return Response({"count": act(selection, actor_for(request))})
 
 
@@ -234,7 +234,7 @@ class AuditListView(APIView):
     @extend_schema(operation_id="audit_list", parameters=[*_filters("action", "actor", "source"), *PAGE_PARAMETERS],
                    responses={200: s.AuditPageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
-        page = get_engine().audit_list(action=text_param(request, "action"), actor=text_param(request, "actor"),
+        page = get_engine().audit.list(action=text_param(request, "action"), actor=text_param(request, "actor"),
                                        source=text_param(request, "source"), **page_params(request))
         return page_response(request, page)
 
@@ -243,14 +243,14 @@ class WorkerListView(APIView):
     @extend_schema(operation_id="workers_list", responses={200: s.WorkerListSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         engine = get_engine()
-        return Response({"results": engine.workers(), "scheduler_leader": engine.scheduler_leader()})
+        return Response({"results": engine.workers.list(), "scheduler_leader": engine.workers.leader()})
 
 
 class ScheduleListView(APIView):
     @extend_schema(operation_id="schedule_list", parameters=PAGE_PARAMETERS,
                    responses={200: s.SchedulePageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
-        return page_response(request, get_engine().schedule_list(**page_params(request)))
+        return page_response(request, get_engine().schedule.list(**page_params(request)))
 
 
 # -- probes and fallbacks ---------------------------------------------------------------------

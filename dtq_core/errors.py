@@ -33,7 +33,7 @@ class PayloadTooLarge(ValidationError):
 
 
 class UnknownTaskType(ValidationError):
-    """No worker serves this task type (see Engine.check_type): refused at submit, so junk types
+    """No worker serves this task type (see Tasks.check_type): refused at submit, so junk types
     cannot fill the capped DLQ and evict real dead letters."""
 
     code = "UNKNOWN_TASK_TYPE"

@@ -27,8 +27,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from .conf import get_engine
 from .connection import UNAVAILABLE_ERRORS
-from .engine import get_engine
 from .executor import BUCKETS
 from .keys import PRIORITIES, Keys
 

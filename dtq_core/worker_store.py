@@ -328,7 +328,7 @@ class WorkerStore:
         await pipe.execute()
 
     async def register_types(self, types: Sequence[str]) -> None:
-        """Record the task types this worker serves, so submit accepts them (Engine.check_type)."""
+        """Record the task types this worker serves, so submit accepts them (engine.tasks.check_type)."""
         self.served_types = list(types)
         pipe = self.client.pipeline(transaction=False)
         await self._register_types(pipe, self.clock.now_ms())

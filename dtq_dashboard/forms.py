@@ -6,7 +6,7 @@ import re
 
 from django import forms
 
-from dtq_core.inspect import AUDIT_SOURCES
+from dtq_core.engine.audit import AUDIT_SOURCES
 from dtq_core.task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE, Status
 
 ENTRY_ID_RE = re.compile(r"\d{1,20}-\d{1,20}")

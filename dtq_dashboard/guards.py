@@ -16,7 +16,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
 from dtq_api.middleware import request_id_of
-from dtq_core.admin import Actor
+from dtq_core.engine.audit import Actor
 from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, RedisTrouble, TaskNotFound, ValidationError
 from dtq_core.redis_errors import LOADING, WRITE_REFUSED, WRONG_DB, redis_trouble
 

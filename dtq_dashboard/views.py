@@ -12,10 +12,11 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from dtq_core.admin import Actor, DlqSelection
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq import DlqSelection
+from dtq_core.engine.reads import SCAN_BUDGET
 from dtq_core.errors import RedisTrouble, TaskNotFound, error_body
-from dtq_core.inspect import SCAN_BUDGET
 from dtq_core.redis_errors import redis_trouble
 from dtq_core.task import TERMINAL
 
@@ -50,16 +51,16 @@ def _leader_beating(engine: Any, leader: str | None, workers: list[dict[str, Any
 
 def _summary(engine: Any) -> dict[str, Any]:
     """Everything the overview shows, in a few pipelined round trips (also served as JSON)."""
-    queues = engine.queue_stats()
-    workers = engine.workers()
+    queues = engine.queues.stats()
+    workers = engine.workers.list()
     return {
         "queues": queues,
         "workers": workers,
         "workers_alive": sum(1 for w in workers if w["alive"]),
-        "leader": (leader := engine.scheduler_leader()),
+        "leader": (leader := engine.workers.leader()),
         "leader_beating": _leader_beating(engine, leader, workers),
-        "dlq_total": engine.dlq_count(),
-        "scheduled_total": engine.scheduled_count(),
+        "dlq_total": engine.dlq.count(),
+        "scheduled_total": engine.schedule.count(),
         "totals": {
             "waiting": sum(q["waiting"] for q in queues),
             "pending": sum(q["pending"] for q in queues),
@@ -93,15 +94,15 @@ def queue(request: HttpRequest, name: str) -> HttpResponse:
     if not form.is_valid():
         return _bad_filters(request, form, "overview")
     engine = get_engine()
-    stats = engine.queue_detail(name)
-    page = engine.waiting_tasks(name, after=form.cleaned_data["cursor"] or None, limit=PAGE)
+    stats = engine.queues.get(name)
+    page = engine.queues.waiting(name, after=form.cleaned_data["cursor"] or None, limit=PAGE)
     return _render(request, "queue.html", {"queue": stats, "page": page,
                                            "cursor": form.cleaned_data["cursor"]}, nav="overview")
 
 
 @console_page
 def purge_confirm(request: HttpRequest, name: str) -> HttpResponse:
-    stats = get_engine().queue_detail(name)
+    stats = get_engine().queues.get(name)
     return _render(request, "purge_confirm.html", {"queue": stats}, nav="overview")
 
 
@@ -117,7 +118,7 @@ def tasks(request: HttpRequest) -> HttpResponse:
             return redirect("dtq_dashboard:task", task_id=task_id)
         except NoReverseMatch:  # a "/" cannot be in a task id, nor in the URL made of one
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id) from None
-    page = get_engine().list_tasks(queue=data["queue"] or None, status=data["status"] or None,
+    page = get_engine().tasks.list(queue=data["queue"] or None, status=data["status"] or None,
                                    type=data["type"] or None, cursor=data["cursor"] or None, limit=PAGE)
     return _render(request, "tasks.html", {"form": form, "page": page, "filters": _query(data, "cursor", "id")},
                    nav="tasks")
@@ -125,7 +126,7 @@ def tasks(request: HttpRequest) -> HttpResponse:
 
 @console_page
 def task(request: HttpRequest, task_id: str) -> HttpResponse:
-    record = get_engine().get_task(task_id)
+    record = get_engine().tasks.get(task_id)
     return _render(request, "task.html", {
         "task": record,
         "payload_json": _pretty(record.get("payload")),
@@ -143,13 +144,13 @@ def dlq(request: HttpRequest) -> HttpResponse:
         return _bad_filters(request, form, "dlq")
     engine = get_engine()
     filters = form.filters()
-    page = engine.dlq_list(**filters, cursor=form.cleaned_data["cursor"] or None, limit=PAGE)
-    groups = engine.dlq_groups(queue=filters["queue"], type=filters["type"])
+    page = engine.dlq.list(**filters, cursor=form.cleaned_data["cursor"] or None, limit=PAGE)
+    groups = engine.dlq.groups(queue=filters["queue"], type=filters["type"])
     return _render(request, "dlq.html", {
-        "form": form, "page": page, "groups": groups, "filters": filters, "dlq_total": engine.dlq_count(),
-        "dlq_trimmed": engine.dlq_trimmed(), "dlq_maxlen": engine.config.dlq_maxlen,
+        "form": form, "page": page, "groups": groups, "filters": filters, "dlq_total": engine.dlq.count(),
+        "dlq_trimmed": engine.dlq.trimmed(), "dlq_maxlen": engine.config.dlq_maxlen,
         "filtered": any(filters.values()), "query": _query(form.cleaned_data, "cursor"),
-        "cursor": form.cleaned_data["cursor"], "queue_names": engine.queue_names(),
+        "cursor": form.cleaned_data["cursor"], "queue_names": engine.queues.names(),
     }, nav="dlq")
 
 
@@ -168,10 +169,10 @@ def dlq_confirm(request: HttpRequest) -> HttpResponse:
     # Queue and type are matched in Redis without reading payloads: count further back for them,
     # so the preview is exact for a DLQ of the default cap (text searches stay at the page budget).
     examined = SCAN_BUDGET if filters.get("q") else CONFIRM_BUDGET
-    preview = engine.dlq_match_count(**filters, budget=examined)
+    preview = engine.dlq.match_count(**filters, budget=examined)
     return _render(request, "dlq_confirm.html", {"action": action, "filters": filters, "count": preview["count"],
                                                  "exact": preview["exact"], "examined": examined,
-                                                 "dlq_total": engine.dlq_count(),
+                                                 "dlq_total": engine.dlq.count(),
                                                  "everything": not any(filters.values())}, nav="dlq")
 
 
@@ -181,16 +182,16 @@ def schedule(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _bad_filters(request, form, "schedule")
     engine = get_engine()
-    page = engine.schedule_list(cursor=form.cleaned_data["cursor"] or None, limit=PAGE)
-    return _render(request, "schedule.html", {"page": page, "total": engine.scheduled_count(),
+    page = engine.schedule.list(cursor=form.cleaned_data["cursor"] or None, limit=PAGE)
+    return _render(request, "schedule.html", {"page": page, "total": engine.schedule.count(),
                                               "cursor": form.cleaned_data["cursor"]}, nav="schedule")
 
 
 @console_page
 def workers(request: HttpRequest) -> HttpResponse:
     engine = get_engine()
-    rows = engine.workers()
-    leader = engine.scheduler_leader()
+    rows = engine.workers.list()
+    leader = engine.workers.leader()
     return _render(request, "workers.html", {"workers": rows, "leader": leader,
                                              "leader_beating": _leader_beating(engine, leader, rows),
                                              "alive": sum(1 for w in rows if w["alive"])}, nav="workers")
@@ -203,10 +204,10 @@ def audit(request: HttpRequest) -> HttpResponse:
         return _bad_filters(request, form, "audit")
     data = form.cleaned_data
     engine = get_engine()
-    page = engine.audit_list(action=data["action"] or None, actor=data["actor"] or None,
+    page = engine.audit.list(action=data["action"] or None, actor=data["actor"] or None,
                              source=data["source"] or None, cursor=data["cursor"] or None, limit=PAGE)
     return _render(request, "audit.html", {"form": form, "page": page, "query": _query(data, "cursor"),
-                                           "cursor": data["cursor"], "open_ops": engine.audit_open_count()},
+                                           "cursor": data["cursor"], "open_ops": engine.audit.open_count()},
                    nav="audit")
 
 
@@ -216,7 +217,8 @@ def _queue_url(name: str) -> str:
 
 
 def _set_paused(request: HttpRequest, actor: Actor, back: str, name: str, paused: bool) -> HttpResponse:
-    if get_engine().set_paused(name, paused, actor):
+    queues = get_engine().queues
+    if (queues.pause if paused else queues.resume)(name, actor):
         done = "Paused queue {}: workers stop starting its tasks" if paused else "Resumed queue {}"
         messages.success(request, done.format(name) + " (1 queue changed).")
     else:
@@ -239,14 +241,14 @@ def purge(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpRespo
     if request.POST.get("confirm") != "yes":
         # No JavaScript confirm dialog happened: show the confirmation page instead of acting.
         return redirect("dtq_dashboard:purge-confirm", name=name)
-    count = get_engine().purge(name, actor)
+    count = get_engine().queues.purge(name, actor)
     messages.success(request, f"Purged queue {name}: cancelled {count:,} waiting task{_s(count)}.")
     return redirect(_queue_url(name))
 
 
 @console_action("purge_queue", default_next=_queue_url)
 def delete_queue(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
-    get_engine().delete_queue(name, actor)  # refused (a message, back to the page) unless empty
+    get_engine().queues.delete(name, actor)  # refused (a message, back to the page) unless empty
     messages.success(request, f"Deleted queue {name} (it was empty).")
     return redirect("dtq_dashboard:overview")
 
@@ -257,7 +259,7 @@ def _task_url(task_id: str) -> str:
 
 @console_action("cancel_task", default_next=_task_url)
 def cancel(request: HttpRequest, actor: Actor, back: str, task_id: str) -> HttpResponse:
-    result = get_engine().cancel_as(task_id, actor)
+    result = get_engine().tasks.cancel(task_id, actor)
     if result.cancelled:
         messages.success(request, f"Cancelled task {task_id} (1 task).")
     else:
@@ -277,7 +279,7 @@ def _dlq_ids_action(request: HttpRequest, actor: Actor, back: str, *, retry: boo
         return redirect(back)
     engine = get_engine()
     selection = DlqSelection(ids=tuple(form.ids))
-    count = (engine.retry_dead_letters if retry else engine.discard_dead_letters)(selection, actor)
+    count = (engine.dlq.retry if retry else engine.dlq.discard)(selection, actor)
     verb = "Retried" if retry else "Discarded"
     gone = len(form.ids) - count
     note = f" ({gone} already gone or expired)" if gone else ""
@@ -306,7 +308,7 @@ def _dlq_matching_action(request: HttpRequest, actor: Actor, back: str, *, retry
         return redirect(f"{reverse('dtq_dashboard:dlq-confirm')}?{query}")
     engine = get_engine()
     selection = DlqSelection(**filters, all=not any(filters.values()))
-    count = (engine.retry_dead_letters if retry else engine.discard_dead_letters)(selection, actor)
+    count = (engine.dlq.retry if retry else engine.dlq.discard)(selection, actor)
     verb = "Retried" if retry else "Discarded"
     what = ", ".join(f"{k}={v}" for k, v in filters.items() if v) or "everything in the DLQ"
     messages.success(request, f"{verb} {count:,} dead letter{_s(count)} matching {what}.")

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dtq_core import registry
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
 from dtq_core.task import TASK_TYPE_RE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,7 +48,7 @@ def enqueue(
     Raises dtq_core.errors.ValidationError, PayloadTooLarge, QueueFull, or QueueLimitReached (a new
     queue past DTQ_MAX_QUEUES).
     """
-    return get_engine().enqueue(
+    return get_engine().tasks.enqueue(
         type, payload, queue=queue, priority=priority, delay_seconds=delay_seconds, ttl_seconds=ttl_seconds,
         max_attempts=max_attempts, timeout_seconds=timeout_seconds, idempotency_key=idempotency_key,
         record=False,

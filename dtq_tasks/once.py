@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dtq_core.codec import encode_result
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
 
 LEASE_S = 60.0  # default lease; pass lease_seconds to match how long fn may take
 POLL_S = 0.05

@@ -18,8 +18,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core.codec import is_unicode
 from dtq_core.conf import get_config
+from dtq_core.engine.reads import MAX_PAGE
 from dtq_core.errors import DtqError
-from dtq_core.inspect import MAX_PAGE
 from dtq_core.redis_errors import one_line, translate
 from dtq_core.task import valid_queue_name
 

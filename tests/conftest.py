@@ -87,7 +87,7 @@ def anonymous_admin(dtq_settings: Any) -> Any:
 @pytest.fixture
 def live_engine(dtq_settings: Any) -> Engine:
     """The process-wide engine (the one views and dtq_tasks use), on the system clock."""
-    from dtq_core.engine import get_engine
+    from dtq_core.conf import get_engine
 
     return get_engine()
 

@@ -27,9 +27,9 @@ from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
-from ..conf import get_config
+from ..conf import get_config, get_engine
 from ..config import ConfigError, DtqConfig
-from ..engine import Engine, get_engine
+from ..engine import Engine
 from ..errors import QueueFull, QueueLimitReached, TaskNotFound, ValidationError
 from ..submit import MAX_DELAY_S, Submission
 from ..task import TASK_TYPE_RE, valid_queue_name
@@ -206,7 +206,7 @@ class DtqBackend(BaseTaskBackend):
         # non-ASCII identifiers) falls back to the runner's generic type.
         ttype = task.module_path if TASK_TYPE_RE.fullmatch(task.module_path) else kind
         try:
-            return self.engine.validate(
+            return self.engine.tasks.validate(
                 ttype, payload, handler=kind, queue=task.queue_name,
                 priority=results.dtq_priority(task.priority, high_min=opts.high_priority_min,
                                               low_max=opts.low_priority_max),
@@ -218,7 +218,7 @@ class DtqBackend(BaseTaskBackend):
             raise InvalidTask(exc.message) from exc
 
     def _push(self, submission: Submission, result: TaskResult) -> None:
-        (reply,) = self.engine.enqueue_many([submission])
+        (reply,) = self.engine.tasks.enqueue_many([submission])
         if isinstance(reply, (QueueFull, QueueLimitReached)):
             raise reply
         object.__setattr__(result, "enqueued_at", timezone.now())
@@ -228,7 +228,7 @@ class DtqBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult:
         """Rebuild the TaskResult from Redis; raise TaskResultDoesNotExist for unknown ids."""
         try:
-            fields, stored = self.engine.task_record(result_id) if isinstance(result_id, str) else ({}, None)
+            fields, stored = self.engine.tasks.record(result_id) if isinstance(result_id, str) else ({}, None)
         except TaskNotFound:
             raise TaskResultDoesNotExist(result_id) from None
         # A plain dtq task (dtq_tasks.enqueue, the API) is not a Django task result.

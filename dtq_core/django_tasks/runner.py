@@ -26,7 +26,7 @@ from typing import Any
 from django.db import close_old_connections
 
 from .. import registry
-from ..engine import get_engine
+from ..conf import get_engine
 from . import results
 from .backend import DtqBackend
 from .compat import TaskContext, TaskError, TaskResult, TaskResultStatus, normalize_json, task_finished, task_started

@@ -136,21 +136,21 @@ class Audit(Noun):
             op.done = count
         return op.start_id
 
-    def stream_fields(self, op: Operation) -> list[object]:
+    def _entry_fields(self, op: Operation) -> builtins.list[object]:
         actor = op.actor
         return ["actor", actor.name, "source", actor.source, "action", op.action, "target", op.target,
                 "request_id", actor.request_id or "", "op_id", op.op_id, "selection", op.selection,
                 "selected", "" if op.selected is None else op.selected]
 
     def start(self, actor: Actor, action: str, target: str, *, selected: int | None = None,
-                    selection: dict[str, Any] | None = None) -> Operation:
+              selection: dict[str, Any] | None = None) -> Operation:
         """Write the intent entry (nothing has changed yet) and open the operation."""
         now = self.clock.now_ms()
         op = Operation(op_id=uuid.uuid4().hex[:16], actor=actor, action=action, target=target, started_ms=now,
                        selected=selected, selection=_selection_json(selection), recorder=self)
         op.start_id = str(self.scripts("startAudit", keys=[self.keys.audit(), self.keys.audit_open()],
                                        args=[self.config.audit_maxlen, op.op_id, now, "ts", now, "phase", "start",
-                                             "count", 0, *self._fields(op)]))
+                                             "count", 0, *self._entry_fields(op)]))
         return op
 
     def finish(self, op: Operation, *, outcome: str = "finished", error: str = "") -> str:
@@ -158,12 +158,12 @@ class Audit(Noun):
         now = self.clock.now_ms()
         return str(self.scripts("finishAudit", keys=[self.keys.audit(), self.keys.audit_open()],
                                 args=[self.config.audit_maxlen, op.op_id, "ts", now, "phase", "end",
-                                      "count", op.done, *self._fields(op), "outcome", outcome,
+                                      "count", op.done, *self._entry_fields(op), "outcome", outcome,
                                       "error", error, "started_ts", op.started_ms, "start_id", op.start_id]))
 
     @contextmanager
     def operation(self, actor: Actor, action: str, target: str, *, selected: int | None = None,
-                selection: dict[str, Any] | None = None) -> Iterator[Operation]:
+                  selection: dict[str, Any] | None = None) -> Iterator[Operation]:
         """Run the block as one audited operation: intent first, outcome last (see the module doc).
 
         The block sets op.done (or calls op.advance per batch). A DtqError from the block is a
@@ -194,7 +194,7 @@ class Audit(Noun):
         return int(self.client.hlen(self.keys.audit_open()))
 
     def list(self, *, action: str | None = None, actor: str | None = None,
-                   source: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
+             source: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
         """One row per operator action, newest first (see the module doc).
 
         A finished action is shown by its outcome entry (which repeats the intent's fields); its

@@ -117,7 +117,7 @@ class DeadLetters(Noun):
         self.tasks = tasks
 
     def list(self, *, queue: str | None = None, type: str | None = None, q: str | None = None,
-                 cursor: str | None = None, limit: int | None = None) -> Page:
+             cursor: str | None = None, limit: int | None = None) -> Page:
         """Dead letters newest first, filtered by queue, type and text in error or payload."""
         limit = page_limit(limit)
         queue, type = queue_filter(queue), type_filter(type)
@@ -134,7 +134,7 @@ class DeadLetters(Noun):
         return Page(items=[self._item(eid, f) for eid, f in matches], next_cursor=next_cursor)
 
     def _walk(self, upper: str, *, queue: str | None, type: str | None, q: str | None,
-                           budget: int, limit: int) -> _Walk:
+              budget: int, limit: int) -> _Walk:
         """Walk the DLQ down from `upper` until `limit` matches or `budget` entries examined.
 
         The filters run in Redis (scanDeadLetters), 500 entries a call, so a search that looks at
@@ -198,7 +198,7 @@ class DeadLetters(Noun):
                 "error": f.get("error"), "failed_at": iso(f.get("failed_at"))}
 
     def groups(self, *, queue: str | None = None, type: str | None = None,
-                   window: int = 1000) -> dict[str, Any]:
+               window: int = 1000) -> dict[str, Any]:
         """Group the newest `window` dead letters by type, error class and message: one XREVRANGE."""
         window = max(1, min(int(window), reads.SCAN_BUDGET))
         batch = self.client.xrevrange(self.keys.dlq(), "+", "-", count=window)
@@ -223,7 +223,7 @@ class DeadLetters(Noun):
         return {"groups": items, "scanned": len(batch), "window": window, "partial": len(batch) == window}
 
     def match_count(self, *, queue: str | None = None, type: str | None = None,
-                        q: str | None = None, budget: int = reads.SCAN_BUDGET) -> dict[str, Any]:
+                    q: str | None = None, budget: int = reads.SCAN_BUDGET) -> dict[str, Any]:
         """How many dead letters a filter matches (the preview before a bulk action), in bounded time.
 
         Queue-only and unfiltered counts are exact from the counts hash. Type and text filters count
@@ -293,7 +293,7 @@ class DeadLetters(Noun):
         ids = self.select(selection)
         k = self.keys
         with self.audit.operation(actor, "dlq.retry", selection.describe(), selected=len(ids),
-                          selection=selection.audited()) as op:
+                                  selection=selection.audited()) as op:
             now = self.clock.now_ms()
             self._in_batches("retryDeadLetters", [k.dlq(), k.events(), k.event_seq(), k.queues(), k.ready(),
                                                   k.wake_any(), k.task_prefix(), k.stream_prefix(), k.wake_prefix()],
@@ -306,7 +306,7 @@ class DeadLetters(Noun):
         ids = self.select(selection)
         k = self.keys
         with self.audit.operation(actor, "dlq.discard", selection.describe(), selected=len(ids),
-                          selection=selection.audited()) as op:
+                                  selection=selection.audited()) as op:
             now = self.clock.now_ms()
             self._in_batches("discardDeadLetters", [k.dlq(), k.events(), k.event_seq(), k.task_prefix()],
                              [now, iso(now), self.config.task_retention_s * 1000], ids, op, int)

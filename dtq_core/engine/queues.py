@@ -131,7 +131,7 @@ class Queues(Noun):
         if not valid_queue_name(queue) or not self.client.sismember(k.queues(), queue):
             raise QueueNotFound(f"queue {queue!r} not found", queue=queue)  # before any audit entry
         with self.audit.operation(actor, "queue.pause" if paused else "queue.resume", f"queue:{queue}", selected=1,
-                          selection={"queue": queue}) as op:
+                                  selection={"queue": queue}) as op:
             now = self.clock.now_ms()
             changed = int(self.scripts("setPaused", keys=[k.paused(), k.events(), k.event_seq(), k.queues(),
                                                           k.paused_info(), k.ready(), k.wake_any(), k.wake(queue)],

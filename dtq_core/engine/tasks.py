@@ -173,7 +173,7 @@ class Tasks(Noun):
         return fields, result
 
     def list(self, *, queue: str | None = None, status: str | None = None,
-                   type: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
+             type: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
         """Recent tasks, newest first, filtered; the cursor is "<created ms>-<tasks of that ms seen>".
 
         Many tasks share a millisecond (a batch submit), so the cursor resumes by offset within
@@ -231,7 +231,7 @@ class Tasks(Noun):
         if status == "RUNNING" and requested == "1":
             raise CancelRequested(f"task {task_id} is running; its cancellation is in flight", task_id=task_id)
         with self.audit.operation(actor, "task.cancel", f"task:{task_id}", selected=1,
-                          selection={"task_ids": [task_id]}) as op:
+                                  selection={"task_ids": [task_id]}) as op:
             result = self._cancel(task_id)
             op.done = 1
         return result

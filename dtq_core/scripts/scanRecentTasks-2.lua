@@ -2,7 +2,7 @@
   One step of a filtered walk down the recent-tasks index, newest first: read up to COUNT ids
   below a score and keep the tasks that match, here in Redis, so a filter that looks at
   thousands of tasks ships only the matching records. Read-only.
-  The cursor bookkeeping is the caller's (dtq_core.inspect.list_tasks): tasks of one
+  The cursor bookkeeping is the caller's (dtq_core.engine.tasks.Tasks.list): tasks of one
   millisecond share a score, so the walk counts how many of the last score it has passed.
   Input:
     KEYS[1] recent tasks zset (score: created ms)   KEYS[2] task key prefix (prefix .. task id)

@@ -25,8 +25,8 @@ def make_dead_letters(engine: Engine, count: int, *, queue: str = "default", typ
     if registry.get(type) is None:
         # Junk that got in while submit still accepted it (a fresh install, or the opt-out).
         engine = Engine(dataclasses.replace(engine.config, accept_unknown_types=True), client=engine.client)
-    subs = [engine.validate(type, payload, queue=queue, max_attempts=1, **options) for _ in range(count)]
-    ids = [e.id for e in engine.enqueue_many(subs)]
+    subs = [engine.tasks.validate(type, payload, queue=queue, max_attempts=1, **options) for _ in range(count)]
+    ids = [e.id for e in engine.tasks.enqueue_many(subs)]
     drain(engine.config, queues=[queue])
     return ids
 
@@ -35,11 +35,11 @@ def serve_types(engine: Engine, *types: str) -> None:
     """Register task types as a worker serving them does at start, so submit accepts them."""
     now = engine.clock.now_ms()
     engine.scripts("registerTypes", keys=[engine.keys.task_types()], args=[now, 0, *types])
-    engine.served_types()  # this engine's cached copy now has them (another process's: within 0.5 s)
+    engine.tasks.served_types()  # this engine's cached copy now has them (another process's: within 0.5 s)
 
 
 def audit_entries(engine: Engine) -> list[dict[str, Any]]:
-    return engine.audit_list(limit=500).items
+    return engine.audit.list(limit=500).items
 
 
 def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def script_admin() -> None:
 @pytest.fixture
 def keyed(settings: Any, live_engine: Engine) -> Engine:
     settings.DTQ = {**settings.DTQ, "API_KEY": KEY}
-    from dtq_core.engine import get_engine
+    from dtq_core.conf import get_engine
 
     return get_engine()
 
@@ -46,8 +46,8 @@ def destructive_calls(engine: Engine) -> list[tuple[str, Any]]:
 def guarded_calls(engine: Engine) -> list[tuple[str, Any, str]]:
     """Each destructive endpoint with the console permission that guards it."""
     [dead] = make_dead_letters(engine, 1)
-    entry = engine.get_task(dead)["dlq_entry_id"]
-    task = engine.enqueue("dtq.echo", queue="q").id
+    entry = engine.tasks.get(dead)["dlq_entry_id"]
+    task = engine.tasks.enqueue("dtq.echo", queue="q").id
     return [
         (f"/api/v1/tasks/{task}/cancel", None, "cancel_task"), ("/api/v1/queues/q/pause", None, "pause_queue"),
         ("/api/v1/queues/q/resume", None, "pause_queue"), ("/api/v1/queues/q/purge", None, "purge_queue"),
@@ -67,9 +67,9 @@ def call(client: APIClient, path: str, body: Any, **headers: str) -> Any:
 
 def unchanged(engine: Engine) -> bool:
     """Nothing that a destructive call would change has changed, and nothing was audited."""
-    detail = engine.queue_detail("q")
-    return (engine.audit_list().items == [] and detail["waiting"] == 1 and detail["paused"] is False
-            and engine.dlq_count() == 1)
+    detail = engine.queues.get("q")
+    return (engine.audit.list().items == [] and detail["waiting"] == 1 and detail["paused"] is False
+            and engine.dlq.count() == 1)
 
 
 def assert_error(response: Any, status: int, code: str) -> None:
@@ -84,8 +84,8 @@ def test_with_a_key_set_every_destructive_call_needs_it(keyed: Engine) -> None:
         assert_error(call(client, path, body, **{"X-API-Key": "wrong"}), 403, "API_KEY_INVALID")
         assert_error(call(client, path, body, **{"X-API-Key": ""}), 403, "API_KEY_INVALID")
         assert_error(call(client, path, body, **{"X-API-Key": KEY + "x"}), 403, "API_KEY_INVALID")
-    assert keyed.audit_list().items == []  # refused calls change nothing and audit nothing
-    assert keyed.queue_detail("q")["waiting"] == 1 and keyed.dlq_count() == 1
+    assert keyed.audit.list().items == []  # refused calls change nothing and audit nothing
+    assert keyed.queues.get("q")["waiting"] == 1 and keyed.dlq.count() == 1
 
 
 def test_the_right_key_is_accepted_and_audited_by_fingerprint(keyed: Engine, redis_client: redis.Redis) -> None:
@@ -94,7 +94,7 @@ def test_the_right_key_is_accepted_and_audited_by_fingerprint(keyed: Engine, red
     for path, body in calls:
         response = call(client, path, body, **{"X-API-Key": KEY})
         assert response.status_code in (200, 202, 404), (path, response.content)  # 404: already discarded
-    entries = keyed.audit_list().items
+    entries = keyed.audit.list().items
     assert len(entries) >= 6 and {e["actor"] for e in entries} == {FINGERPRINT}
     assert {e["source"] for e in entries} == {"api"} and all(e["request_id"] for e in entries)
     raw = json.dumps(redis_client.xrange(keyed.keys.audit()))
@@ -133,20 +133,20 @@ def csrf_client(user: User | None) -> tuple[APIClient, str]:
 
 
 def test_a_staff_session_with_csrf_needs_no_key_and_is_audited_by_name(keyed: Engine, staff: User) -> None:
-    keyed.enqueue("dtq.echo", queue="q")
+    keyed.tasks.enqueue("dtq.echo", queue="q")
     client, token = csrf_client(staff)
     response = client.post("/api/v1/queues/q/pause", headers={"X-CSRFToken": token})
     assert response.status_code == 200 and response.json()["paused"] is True
-    entry = keyed.audit_list(limit=1).items[0]
+    entry = keyed.audit.list(limit=1).items[0]
     assert entry["actor"] == "user:ops" and entry["source"] == "api"
 
 
 def test_a_staff_session_without_csrf_is_refused(keyed: Engine, staff: User) -> None:
-    keyed.enqueue("dtq.echo", queue="q")
+    keyed.tasks.enqueue("dtq.echo", queue="q")
     client, _ = csrf_client(staff)
     response = client.post("/api/v1/queues/q/pause")
     assert response.status_code == 403 and "CSRF" in response.json()["error"]["message"]
-    assert keyed.queue_detail("q")["paused"] is False
+    assert keyed.queues.get("q")["paused"] is False
 
 
 @pytest.mark.parametrize("with_key", [False, True])
@@ -155,7 +155,7 @@ def test_a_staff_session_needs_the_console_permission_of_each_destructive_endpoi
     # A staff user the console shows no buttons to could do everything through the API.
     if with_key:
         settings.DTQ = {**settings.DTQ, "API_KEY": KEY}
-    from dtq_core.engine import get_engine
+    from dtq_core.conf import get_engine
 
     engine = get_engine()
     calls = guarded_calls(engine)
@@ -168,29 +168,29 @@ def test_a_staff_session_needs_the_console_permission_of_each_destructive_endpoi
         readonly_staff.user_permissions.add(Permission.objects.get(codename=codename))
         response = call(client, path, body, **{"X-CSRFToken": token})
         assert response.status_code in (200, 202, 404), (path, response.content)  # 404: already retried
-    entries = engine.audit_list().items
+    entries = engine.audit.list().items
     assert len(entries) >= 6 and {e["actor"] for e in entries} == {"user:viewer"}
 
 
 def test_a_staff_session_with_one_permission_gets_only_that_operation(live_engine: Engine,
                                                                       readonly_staff: User) -> None:
-    live_engine.enqueue("dtq.echo", queue="q")
+    live_engine.tasks.enqueue("dtq.echo", queue="q")
     readonly_staff.user_permissions.add(Permission.objects.get(codename="pause_queue"))
     client, token = csrf_client(readonly_staff)
     assert client.post("/api/v1/queues/q/pause", headers={"X-CSRFToken": token}).status_code == 200
     assert_error(client.post("/api/v1/queues/q/purge", headers={"X-CSRFToken": token}), 403, "PERMISSION_DENIED")
-    assert live_engine.queue_detail("q")["waiting"] == 1
+    assert live_engine.queues.get("q")["waiting"] == 1
 
 
 def test_a_superuser_session_needs_no_named_permission(live_engine: Engine, db: Any) -> None:
-    live_engine.enqueue("dtq.echo", queue="q")
+    live_engine.tasks.enqueue("dtq.echo", queue="q")
     client, token = csrf_client(User.objects.create_superuser("root", password="pw-root-123456"))
     assert client.post("/api/v1/queues/q/purge", headers={"X-CSRFToken": token}).json()["count"] == 1
-    assert live_engine.audit_list(limit=1).items[0]["actor"] == "user:root"
+    assert live_engine.audit.list(limit=1).items[0]["actor"] == "user:root"
 
 
 def test_a_non_staff_session_still_needs_the_key(keyed: Engine, db: Any) -> None:
-    keyed.enqueue("dtq.echo", queue="q")
+    keyed.tasks.enqueue("dtq.echo", queue="q")
     user = User.objects.create_user("viewer", password="pw-viewer-123456")
     client, token = csrf_client(user)
     assert_error(client.post("/api/v1/queues/q/pause", headers={"X-CSRFToken": token}), 401, "API_KEY_REQUIRED")
@@ -208,11 +208,11 @@ def test_without_a_key_anonymous_destructive_calls_are_refused_by_default(live_e
 
 
 def test_without_a_key_a_non_staff_session_is_refused(live_engine: Engine, db: Any) -> None:
-    live_engine.enqueue("dtq.echo", queue="q")
+    live_engine.tasks.enqueue("dtq.echo", queue="q")
     client, token = csrf_client(User.objects.create_user("viewer", password="pw-viewer-123456"))
     assert_error(client.post("/api/v1/queues/q/purge", headers={"X-CSRFToken": token}), 401,
                  "AUTHENTICATION_REQUIRED")
-    assert live_engine.queue_detail("q")["waiting"] == 1
+    assert live_engine.queues.get("q")["waiting"] == 1
 
 
 def test_with_anonymous_admin_on_script_calls_are_open_and_audited_as_anonymous(
@@ -220,7 +220,7 @@ def test_with_anonymous_admin_on_script_calls_are_open_and_audited_as_anonymous(
     client = APIClient()
     for path, body in destructive_calls(live_engine)[:5]:
         assert call(client, path, body).status_code in (200, 202)
-    assert {e["actor"] for e in live_engine.audit_list().items} == {"api:anonymous"}
+    assert {e["actor"] for e in live_engine.audit.list().items} == {"api:anonymous"}
 
 
 def cross_site_form_post(client: Client, path: str, **headers: str) -> Any:
@@ -249,14 +249,14 @@ def test_a_cross_site_form_post_changes_nothing(settings: Any, live_engine: Engi
 
 def test_with_anonymous_admin_on_a_same_site_page_works_and_a_browser_with_cookies_needs_csrf(
         live_engine: Engine, anonymous_admin: Any) -> None:
-    live_engine.enqueue("dtq.echo", queue="q")
+    live_engine.tasks.enqueue("dtq.echo", queue="q")
     client = Client(enforce_csrf_checks=True)
     assert cross_site_form_post(client, "/api/v1/queues/q/pause", Origin="http://testserver").status_code == 200
     client.get("/api/v1/queues", HTTP_ACCEPT="text/html")  # a browser that has the CSRF cookie
     token = client.cookies["csrftoken"].value
     response = cross_site_form_post(client, "/api/v1/queues/q/purge")
     assert response.status_code == 403 and "CSRF" in response.json()["error"]["message"]
-    assert live_engine.queue_detail("q")["waiting"] == 1
+    assert live_engine.queues.get("q")["waiting"] == 1
     response = client.post("/api/v1/queues/q/purge", headers={"X-CSRFToken": token})
     assert response.status_code == 200 and response.json()["count"] == 1
 
@@ -274,14 +274,14 @@ def test_allow_anonymous_admin_with_a_key_set_is_refused() -> None:
 
 
 def test_without_a_key_a_staff_session_with_the_permission_is_audited_by_name(live_engine: Engine, staff: User) -> None:
-    live_engine.enqueue("dtq.echo", queue="q")
+    live_engine.tasks.enqueue("dtq.echo", queue="q")
     client, token = csrf_client(staff)
     assert client.post("/api/v1/queues/q/purge", headers={"X-CSRFToken": token}).json()["count"] == 1
-    assert live_engine.audit_list(limit=1).items[0]["actor"] == "user:ops"
+    assert live_engine.audit.list(limit=1).items[0]["actor"] == "user:ops"
 
 
 def test_a_401_names_the_header_scheme(keyed: Engine) -> None:
-    keyed.enqueue("dtq.echo", queue="q")
+    keyed.tasks.enqueue("dtq.echo", queue="q")
     response = APIClient().post("/api/v1/queues/q/pause")
     assert response.status_code == 401 and "X-API-Key" in response.json()["error"]["message"]
     assert response["WWW-Authenticate"].startswith("X-API-Key")

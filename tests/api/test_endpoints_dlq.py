@@ -21,7 +21,7 @@ def post(api: APIClient, path: str, body: Any) -> Any:
 
 
 def entry_of(engine: Engine, task_id: str) -> str:
-    return engine.get_task(task_id)["dlq_entry_id"]
+    return engine.tasks.get(task_id)["dlq_entry_id"]
 
 
 def test_list_shows_dead_letters_newest_first_with_filters(api: APIClient, live_engine: Engine) -> None:
@@ -70,11 +70,11 @@ def test_an_unknown_entry_is_404_for_every_action(api: APIClient, entry_id: str)
 def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(api: APIClient, live_engine: Engine) -> None:
     # An unknown type is permanent: one attempt, then the DLQ. The "fix" is deploying its handler.
     [task_id] = make_dead_letters(live_engine, 1, type="tests.fixed_later", ttl_seconds=0.5)
-    assert live_engine.get_task(task_id)["attempt"] == 1
+    assert live_engine.tasks.get(task_id)["attempt"] == 1
     entry_id = entry_of(live_engine, task_id)
     response = api.post(f"/api/v1/dlq/{entry_id}/retry")
     assert response.status_code == 200 and response.json() == {"count": 1}
-    task = live_engine.get_task(task_id)
+    task = live_engine.tasks.get(task_id)
     assert task["status"] == "QUEUED" and task["attempt"] == 0 and "dlq_entry_id" not in task
     assert task["retried_from_dlq_at"].endswith("Z")
     assert task["expires_at"] is None  # an operator's retry is not undone by a passed ttl
@@ -82,9 +82,9 @@ def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(api: APIClient
     assert api.get("/api/v1/queues/default").json()["dlq"] == 0
     dtq_tasks.task("tests.fixed_later")(lambda payload: "fixed")
     drain(live_engine.config)
-    done = live_engine.get_task(task_id)
+    done = live_engine.tasks.get(task_id)
     assert done["status"] == "SUCCEEDED" and done["attempt"] == 1 and done["result"] == "fixed"
-    entry = live_engine.audit_list(limit=1).items[0]
+    entry = live_engine.audit.list(limit=1).items[0]
     assert (entry["action"], entry["target"], entry["count"]) == ("dlq.retry", f"dlq:{entry_id}", 1)
     assert_error(api.post(f"/api/v1/dlq/{entry_id}/retry"), 404, "DLQ_ENTRY_NOT_FOUND")
 
@@ -94,12 +94,12 @@ def test_discard_drops_the_entry_and_records_it_on_the_task(
     [task_id] = make_dead_letters(live_engine, 1)
     entry_id = entry_of(live_engine, task_id)
     assert api.post(f"/api/v1/dlq/{entry_id}/discard").json() == {"count": 1}
-    assert live_engine.dlq_count() == 0 and live_engine.queue_detail("default")["dlq"] == 0
-    assert live_engine.get_task(task_id)["status"] == "DEAD_LETTERED"
+    assert live_engine.dlq.count() == 0 and live_engine.queues.get("default")["dlq"] == 0
+    assert live_engine.tasks.get(task_id)["status"] == "DEAD_LETTERED"
     assert redis_client.hget(live_engine.keys.task(task_id), "dlq_discarded_at")
     shown = api.get(f"/api/v1/tasks/{task_id}").json()  # what the API says it records, it shows
     assert shown["dlq_discarded_at"].endswith("Z") and "dlq_entry_id" not in shown
-    assert live_engine.audit_list(limit=1).items[0]["action"] == "dlq.discard"
+    assert live_engine.audit.list(limit=1).items[0]["action"] == "dlq.discard"
 
 
 def test_bulk_retry_by_ids_task_ids_filters_and_all(api: APIClient, live_engine: Engine) -> None:
@@ -109,10 +109,10 @@ def test_bulk_retry_by_ids_task_ids_filters_and_all(api: APIClient, live_engine:
                                                    "1-0"]}).json() == {"count": 2}
     assert post(api, "/api/v1/dlq/retry", {"task_ids": [a[2], "missing"]}).json() == {"count": 1}
     assert post(api, "/api/v1/dlq/retry", {"queue": "b", "type": "no.such.type"}).json() == {"count": 3}
-    assert {live_engine.get_task(t)["status"] for t in a[:3] + b} == {"QUEUED"}
+    assert {live_engine.tasks.get(t)["status"] for t in a[:3] + b} == {"QUEUED"}
     assert post(api, "/api/v1/dlq/retry", {"all": True}).json() == {"count": 1}
-    assert live_engine.dlq_count() == 0
-    audit = [(e["action"], e["target"], e["count"]) for e in live_engine.audit_list().items]
+    assert live_engine.dlq.count() == 0
+    audit = [(e["action"], e["target"], e["count"]) for e in live_engine.audit.list().items]
     assert audit[0] == ("dlq.retry", "dlq:all", 1) and audit[1] == ("dlq.retry", "dlq:queue=b&type=no.such.type", 3)
     assert len(audit) == 4  # one entry per bulk action, with its count
 
@@ -126,13 +126,14 @@ def test_bulk_discard_by_text_search(api: APIClient, live_engine: Engine) -> Non
 
 def test_bulk_actions_touch_only_the_snapshot(live_engine: Engine) -> None:
     # Entries that arrive after the selection was taken are left alone.
-    from dtq_core.admin import Actor, DlqSelection
+    from dtq_core.engine.audit import Actor
+    from dtq_core.engine.dlq import DlqSelection
 
     make_dead_letters(live_engine, 3)
-    snapshot = live_engine.select_dead_letters(DlqSelection(all=True))
+    snapshot = live_engine.dlq.select(DlqSelection(all=True))
     late = make_dead_letters(live_engine, 2)
-    retried = live_engine.retry_dead_letters(DlqSelection(ids=tuple(snapshot)), Actor.cli())
-    assert retried == 3 and {live_engine.get_task(t)["status"] for t in late} == {"DEAD_LETTERED"}
+    retried = live_engine.dlq.retry(DlqSelection(ids=tuple(snapshot)), Actor.cli())
+    assert retried == 3 and {live_engine.tasks.get(t)["status"] for t in late} == {"DEAD_LETTERED"}
 
 
 @pytest.mark.parametrize("body", [{}, {"all": False}, {"ids": []}, {"queue": ""}, {"colour": "red"}, [],

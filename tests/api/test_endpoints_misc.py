@@ -11,8 +11,8 @@ from django.test import Client
 from drf_spectacular.validation import validate_schema
 from rest_framework.test import APIClient
 
-from dtq_core.admin import Actor
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 
 from ..conftest import wait_for
 from .support import assert_error
@@ -20,8 +20,8 @@ from .support import assert_error
 # -- audit ------------------------------------------------------------------------------------
 
 def test_audit_is_newest_first_and_filters_by_action_actor_and_source(api: APIClient, live_engine: Engine) -> None:
-    live_engine.enqueue("dtq.echo", queue="a")
-    live_engine.set_paused("a", True, Actor.cli())
+    live_engine.tasks.enqueue("dtq.echo", queue="a")
+    live_engine.queues.pause("a", Actor.cli())
     api.post("/api/v1/queues/a/resume", HTTP_X_REQUEST_ID="r-1")
     api.post("/api/v1/queues/a/purge")
     entries = api.get("/api/v1/audit").json()["results"]
@@ -48,9 +48,9 @@ def test_audit_refuses_bad_parameters(api: APIClient, query: str) -> None:
 def test_workers_show_heartbeat_age_in_flight_and_queues(
         api: APIClient, live_engine: Engine, start_worker: Any) -> None:
     assert api.get("/api/v1/workers").json() == {"results": [], "scheduler_leader": None}
-    task = live_engine.enqueue("dtq.sleep", {"seconds": 30}, queue="slow")
+    task = live_engine.tasks.enqueue("dtq.sleep", {"seconds": 30}, queue="slow")
     start_worker("--queues", "slow,fast", "--name", "w-api", "--concurrency", "3", DTQ_HEARTBEAT_INTERVAL_S="0.5")
-    wait_for(lambda: live_engine.get_task(task.id)["status"] == "RUNNING", timeout=20)
+    wait_for(lambda: live_engine.tasks.get(task.id)["status"] == "RUNNING", timeout=20)
     body = wait_for(lambda: (b := api.get("/api/v1/workers").json())["results"]
                     and b["results"][0]["in_flight"] == 1 and b, timeout=10)
     worker = body["results"][0]
@@ -79,8 +79,8 @@ def test_a_silent_worker_is_shown_lost_and_without_made_up_details(
 
 
 def test_schedule_lists_delayed_tasks_by_due_time(api: APIClient, live_engine: Engine) -> None:
-    late = live_engine.enqueue("dtq.echo", delay_seconds=120)
-    soon = live_engine.enqueue("dtq.echo", queue="q2", delay_seconds=30)
+    late = live_engine.tasks.enqueue("dtq.echo", delay_seconds=120)
+    soon = live_engine.tasks.enqueue("dtq.echo", queue="q2", delay_seconds=30)
     items = api.get("/api/v1/schedule").json()["results"]
     assert [i["task_id"] for i in items] == [soon.id, late.id]
     assert items[0]["kind"] == "delayed" and items[0]["queue"] == "q2" and 25 < items[0]["due_in_s"] <= 30
@@ -126,7 +126,7 @@ def test_the_openapi_schema_is_valid_and_names_every_endpoint(api: APIClient) ->
 
 
 def test_the_api_is_browsable_in_a_browser(api: APIClient, live_engine: Engine) -> None:
-    live_engine.enqueue("dtq.echo")
+    live_engine.tasks.enqueue("dtq.echo")
     for path in ("/api/v1/tasks", "/api/v1/queues", "/api/v1/dlq", "/api/v1/queues/default"):
         response = api.get(path, HTTP_ACCEPT="text/html")
         assert response.status_code == 200 and response["Content-Type"].startswith("text/html")

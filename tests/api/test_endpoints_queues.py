@@ -21,8 +21,8 @@ def test_queue_detail_counts_depth_per_priority_scheduled_and_dead(api: APIClien
     make_dead_letters(live_engine, 2, queue="mail")
     for priority, n in (("high", 3), ("normal", 1), ("low", 2)):
         for _ in range(n):
-            live_engine.enqueue("dtq.echo", queue="mail", priority=priority)
-    live_engine.enqueue("dtq.echo", queue="mail", delay_seconds=60)
+            live_engine.tasks.enqueue("dtq.echo", queue="mail", priority=priority)
+    live_engine.tasks.enqueue("dtq.echo", queue="mail", delay_seconds=60)
     q = api.get("/api/v1/queues/mail").json()
     assert q["name"] == "mail" and q["depth"] == {"high": 3, "normal": 1, "low": 2}
     assert q["waiting"] == 6 and q["pending"] == 0 and q["retry_scheduled"] == 1 and q["dlq"] == 2
@@ -39,7 +39,7 @@ def test_an_unknown_queue_is_404(api: APIClient, name: str) -> None:
 
 
 def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, live_engine: Engine) -> None:
-    live_engine.enqueue("dtq.echo", queue="q1")
+    live_engine.tasks.enqueue("dtq.echo", queue="q1")
     events = live_engine.client.pubsub(ignore_subscribe_messages=True)
     events.subscribe(live_engine.keys.events())
     first = api.post("/api/v1/queues/q1/pause")
@@ -51,7 +51,7 @@ def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, liv
     resumed = api.post("/api/v1/queues/q1/resume").json()
     assert resumed["paused"] is False and resumed["changed"] is True
     assert resumed["paused_by"] is None and resumed["paused_at"] is None
-    actions = [(e["action"], e["target"], e["count"]) for e in live_engine.audit_list().items]
+    actions = [(e["action"], e["target"], e["count"]) for e in live_engine.audit.list().items]
     assert actions == [("queue.resume", "queue:q1", 1), ("queue.pause", "queue:q1", 0),
                        ("queue.pause", "queue:q1", 1)]
     # One event per change of state: the second pause changed nothing and published nothing.
@@ -68,32 +68,33 @@ def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, liv
 def test_a_paused_queue_is_not_served(api: APIClient, live_engine: Engine) -> None:
     from .support import drain
 
-    task = live_engine.enqueue("dtq.echo", queue="held")
+    task = live_engine.tasks.enqueue("dtq.echo", queue="held")
     api.post("/api/v1/queues/held/pause")
     drain(live_engine.config, queues=["held"])
-    assert live_engine.get_task(task.id)["status"] == "QUEUED"
+    assert live_engine.tasks.get(task.id)["status"] == "QUEUED"
     api.post("/api/v1/queues/held/resume")
     drain(live_engine.config, queues=["held"])
-    assert live_engine.get_task(task.id)["status"] == "SUCCEEDED"
+    assert live_engine.tasks.get(task.id)["status"] == "SUCCEEDED"
 
 
 def test_purge_cancels_the_waiting_tasks_and_reports_the_count(api: APIClient, live_engine: Engine) -> None:
-    waiting = [live_engine.enqueue("dtq.echo", queue="p", priority=p).id for p in ("high", "normal", "low", "low")]
-    delayed = live_engine.enqueue("dtq.echo", queue="p", delay_seconds=60).id
-    other = live_engine.enqueue("dtq.echo", queue="other").id
+    waiting = [live_engine.tasks.enqueue("dtq.echo", queue="p", priority=p).id
+               for p in ("high", "normal", "low", "low")]
+    delayed = live_engine.tasks.enqueue("dtq.echo", queue="p", delay_seconds=60).id
+    other = live_engine.tasks.enqueue("dtq.echo", queue="other").id
     response = api.post("/api/v1/queues/p/purge")
     assert response.status_code == 200 and response.json() == {"queue": "p", "count": 4}
-    assert {live_engine.get_task(i)["status"] for i in waiting} == {"CANCELLED"}
-    assert live_engine.get_task(delayed)["status"] == "PENDING"  # scheduled work is not "waiting"
-    assert live_engine.get_task(other)["status"] == "QUEUED"
+    assert {live_engine.tasks.get(i)["status"] for i in waiting} == {"CANCELLED"}
+    assert live_engine.tasks.get(delayed)["status"] == "PENDING"  # scheduled work is not "waiting"
+    assert live_engine.tasks.get(other)["status"] == "QUEUED"
     assert api.get("/api/v1/queues/p").json()["waiting"] == 0
-    entry = live_engine.audit_list(limit=1).items[0]
+    entry = live_engine.audit.list(limit=1).items[0]
     assert (entry["action"], entry["target"], entry["count"]) == ("queue.purge", "queue:p", 4)
     assert api.post("/api/v1/queues/p/purge").json()["count"] == 0
 
 
 def test_queue_actions_refuse_wrong_methods(api: APIClient, live_engine: Engine) -> None:
-    live_engine.enqueue("dtq.echo")
+    live_engine.tasks.enqueue("dtq.echo")
     assert_error(api.get("/api/v1/queues/default/pause"), 405, "METHOD_NOT_ALLOWED")
     assert_error(api.delete("/api/v1/queues/default"), 405, "METHOD_NOT_ALLOWED")
     assert_error(api.post("/api/v1/queues"), 405, "METHOD_NOT_ALLOWED")
@@ -129,7 +130,7 @@ def test_a_frozen_redis_gives_503_within_2_seconds(frozen_redis: RedisServer) ->
 
 
 def test_delete_refuses_a_non_empty_queue_then_deletes_it_once_empty(api: APIClient, live_engine: Engine) -> None:
-    task = live_engine.enqueue("dtq.echo", queue="junk")
+    task = live_engine.tasks.enqueue("dtq.echo", queue="junk")
     error = assert_error(api.post("/api/v1/queues/junk/delete"), 409, "QUEUE_NOT_EMPTY")
     assert "1 waiting" in error["message"]
     assert api.get("/api/v1/queues/junk").status_code == 200  # nothing changed
@@ -140,7 +141,7 @@ def test_delete_refuses_a_non_empty_queue_then_deletes_it_once_empty(api: APICli
     assert [q["name"] for q in api.get("/api/v1/queues").json()["results"]] == []
     assert_error(api.post("/api/v1/queues/junk/delete"), 404, "QUEUE_NOT_FOUND")
     assert_error(api.post("/api/v1/queues/UPPER/delete"), 404, "QUEUE_NOT_FOUND")
-    entry = live_engine.audit_list().items[0]
+    entry = live_engine.audit.list().items[0]
     assert (entry["action"], entry["target"], entry["actor"]) == ("queue.delete", "queue:junk", "api:anonymous")
     assert api.get("/api/v1/queues/junk/delete").status_code == 405
 

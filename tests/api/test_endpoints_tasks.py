@@ -81,8 +81,8 @@ def test_batch_enqueues_valid_items_and_reports_invalid_ones_in_their_slot(
     for i in (1, 2, 3, 4):
         assert results[i]["error"]["code"] == "VALIDATION_ERROR" and results[i]["error"]["message"]
     assert results[1]["error"]["field"] == "type" and results[2]["error"]["field"] == "queue"
-    assert live_engine.get_task(results[0]["id"])["payload"] == {"n": 1}
-    assert live_engine.get_task(results[5]["id"])["priority"] == "high"
+    assert live_engine.tasks.get(results[0]["id"])["payload"] == {"n": 1}
+    assert live_engine.tasks.get(results[5]["id"])["priority"] == "high"
 
 
 def test_batch_items_share_idempotency_keys_in_order(api: APIClient) -> None:
@@ -111,10 +111,10 @@ def test_batch_accepts_1000_and_refuses_1001(api: APIClient, live_engine: Engine
     ok = batch(api, {"tasks": [{"type": "dtq.echo"}] * 1000})
     assert ok.status_code == 200 and len(ok.json()["results"]) == 1000
     assert time.monotonic() - started < 10
-    assert live_engine.queue_detail("default")["waiting"] == 1000
+    assert live_engine.queues.get("default")["waiting"] == 1000
     error = assert_error(batch(api, {"tasks": [{"type": "dtq.echo"}] * 1001}), 400, "VALIDATION_ERROR")
     assert "tasks" in error["message"]
-    assert live_engine.queue_detail("default")["waiting"] == 1000
+    assert live_engine.queues.get("default")["waiting"] == 1000
 
 
 @pytest.mark.parametrize("body", [{}, {"tasks": "x"}, {"tasks": {"type": "dtq.echo"}}, [], "null",
@@ -146,34 +146,34 @@ def test_batch_and_cancel_refuse_wrong_methods(api: APIClient) -> None:
 # -- cancel -----------------------------------------------------------------------------------
 
 def test_cancel_of_a_queued_task_is_202_and_audited(api: APIClient, live_engine: Engine) -> None:
-    task = live_engine.enqueue("dtq.echo")
+    task = live_engine.tasks.enqueue("dtq.echo")
     response = api.post(f"/api/v1/tasks/{task.id}/cancel", HTTP_X_REQUEST_ID="req-cancel-1")
     assert response.status_code == 202
     assert response.json()["id"] == task.id and response.json()["status"] == "CANCELLED"
-    entry = live_engine.audit_list(limit=1).items[0]
+    entry = live_engine.audit.list(limit=1).items[0]
     assert entry["action"] == "task.cancel" and entry["target"] == f"task:{task.id}" and entry["count"] == 1
     assert entry["actor"] == "api:anonymous" and entry["source"] == "api" and entry["request_id"] == "req-cancel-1"
     assert_error(api.post(f"/api/v1/tasks/{task.id}/cancel"), 409, "TASK_TERMINAL")
-    assert len(live_engine.audit_list().items) == 1  # a refused cancel is not audited
+    assert len(live_engine.audit.list().items) == 1  # a refused cancel is not audited
 
 
 def test_cancel_of_a_delayed_task_removes_it_from_the_schedule(api: APIClient, live_engine: Engine) -> None:
-    task = live_engine.enqueue("dtq.echo", delay_seconds=60)
+    task = live_engine.tasks.enqueue("dtq.echo", delay_seconds=60)
     assert api.post(f"/api/v1/tasks/{task.id}/cancel").json()["status"] == "CANCELLED"
-    assert live_engine.scheduled_count() == 0
+    assert live_engine.schedule.count() == 0
 
 
 def test_cancel_of_a_running_task_is_202_then_409_while_in_flight(
         api: APIClient, live_engine: Engine, start_worker: Any) -> None:
-    task = live_engine.enqueue("dtq.sleep_sync", {"seconds": 3})
+    task = live_engine.tasks.enqueue("dtq.sleep_sync", {"seconds": 3})
     worker = start_worker("--concurrency", "1")
-    wait_for(lambda: live_engine.get_task(task.id)["status"] == "RUNNING", timeout=20)
+    wait_for(lambda: live_engine.tasks.get(task.id)["status"] == "RUNNING", timeout=20)
     first = api.post(f"/api/v1/tasks/{task.id}/cancel")
     assert first.status_code == 202 and first.json()["cancel_requested"] is True
     second = api.post(f"/api/v1/tasks/{task.id}/cancel")
     if second.status_code != 409 or second.json()["error"]["code"] != "TASK_TERMINAL":
         assert_error(second, 409, "CANCEL_REQUESTED")
-    wait_for(lambda: live_engine.get_task(task.id)["status"] == "CANCELLED", timeout=20)
+    wait_for(lambda: live_engine.tasks.get(task.id)["status"] == "CANCELLED", timeout=20)
     worker.kill()
 
 
@@ -190,7 +190,7 @@ def test_cancel_answers_503_when_redis_is_down(settings: Any) -> None:
 def test_get_shows_a_result_older_versions_stored_as_invalid_json(api: APIClient, live_engine: Engine,
                                                                   stored: str) -> None:
     # It should answer 200 with the stored text, not 500: strict JSON has no NaN or Infinity.
-    task_id = live_engine.enqueue("dtq.echo", {}).id
+    task_id = live_engine.tasks.enqueue("dtq.echo", {}).id
     live_engine.client.set(live_engine.keys.result(task_id), stored)
     response = api.get(f"/api/v1/tasks/{task_id}")
     assert response.status_code == 200 and response.json()["result"] == stored

@@ -40,7 +40,7 @@ def test_the_schema_lists_every_operation_the_docs_describe() -> None:
 
 @pytest.fixture(autouse=True)
 def known_task(live_engine: Engine, db: Any) -> None:  # db: the fuzzer sends session cookies
-    live_engine.enqueue("dtq.echo")  # a known queue and task, so some cases reach the happy path
+    live_engine.tasks.enqueue("dtq.echo")  # a known queue and task, so some cases reach the happy path
 
 
 @pytest.mark.parametrize("label", OPERATIONS)

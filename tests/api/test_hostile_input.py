@@ -36,7 +36,7 @@ def test_submit_refuses_strings_that_are_not_unicode_and_deep_nesting(api: APICl
                                                                       raw: str) -> None:
     error = assert_error(post(api, "/api/v1/tasks", raw), 400, "MALFORMED_JSON")
     assert "surrogate" in error["message"] or "nested too deeply" in error["message"]
-    assert live_engine.queue_stats(["default"])[0]["waiting"] == 0
+    assert live_engine.queues.stats(["default"])[0]["waiting"] == 0
 
 
 def test_a_surrogate_pair_is_an_ordinary_character(api: APIClient) -> None:
@@ -48,7 +48,7 @@ def test_a_surrogate_pair_is_an_ordinary_character(api: APIClient) -> None:
 def test_one_bad_item_fails_the_batch_body_before_anything_is_queued(api: APIClient, live_engine: Engine) -> None:
     raw = '{"tasks": [{"type": "dtq.echo"}, {"type": "dtq.echo", "payload": @LONE}]}'
     assert_error(post(api, "/api/v1/tasks/batch", raw), 400, "MALFORMED_JSON")
-    assert live_engine.queue_stats(["default"])[0]["waiting"] == 0
+    assert live_engine.queues.stats(["default"])[0]["waiting"] == 0
 
 
 @pytest.mark.parametrize("raw", ['{"type": @LONE}', '{"q": @LONE}', '{"task_ids": [@LONE]}',
@@ -58,7 +58,7 @@ def test_bulk_dlq_actions_refuse_them_and_change_and_audit_nothing(api: APIClien
     make_dead_letters(live_engine, 2)
     for path in ("/api/v1/dlq/retry", "/api/v1/dlq/discard"):
         assert_error(post(api, path, raw), 400, "MALFORMED_JSON")
-    assert live_engine.dlq_count() == 2 and audit_entries(live_engine) == []
+    assert live_engine.dlq.count() == 2 and audit_entries(live_engine) == []
 
 
 def test_an_unknown_format_is_404_with_a_message(api: APIClient) -> None:
@@ -109,4 +109,4 @@ def test_a_bulk_action_on_a_queue_name_that_cannot_exist_is_refused_and_not_audi
         assert error["field"] == "queue"
         error = assert_error(post(api, path, '{"all": true, "type": "bad type!"}'), 400, "VALIDATION_ERROR")
         assert error["field"] == "type"
-    assert live_engine.dlq_count() == 1 and audit_entries(live_engine) == []
+    assert live_engine.dlq.count() == 1 and audit_entries(live_engine) == []

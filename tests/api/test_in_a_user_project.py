@@ -28,7 +28,7 @@ def test_a_submit_works_without_rest_framework_settings_or_the_request_id_middle
     response = APIClient().post("/ops-api/api/v1/tasks", json.dumps({"type": "dtq.echo", "payload": {"n": 1}}),
                                 content_type="application/json")
     assert response.status_code == 201, response.content
-    task = live_engine.get_task(response.json()["id"])
+    task = live_engine.tasks.get(response.json()["id"])
     assert len(task["request_id"]) == 32  # made for the request, as the middleware would
 
 

@@ -83,8 +83,8 @@ def test_null_optional_fields_mean_not_given(api: APIClient, live_engine: Engine
 def test_bad_input_is_400_and_loses_nothing(api: APIClient, live_engine: Engine, body: Any, code: str) -> None:
     kept = post(api, {"type": "dtq.echo", "payload": "keep me"}).json()["id"]
     assert_error(post(api, body), 400, code)
-    assert live_engine.get_task(kept)["payload"] == "keep me"
-    assert live_engine.queue_stats(["default"])[0]["waiting"] == 1
+    assert live_engine.tasks.get(kept)["payload"] == "keep me"
+    assert live_engine.queues.stats(["default"])[0]["waiting"] == 1
 
 
 def test_an_oversized_payload_is_413(api: APIClient, live_engine: Engine) -> None:

@@ -22,7 +22,7 @@ from .support import assert_error, drain, make_dead_letters
 
 
 def registered(engine: Engine) -> frozenset[str]:
-    return engine.served_types()
+    return engine.tasks.served_types()
 
 
 @pytest.mark.slow
@@ -48,21 +48,21 @@ def test_junk_types_are_refused_once_a_worker_registered_and_real_dead_letters_s
         api.post("/api/v1/tasks", {"type": f"junk.{i:04d}", "queue": "other"}, format="json")
     drain(live_engine.config, queues=["other", "default"])
     # Nothing junk reached a worker: the five real dead letters are all still there.
-    entries = live_engine.dlq_list(limit=50).items
+    entries = live_engine.dlq.list(limit=50).items
     assert sorted(e["task_id"] for e in entries) == sorted(real)
     assert api.post("/api/v1/tasks", {"type": "dtq.echo"}, format="json").status_code == 201
 
 
 def test_a_fresh_install_accepts_any_type_and_the_opt_out_keeps_accepting(live_engine: Engine) -> None:
     assert registered(live_engine) == frozenset()
-    assert live_engine.enqueue("not.served.yet").status == "QUEUED"  # no worker has ever registered
+    assert live_engine.tasks.enqueue("not.served.yet").status == "QUEUED"  # no worker has ever registered
     drain(live_engine.config, queues=["nothing"])  # a worker starts: its types are registered
     assert "dtq.echo" in registered(live_engine)
     with pytest.raises(UnknownTaskType):
-        live_engine.enqueue("not.served.yet")
+        live_engine.tasks.enqueue("not.served.yet")
     open_engine = Engine(dataclasses.replace(live_engine.config, accept_unknown_types=True),
                          client=live_engine.client)
-    assert open_engine.enqueue("not.served.yet").status == "QUEUED"
+    assert open_engine.tasks.enqueue("not.served.yet").status == "QUEUED"
 
 
 def test_django_tasks_submissions_are_accepted_while_a_django_capable_worker_is_registered(
@@ -70,14 +70,14 @@ def test_django_tasks_submissions_are_accepted_while_a_django_capable_worker_is_
     drain(live_engine.config, queues=["nothing"])
     # DtqBackend records a task's import path as its type and the Django runner as its handler:
     # what a worker must serve is the handler.
-    submission = live_engine.validate("myapp.tasks.send_invoice", {}, handler="django.task")
+    submission = live_engine.tasks.validate("myapp.tasks.send_invoice", {}, handler="django.task")
     assert submission.type == "myapp.tasks.send_invoice"
     with pytest.raises(UnknownTaskType):  # the same type from a plain submit is not served
-        live_engine.validate("myapp.tasks.send_invoice", {})
+        live_engine.tasks.validate("myapp.tasks.send_invoice", {})
     live_engine.client.hdel(live_engine.keys.task_types(), "django.task", "django.atask")
     fresh = Engine(live_engine.config, client=live_engine.client)  # no cached copy of the types
     with pytest.raises(UnknownTaskType):
-        fresh.validate("myapp.tasks.send_invoice", {}, handler="django.task")
+        fresh.tasks.validate("myapp.tasks.send_invoice", {}, handler="django.task")
 
 
 def test_a_type_no_worker_registered_for_the_retention_is_forgotten(live_engine: Engine) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dtq_core.admin import Actor
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from tests.conftest import WorkerProcess, wait_for
 
 from .conftest import log_in
@@ -24,17 +24,17 @@ XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=1</script>'
 
 def dead_letter(engine: Engine, message: str, **payload: Any) -> dict[str, Any]:
     """Let the real worker dead-letter a failing task; return the DLQ entry."""
-    task_id = engine.enqueue("dtq.fail", {"retryable": False, "message": message, **payload}).id
-    wait_for(lambda: engine.get_task(task_id)["status"] == "DEAD_LETTERED", timeout=20,
+    task_id = engine.tasks.enqueue("dtq.fail", {"retryable": False, "message": message, **payload}).id
+    wait_for(lambda: engine.tasks.get(task_id)["status"] == "DEAD_LETTERED", timeout=20,
              message="the worker did not dead-letter the task")
-    return engine.dlq_entry(engine.get_task(task_id)["dlq_entry_id"])
+    return engine.dlq.get(engine.tasks.get(task_id)["dlq_entry_id"])
 
 
 def test_login_then_a_task_appears_in_the_live_feed_without_reload(
         page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
     log_in(page, console, "admin")
     page.wait_for_selector("#feed-state[data-state=live]")
-    task_id = console_engine.enqueue("dtq.echo", {"hello": "feed"}).id
+    task_id = console_engine.tasks.enqueue("dtq.echo", {"hello": "feed"}).id
     # It should show the task's events as they happen, ending with SUCCEEDED, with no reload.
     page.wait_for_selector(f'#feed tr[data-event-task="{task_id}"] .badge[data-status=SUCCEEDED]', timeout=20000)
     assert page.locator(f'#feed tr[data-event-task="{task_id}"]').count() >= 2
@@ -46,8 +46,8 @@ def test_a_task_page_and_a_queue_page_follow_changes_made_elsewhere(
     # An operator watching a running task sees it finish (and its Cancel button go) without
     # reloading; one watching a paused queue sees a resume made from the API or CLI.
     log_in(page, console, "admin")
-    task_id = console_engine.enqueue("dtq.sleep", {"seconds": 4}).id
-    wait_for(lambda: console_engine.get_task(task_id)["status"] == "RUNNING", timeout=20,
+    task_id = console_engine.tasks.enqueue("dtq.sleep", {"seconds": 4}).id
+    wait_for(lambda: console_engine.tasks.get(task_id)["status"] == "RUNNING", timeout=20,
              message="the worker did not start the task")
     page.goto(f"{console.url}/tasks/{task_id}/")
     page.wait_for_function("document.body.dataset.feed === 'live'")  # listening (no feed table here)
@@ -57,12 +57,12 @@ def test_a_task_page_and_a_queue_page_follow_changes_made_elsewhere(
     assert page.locator('h1 .badge[data-status=SUCCEEDED]').count() == 1
     assert page.evaluate("performance.getEntriesByType('navigation')[0].type") == "reload"
 
-    console_engine.enqueue("dtq.echo", queue="followed", delay_seconds=3600)
-    console_engine.set_paused("followed", True, Actor.cli())
+    console_engine.tasks.enqueue("dtq.echo", queue="followed", delay_seconds=3600)
+    console_engine.queues.pause("followed", Actor.cli())
     page.goto(f"{console.url}/queues/followed/")
     page.wait_for_function("document.body.dataset.feed === 'live'")
     assert page.locator("button", has_text="Resume").count() == 1
-    console_engine.set_paused("followed", False, Actor.cli())
+    console_engine.queues.resume("followed", Actor.cli())
     page.wait_for_selector("button:has-text('Pause')", timeout=20000)
     assert page.locator("button", has_text="Resume").count() == 0
 
@@ -74,7 +74,7 @@ def test_the_overview_says_when_its_queues_changed_since_it_loaded(
     page.goto(f"{console.url}/")
     page.wait_for_function("document.body.dataset.feed === 'live'")
     assert page.locator("#shape-changed").is_hidden()
-    console_engine.enqueue("dtq.echo", queue=f"appeared-{os.getpid()}", delay_seconds=3600)
+    console_engine.tasks.enqueue("dtq.echo", queue=f"appeared-{os.getpid()}", delay_seconds=3600)
     page.wait_for_selector("#shape-changed", state="visible", timeout=15000)
     page.click("#shape-changed a")
     page.wait_for_selector(f'tr[data-queue="appeared-{os.getpid()}"]', timeout=10000)
@@ -101,9 +101,9 @@ def test_the_page_reconnects_after_a_server_restart_and_rereads_state(
     page.wait_for_selector("#feed-state[data-state=live]")
     console.crash()
     page.wait_for_selector("#feed-state[data-state=reconnecting]")
-    before = console_engine.queue_stats()
+    before = console_engine.queues.stats()
     for _ in range(3):  # changes made while the page is cut off: their events are lost
-        console_engine.enqueue("t.offline", queue="offline")
+        console_engine.tasks.enqueue("t.offline", queue="offline")
     expected = f"{sum(q['waiting'] for q in before) + 3:,}"
     console.start()  # the same port, like a restarted API process
     page.wait_for_selector("#feed-state[data-state=live]", timeout=30000)
@@ -131,7 +131,7 @@ def test_an_admin_retries_a_dead_letter_with_a_click_and_sees_the_audit_entry(
 def test_a_non_staff_user_sees_no_buttons_and_a_forged_post_is_refused(
         page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
     entry = dead_letter(console_engine, "not for viewers")
-    audit_before = console_engine.audit_list(limit=500).items
+    audit_before = console_engine.audit.list(limit=500).items
     log_in(page, console, "viewer", "/dlq/")
     assert page.get_by_role("button", name="Retry").count() == 0
     assert page.get_by_role("button", name="Discard").count() == 0
@@ -143,14 +143,14 @@ def test_a_non_staff_user_sees_no_buttons_and_a_forged_post_is_refused(
         return r.status;
     }""", entry["entry_id"])
     assert status == 403
-    assert console_engine.dlq_entry(entry["entry_id"])["entry_id"] == entry["entry_id"]
-    assert console_engine.audit_list(limit=500).items == audit_before
+    assert console_engine.dlq.get(entry["entry_id"])["entry_id"] == entry["entry_id"]
+    assert console_engine.audit.list(limit=500).items == audit_before
 
 
 def test_hostile_payloads_and_errors_render_as_text(
         page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess) -> None:
     entry = dead_letter(console_engine, XSS, note=XSS)
-    waiting = console_engine.enqueue("dtq.echo", {"html": XSS}, queue="xss-waiting").id
+    waiting = console_engine.tasks.enqueue("dtq.echo", {"html": XSS}, queue="xss-waiting").id
     pages = ["/dlq/", f"/tasks/{entry['task_id']}/", "/queues/xss-waiting/", f"/tasks/{waiting}/",
              "/dlq/?q=" + "onerror", "/"]
     page.add_init_script("window.__xss = 0")
@@ -172,19 +172,19 @@ def test_screenshots_of_the_main_pages(
     """
     engine = console_engine
     for i in range(12):
-        engine.enqueue("emails.send", {"to": f"user{i}@example.com", "template": "welcome"}, queue="emails",
-                       priority=("high", "normal", "low")[i % 3])
+        engine.tasks.enqueue("emails.send", {"to": f"user{i}@example.com", "template": "welcome"}, queue="emails",
+                             priority=("high", "normal", "low")[i % 3])
     for i in range(5):
-        engine.enqueue("reports.build", {"report": "monthly", "month": i + 1}, queue="reports")
-    engine.enqueue("reports.build", {"report": "yearly"}, queue="reports", delay_seconds=3600)
+        engine.tasks.enqueue("reports.build", {"report": "monthly", "month": i + 1}, queue="reports")
+    engine.tasks.enqueue("reports.build", {"report": "yearly"}, queue="reports", delay_seconds=3600)
     failed = dead_letter(engine, "card declined by issuer (code 51)", customer="cus_1042", amount=1999)
     for message in ("card declined by issuer (code 51)", "timeout talking to payments gateway",
                     "timeout talking to payments gateway"):
         dead_letter(engine, message, customer="cus_2001")
-    done = engine.enqueue("dtq.echo", {"greeting": "hello", "items": [1, 2, 3]}).id
-    wait_for(lambda: engine.get_task(done)["status"] == "SUCCEEDED", timeout=20)
+    done = engine.tasks.enqueue("dtq.echo", {"greeting": "hello", "items": [1, 2, 3]}).id
+    wait_for(lambda: engine.tasks.get(done)["status"] == "SUCCEEDED", timeout=20)
     log_in(page, console, "admin")
-    engine.set_paused("reports", True, _actor("admin"))
+    engine.queues.pause("reports", _actor("admin"))
     page.goto(f"{console.url}/queues/reports/")
     page.click("button:has-text('Resume')")
     page.wait_for_selector(".msg-success")
@@ -194,8 +194,8 @@ def test_screenshots_of_the_main_pages(
         page.goto(console.url + path)
         if name == "overview":
             page.wait_for_selector("#feed-state[data-state=live]")
-            engine.enqueue("dtq.echo", {"n": 1})
-            engine.enqueue("dtq.flaky", {"fail_times": 1})
+            engine.tasks.enqueue("dtq.echo", {"n": 1})
+            engine.tasks.enqueue("dtq.flaky", {"fail_times": 1})
             page.wait_for_selector("#feed tbody tr >> nth=3", timeout=20000)
         if name == "task":
             page.click("details summary")
@@ -210,7 +210,7 @@ def test_screenshots_of_the_main_pages(
 
 
 def _actor(name: str) -> Any:
-    from dtq_core.admin import Actor
+    from dtq_core.engine.audit import Actor
 
     return Actor.user(name, source="console")
 

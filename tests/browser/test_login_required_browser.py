@@ -43,7 +43,7 @@ def test_a_logged_in_reader_gets_pages_and_the_live_feed(page: Any, private_cons
                                                          console_engine: Engine) -> None:
     log_in(page, private_console, "viewer")
     page.wait_for_selector("#feed-state[data-state=live]")
-    task_id = console_engine.enqueue("t.private", queue="private").id
+    task_id = console_engine.tasks.enqueue("t.private", queue="private").id
     page.wait_for_selector(f'#feed tr[data-event-task="{task_id}"]')
     page.goto(private_console.url + "/audit/")
     assert page.locator("h1").inner_text() == "Audit log"

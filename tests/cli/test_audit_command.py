@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from dtq_core.admin import Actor
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 
 
 def run(*args: str) -> tuple[str, str]:
@@ -20,10 +20,10 @@ def run(*args: str) -> tuple[str, str]:
 
 
 def test_audit_list_shows_each_action_once_and_flags_an_unfinished_one(live_engine: Engine) -> None:
-    live_engine.enqueue("dtq.echo", queue="mail")
-    live_engine.set_paused("mail", True, Actor.cli())
+    live_engine.tasks.enqueue("dtq.echo", queue="mail")
+    live_engine.queues.pause("mail", Actor.cli())
     # What a process killed mid-way through a bulk discard leaves: an intent and progress, no outcome.
-    cut = live_engine.audit_start(Actor.user("alice", source="console"), "dlq.discard", "dlq:all", selected=9000,
+    cut = live_engine.audit.start(Actor.user("alice", source="console"), "dlq.discard", "dlq:all", selected=9000,
                                   selection={"all": True})
     cut.advance(4000)
     table, notes = run("audit", "list")

@@ -59,7 +59,7 @@ def test_dlq_list_says_when_it_stopped_looking_rather_than_claiming_more_matches
 
 def test_dlq_show_prints_the_entry_and_its_task(live_engine: Engine) -> None:
     [task_id] = make_dead_letters(live_engine, 1)
-    entry = json.loads(run("dlq", "show", live_engine.get_task(task_id)["dlq_entry_id"]))
+    entry = json.loads(run("dlq", "show", live_engine.tasks.get(task_id)["dlq_entry_id"]))
     assert entry["task_id"] == task_id and entry["task"]["status"] == "DEAD_LETTERED"
     with pytest.raises(CommandError, match="not found"):
         run("dlq", "show", "1-0")
@@ -68,14 +68,14 @@ def test_dlq_show_prints_the_entry_and_its_task(live_engine: Engine) -> None:
 def test_dlq_retry_by_id_and_all_with_filters_is_audited_as_the_os_user(live_engine: Engine) -> None:
     a = make_dead_letters(live_engine, 3, queue="a")
     b = make_dead_letters(live_engine, 2, queue="b")
-    entry = live_engine.get_task(a[0])["dlq_entry_id"]
+    entry = live_engine.tasks.get(a[0])["dlq_entry_id"]
     assert run("dlq", "retry", entry).strip() == "retried 1 dead letter(s)"
-    assert live_engine.get_task(a[0])["status"] == "QUEUED"
+    assert live_engine.tasks.get(a[0])["status"] == "QUEUED"
     assert run("dlq", "retry", "--all", "--queue", "b", "--dry-run").strip() == "would retry 2 dead letter(s)"
-    assert live_engine.dlq_count() == 4  # a dry run changes nothing
+    assert live_engine.dlq.count() == 4  # a dry run changes nothing
     assert run("dlq", "retry", "--all", "--queue", "b").strip() == "retried 2 dead letter(s)"
-    assert {live_engine.get_task(t)["status"] for t in b} == {"QUEUED"}
-    audit = live_engine.audit_list().items
+    assert {live_engine.tasks.get(t)["status"] for t in b} == {"QUEUED"}
+    audit = live_engine.audit.list().items
     assert [(e["action"], e["count"]) for e in audit] == [("dlq.retry", 2), ("dlq.retry", 1)]
     assert {e["actor"] for e in audit} == {cli_actor()} and {e["source"] for e in audit} == {"cli"}
     # Each invocation has its own request id, as API and console actions do.
@@ -87,8 +87,8 @@ def test_dlq_discard_all_and_its_dry_run(live_engine: Engine) -> None:
     make_dead_letters(live_engine, 3)
     assert run("dlq", "discard", "--all", "--dry-run").strip() == "would discard 3 dead letter(s)"
     assert run("dlq", "discard", "--all", "--type", "dtq.fail").strip() == "discarded 3 dead letter(s)"
-    assert live_engine.dlq_count() == 0
-    assert live_engine.audit_list(limit=1).items[0]["target"] == "dlq:type=dtq.fail"
+    assert live_engine.dlq.count() == 0
+    assert live_engine.audit.list(limit=1).items[0]["target"] == "dlq:type=dtq.fail"
 
 
 @pytest.mark.parametrize(("args", "message", "exit_code"), [
@@ -105,7 +105,7 @@ def test_dlq_actions_refuse_bad_input(live_engine: Engine, args: tuple[str, ...]
     with pytest.raises(CommandError, match=message) as refused:
         run(*args)
     assert refused.value.returncode == exit_code
-    assert live_engine.audit_list().items == [] and live_engine.dlq_count() == 1
+    assert live_engine.audit.list().items == [] and live_engine.dlq.count() == 1
 
 
 def test_arguments_that_are_not_utf8_are_refused_in_one_line(live_engine: Engine) -> None:
@@ -120,7 +120,7 @@ def test_arguments_that_are_not_utf8_are_refused_in_one_line(live_engine: Engine
 
 def test_queue_list_pause_resume_and_purge(live_engine: Engine) -> None:
     for priority in ("high", "low", "low"):
-        live_engine.enqueue("dtq.echo", queue="work", priority=priority)
+        live_engine.tasks.enqueue("dtq.echo", queue="work", priority=priority)
     table = run("queue", "list").splitlines()
     assert table[0].split()[0] == "QUEUE" and table[1].split() == ["work", "1", "0", "2", "3", "0", "0", "0", "no"]
     assert run("queue", "pause", "work").strip() == "queue work paused"
@@ -128,20 +128,20 @@ def test_queue_list_pause_resume_and_purge(live_engine: Engine) -> None:
     assert json.loads(run("queue", "list", "--json"))[0]["paused"] is True
     assert run("queue", "resume", "work").strip() == "queue work resumed"
     assert run("queue", "purge", "work").strip() == "purged 3 waiting task(s) from queue work"
-    actions = [(e["action"], e["count"], e["actor"]) for e in live_engine.audit_list().items]
+    actions = [(e["action"], e["count"], e["actor"]) for e in live_engine.audit.list().items]
     assert [a[:2] for a in actions] == [("queue.purge", 3), ("queue.resume", 1), ("queue.pause", 0),
                                         ("queue.pause", 1)]
     assert {a[2] for a in actions} == {cli_actor()}
 
 
 def test_queue_delete_refuses_a_busy_queue_and_deletes_an_empty_one(live_engine: Engine) -> None:
-    live_engine.enqueue("dtq.echo", queue="junk")
+    live_engine.tasks.enqueue("dtq.echo", queue="junk")
     with pytest.raises(CommandError, match="queue 'junk' is not empty: 1 waiting"):
         run("queue", "delete", "junk")
     run("queue", "purge", "junk")
     assert run("queue", "delete", "junk").strip() == "queue junk deleted"
     assert run("queue", "list", "--json").strip() == "[]"
-    entry = live_engine.audit_list().items[0]
+    entry = live_engine.audit.list().items[0]
     assert (entry["action"], entry["target"], entry["actor"]) == ("queue.delete", "queue:junk", cli_actor())
 
 
@@ -154,13 +154,13 @@ def test_queue_actions_on_an_unknown_queue_fail(live_engine: Engine) -> None:
 # -- task -------------------------------------------------------------------------------------
 
 def test_task_show_and_cancel(live_engine: Engine) -> None:
-    task = live_engine.enqueue("dtq.echo", {"hello": "world"}, queue="t")
+    task = live_engine.tasks.enqueue("dtq.echo", {"hello": "world"}, queue="t")
     shown = run("task", "show", task.id)
     assert f"id:               {task.id}" in shown and "status:           QUEUED" in shown
     assert '{"hello":"world"}' in shown
     assert json.loads(run("task", "show", task.id, "--json"))["payload"] == {"hello": "world"}
     assert run("task", "cancel", task.id).strip() == f"task {task.id} cancelled"
-    entry = live_engine.audit_list(limit=1).items[0]
+    entry = live_engine.audit.list(limit=1).items[0]
     assert (entry["action"], entry["target"], entry["actor"]) == ("task.cancel", f"task:{task.id}", cli_actor())
     with pytest.raises(CommandError, match="already CANCELLED"):
         run("task", "cancel", task.id)

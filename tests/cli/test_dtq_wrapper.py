@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dtq_core.admin import Actor
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_worker.cli import translate
 
 from ..api.support import make_dead_letters
@@ -40,13 +40,13 @@ def dtq(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Complet
 def test_bin_dtq_runs_the_operator_commands_from_anywhere(
         live_engine: Engine, redis_server: RedisServer, key_prefix: str, tmp_path: Path) -> None:
     make_dead_letters(live_engine, 2, queue="q")
-    live_engine.set_paused("q", True, Actor.cli())
+    live_engine.queues.pause("q", Actor.cli())
     env = worker_env(redis_server.url, key_prefix)
     retried = dtq("retry-dlq", "--all", "--queue", "q", env=env, cwd=tmp_path)
     assert retried.returncode == 0 and retried.stdout.strip() == "retried 2 dead letter(s)", retried.stderr
     resumed = dtq("queue", "resume", "q", env=env, cwd=tmp_path)
     assert resumed.returncode == 0 and resumed.stdout.strip() == "queue q resumed", resumed.stderr
-    assert live_engine.queue_detail("q")["paused"] is False and live_engine.dlq_count() == 0
+    assert live_engine.queues.get("q")["paused"] is False and live_engine.dlq.count() == 0
 
 
 def test_bin_dtq_works_through_a_symlink_as_docs_cli_md_installs_it(
@@ -54,7 +54,7 @@ def test_bin_dtq_works_through_a_symlink_as_docs_cli_md_installs_it(
     link = tmp_path / "bin" / "dtq"
     link.parent.mkdir()
     link.symlink_to(ROOT / "bin" / "dtq")
-    live_engine.enqueue("dtq.echo", queue="linked")
+    live_engine.tasks.enqueue("dtq.echo", queue="linked")
     proc = subprocess.run([str(link), "queue", "list", "--json"], cwd=tmp_path, capture_output=True, text=True,
                           env=worker_env(redis_server.url, key_prefix), check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -124,7 +124,7 @@ def test_an_installed_dtq_names_a_settings_module_it_cannot_find(installed: dict
 def test_an_installed_dtq_runs_from_the_project_directory_without_pythonpath(
         installed: dict[str, Path], live_engine: Engine, redis_server: RedisServer, key_prefix: str) -> None:
     # As manage.py does: the project's own modules import from the directory it runs in.
-    live_engine.enqueue("dtq.echo", queue="mine")
+    live_engine.tasks.enqueue("dtq.echo", queue="mine")
     proc = installed_dtq(installed, "queue", "list", "--json", DJANGO_SETTINGS_MODULE="mysite.settings",
                          DTQ_REDIS_URL=redis_server.url, DTQ_KEY_PREFIX=key_prefix)
     assert proc.returncode == 0, proc.stderr

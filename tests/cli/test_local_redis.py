@@ -15,9 +15,9 @@ from types import ModuleType
 
 import pytest
 
-from dtq_core.admin import Actor
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 
 from ..conftest import ROOT
 from ..redis_server import RedisServer
@@ -36,8 +36,8 @@ def make_runs_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """make run's Redis, with a paused queue holding one task, under the default key prefix."""
     with RedisServer(tmp_path / "make-run-redis", appendonly=False) as server:
         engine = Engine(DtqConfig(redis_url=server.url))
-        engine.enqueue("dtq.echo", queue="made-by-run")
-        engine.set_paused("made-by-run", True, Actor.cli())
+        engine.tasks.enqueue("dtq.echo", queue="made-by-run")
+        engine.queues.pause("made-by-run", Actor.cli())
         yield server
 
 
@@ -66,7 +66,7 @@ def test_bin_dtq_and_manage_py_read_make_runs_redis_and_say_so(make_runs_redis: 
     assert table.returncode == 0 and "made-by-run" in table.stdout and said in table.stderr, table.stderr
     resumed = command([str(ROOT / "bin" / "dtq"), "queue", "resume", "made-by-run"], env, cwd=tmp_path)
     assert resumed.returncode == 0 and resumed.stdout.strip() == "queue made-by-run resumed", resumed.stderr
-    assert Engine(DtqConfig(redis_url=make_runs_redis.url)).queue_detail("made-by-run")["paused"] is False
+    assert Engine(DtqConfig(redis_url=make_runs_redis.url)).queues.get("made-by-run")["paused"] is False
 
 
 def test_dtq_redis_url_still_wins_and_needs_no_banner(make_runs_redis: RedisServer, tmp_path: Path) -> None:

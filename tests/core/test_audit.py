@@ -8,8 +8,9 @@ import dataclasses
 import pytest
 import redis
 
-from dtq_core.admin import Actor, DlqSelection
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq import DlqSelection
 from dtq_core.errors import TaskTerminal
 from tests.api.support import make_dead_letters
 
@@ -22,10 +23,10 @@ def raw_entries(engine: Engine) -> list[dict[str, str]]:
 
 def test_each_action_writes_intent_then_outcome_with_one_operation_id(live_engine: Engine) -> None:
     make_dead_letters(live_engine, 3)
-    queued = live_engine.enqueue("dtq.echo", queue="default")
-    live_engine.set_paused("default", True, OPERATOR)
-    live_engine.cancel_as(queued.id, OPERATOR)
-    assert live_engine.retry_dead_letters(DlqSelection(queue="default"), OPERATOR) == 3
+    queued = live_engine.tasks.enqueue("dtq.echo", queue="default")
+    live_engine.queues.pause("default", OPERATOR)
+    live_engine.tasks.cancel(queued.id, OPERATOR)
+    assert live_engine.dlq.retry(DlqSelection(queue="default"), OPERATOR) == 3
     entries = raw_entries(live_engine)
     assert [e["phase"] for e in entries] == ["start", "end"] * 3
     for intent, outcome in zip(entries[::2], entries[1::2], strict=True):
@@ -33,11 +34,11 @@ def test_each_action_writes_intent_then_outcome_with_one_operation_id(live_engin
         assert intent["actor"] == "user:ops" and intent["source"] == "console" and intent["request_id"] == "req-7"
         assert outcome["outcome"] == "finished"
     assert entries[4]["selection"] == '{"queue":"default"}' and entries[4]["selected"] == "3"
-    rows = live_engine.audit_list().items  # one row per action, newest first
+    rows = live_engine.audit.list().items  # one row per action, newest first
     assert [(r["action"], r["count"], r["outcome"]) for r in rows] == [
         ("dlq.retry", 3, "finished"), ("task.cancel", 1, "finished"), ("queue.pause", 1, "finished")]
     assert rows[0]["selection"] == {"queue": "default"} and rows[0]["selected"] == 3
-    assert live_engine.audit_open_count() == 0
+    assert live_engine.audit.open_count() == 0
 
 
 def test_a_bulk_action_that_fails_mid_way_is_recorded_as_failed(live_engine: Engine) -> None:
@@ -52,42 +53,42 @@ def test_a_bulk_action_that_fails_mid_way_is_recorded_as_failed(live_engine: Eng
         url = live_engine.config.redis_url.replace("redis://", f"redis://{user}:pw@")
         limited = Engine(dataclasses.replace(live_engine.config, redis_url=url))
         with pytest.raises(redis.exceptions.NoPermissionError):
-            limited.retry_dead_letters(DlqSelection(ids=(entry_id,)), OPERATOR)
+            limited.dlq.retry(DlqSelection(ids=(entry_id,)), OPERATOR)
     finally:
         live_engine.client.acl_deluser(user)
-    (row,) = live_engine.audit_list().items
+    (row,) = live_engine.audit.list().items
     assert (row["outcome"], row["error"], row["count"], row["selected"]) == ("failed", "NoPermissionError", 0, 1)
     assert row["selection"] == {"ids": [entry_id], "ids_total": 1}
-    assert live_engine.dlq_count() == 1 and live_engine.audit_open_count() == 0
+    assert live_engine.dlq.count() == 1 and live_engine.audit.open_count() == 0
 
 
 def test_an_action_started_and_never_finished_is_listed_unfinished(live_engine: Engine) -> None:
     # What a process killed between the intent and the outcome leaves behind.
-    op = live_engine.audit_start(OPERATOR, "dlq.discard", "dlq:all", selected=5000, selection={"all": True})
+    op = live_engine.audit.start(OPERATOR, "dlq.discard", "dlq:all", selected=5000, selection={"all": True})
     op.advance(4000)
-    (row,) = live_engine.audit_list().items
+    (row,) = live_engine.audit.list().items
     assert (row["outcome"], row["count"], row["selected"], row["op_id"]) == ("unfinished", 4000, 5000, op.op_id)
     assert row["progress_at"] and row["actor"] == "user:ops" and row["selection"] == {"all": True}
-    assert live_engine.audit_open_count() == 1
-    live_engine.audit_finish(op)
-    (row,) = live_engine.audit_list().items
+    assert live_engine.audit.open_count() == 1
+    live_engine.audit.finish(op)
+    (row,) = live_engine.audit.list().items
     assert (row["outcome"], row["count"], row["started_at"] is not None) == ("finished", 4000, True)
 
 
 def test_refused_cancels_leave_no_audit_entry(live_engine: Engine) -> None:
-    task = live_engine.enqueue("dtq.echo")
-    live_engine.cancel_as(task.id, OPERATOR)
+    task = live_engine.tasks.enqueue("dtq.echo")
+    live_engine.tasks.cancel(task.id, OPERATOR)
     with pytest.raises(TaskTerminal):
-        live_engine.cancel_as(task.id, OPERATOR)
-    assert len(raw_entries(live_engine)) == 2 and len(live_engine.audit_list().items) == 1
+        live_engine.tasks.cancel(task.id, OPERATOR)
+    assert len(raw_entries(live_engine)) == 2 and len(live_engine.audit.list().items) == 1
 
 
 def test_an_unfinished_action_trimmed_from_the_audit_stream_is_no_longer_open(live_engine: Engine) -> None:
     engine = Engine(dataclasses.replace(live_engine.config, audit_maxlen=1), client=live_engine.client)
-    engine.audit_start(OPERATOR, "dlq.retry", "dlq:all", selected=10, selection={"all": True})  # never finished
+    engine.audit.start(OPERATOR, "dlq.retry", "dlq:all", selected=10, selection={"all": True})  # never finished
     for i in range(300):  # enough for MAXLEN ~ to drop whole nodes, the cut-short intent among them
-        with engine.audited(OPERATOR, "queue.pause", f"queue:q{i}"):
+        with engine.audit.operation(OPERATOR, "queue.pause", f"queue:q{i}"):
             pass
     assert engine.client.xlen(engine.keys.audit()) < 600
-    assert engine.audit_open_count() == 0
-    assert all(r["outcome"] == "finished" for r in engine.audit_list(limit=500).items)
+    assert engine.audit.open_count() == 0
+    assert all(r["outcome"] == "finished" for r in engine.audit.list(limit=500).items)

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis
 
-from dtq_core.admin import Actor
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_core.errors import CancelRequested, TaskTerminal
 from dtq_core.executor import Completion, Row
 from dtq_core.keys import Keys
@@ -27,7 +27,7 @@ ALL = list(Status)
 
 def _put_in_state(engine: Engine, redis_client: redis.Redis, status: Status) -> tuple[str, str, str]:
     """Enqueue a task, then force its hash into `status`; return (task id, stream, entry id)."""
-    out = engine.enqueue("dtq.echo", {"v": 1})
+    out = engine.tasks.enqueue("dtq.echo", {"v": 1})
     stream = engine.keys.stream("default", "normal")
     entry_id = redis_client.xrange(stream)[0][0]
     attempt = 0 if status in (Status.QUEUED, Status.PENDING) else 1
@@ -77,26 +77,26 @@ def test_cancel_in_every_state(engine: Engine, redis_client: redis.Redis, status
     task_id, _, _ = _put_in_state(engine, redis_client, status)
     key = engine.keys.task(task_id)
     if status in (Status.PENDING, Status.QUEUED, Status.RETRYING):
-        result = engine.cancel(task_id)
+        result = engine.tasks.cancel(task_id, Actor.cli())
         assert result.cancelled and redis_client.hget(key, "status") == "CANCELLED"
     elif status is Status.RUNNING:
-        result = engine.cancel(task_id)
+        result = engine.tasks.cancel(task_id, Actor.cli())
         assert not result.cancelled and redis_client.hget(key, "cancel_requested") == "1"
         assert redis_client.hget(key, "status") == "RUNNING"
         with pytest.raises(CancelRequested):
-            engine.cancel(task_id)
+            engine.tasks.cancel(task_id, Actor.cli())
     else:
         before = redis_client.hgetall(key)
         with pytest.raises(TaskTerminal):
-            engine.cancel(task_id)
+            engine.tasks.cancel(task_id, Actor.cli())
         assert redis_client.hgetall(key) == before
 
 
 def test_a_cancelled_queued_task_never_starts(engine: Engine, config: DtqConfig, redis_client: redis.Redis) -> None:
-    out = engine.enqueue("dtq.echo")
-    engine.cancel(out.id)
+    out = engine.tasks.enqueue("dtq.echo")
+    engine.tasks.cancel(out.id, Actor.cli())
     rows = asyncio.run(_deliver_and_claim(config, engine.keys.stream("default", "normal")))
-    assert rows == [] and engine.get_task(out.id)["status"] == "CANCELLED"
+    assert rows == [] and engine.tasks.get(out.id)["status"] == "CANCELLED"
 
 
 async def _claim_then_complete(config: DtqConfig, stream: str, tamper: Any) -> tuple[list[str], Row]:
@@ -113,7 +113,7 @@ async def _claim_then_complete(config: DtqConfig, stream: str, tamper: Any) -> t
 def test_completion_is_fenced_against_a_newer_attempt(engine: Engine, config: DtqConfig,
                                                       redis_client: redis.Redis) -> None:
     # A peer reclaimed the entry and started attempt 2: the old owner's result must not land.
-    out = engine.enqueue("dtq.echo")
+    out = engine.tasks.enqueue("dtq.echo")
     stream = engine.keys.stream("default", "normal")
     key = engine.keys.task(out.id)
     statuses, _ = asyncio.run(_claim_then_complete(config, stream, lambda row: redis_client.hset(key, "attempt", 2)))
@@ -125,11 +125,11 @@ def test_completion_is_fenced_against_a_newer_attempt(engine: Engine, config: Dt
 
 def test_completion_writes_result_acks_and_deletes_the_entry(engine: Engine, config: DtqConfig,
                                                              redis_client: redis.Redis) -> None:
-    out = engine.enqueue("dtq.echo")
+    out = engine.tasks.enqueue("dtq.echo")
     stream = engine.keys.stream("default", "normal")
     statuses, _ = asyncio.run(_claim_then_complete(config, stream, lambda row: None))
     assert statuses == ["SUCCEEDED"]
-    assert engine.get_task(out.id)["result"] == "ok"
+    assert engine.tasks.get(out.id)["result"] == "ok"
     assert redis_client.xlen(stream) == 0 and redis_client.xpending(stream, Keys.GROUP)["pending"] == 0
     ttl = redis_client.pttl(engine.keys.result(out.id))
     assert 0 < ttl <= config.result_retention_s * 1000
@@ -140,10 +140,10 @@ def test_a_task_reclaimed_into_a_paused_queue_goes_back_queued_and_says_so(
     # Its worker died while the queue was paused: the reclaim counts the lost attempt and puts
     # the task back at the tail, and that RUNNING -> QUEUED change is published like any other.
     config = dataclasses.replace(config, visibility_timeout_s=0.1, heartbeat_interval_s=0.05)
-    out = engine.enqueue("dtq.echo")
+    out = engine.tasks.enqueue("dtq.echo")
     stream = engine.keys.stream("default", "normal")
     asyncio.run(_deliver_and_claim(config, stream))  # w-test runs attempt 1, then goes silent
-    engine.set_paused("default", True, Actor.cli())
+    engine.queues.pause("default", Actor.cli())
     deadline = time.monotonic() + 5
     while redis_client.xpending_range(stream, Keys.GROUP, "-", "+", 1)[0]["time_since_delivered"] <= 150:
         assert time.monotonic() < deadline

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import redis
 
-from dtq_core.admin import Actor
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_core.errors import ValidationError
 
 from .test_scans import _all_pages, _full_pages_then_the_rest, _page_sizes
@@ -19,61 +19,61 @@ from .test_scans import _all_pages, _full_pages_then_the_rest, _page_sizes
 def test_schedule_pages_through_tasks_due_in_the_same_millisecond(engine: Engine, redis_client: redis.Redis) -> None:
     # The engine's clock stands still: a run of delayed submits shares one due time, as tasks
     # scheduled for the same moment do. A cursor used to skip the rest of that millisecond.
-    ids = [engine.enqueue("dtq.echo", {"i": i}, delay_seconds=60 + 30 * (i // 7)).id for i in range(17)]
+    ids = [engine.tasks.enqueue("dtq.echo", {"i": i}, delay_seconds=60 + 30 * (i // 7)).id for i in range(17)]
     expected = [m for m, _ in redis_client.zrange(engine.keys.schedule(), 0, -1, withscores=True)]
     assert sorted(expected) == sorted(ids)
     for limit in (1, 3, 5, 7, 16, 17, 50):
-        pages = _all_pages(functools.partial(engine.schedule_list), limit=limit)
+        pages = _all_pages(functools.partial(engine.schedule.list), limit=limit)
         assert [i["task_id"] for i in pages] == expected, limit  # type: ignore[index]
-        assert _page_sizes(engine.schedule_list, limit) == _full_pages_then_the_rest(17, limit), limit
+        assert _page_sizes(engine.schedule.list, limit) == _full_pages_then_the_rest(17, limit), limit
 
 
 def test_an_old_schedule_cursor_still_reads_after_its_millisecond(engine: Engine) -> None:
-    first = engine.enqueue("dtq.echo", delay_seconds=30).id
+    first = engine.tasks.enqueue("dtq.echo", delay_seconds=30).id
     engine.clock.advance(1)  # type: ignore[attr-defined]
-    second = engine.enqueue("dtq.echo", delay_seconds=30).id
-    assert engine.schedule_list(limit=1).items[0]["task_id"] == first
+    second = engine.tasks.enqueue("dtq.echo", delay_seconds=30).id
+    assert engine.schedule.list(limit=1).items[0]["task_id"] == first
     score = str(int(engine.client.zscore(engine.keys.schedule(), first)))
     # "<due ms>" alone, as links made before the task id was added: after that millisecond.
-    assert [i["task_id"] for i in engine.schedule_list(cursor=score).items] == [second]
+    assert [i["task_id"] for i in engine.schedule.list(cursor=score).items] == [second]
 
 
 def test_schedule_pages_hold_while_due_tasks_leave_the_front(engine: Engine, redis_client: redis.Redis) -> None:
     # The scheduler removes tasks from the front as they come due, between an operator's pages;
     # even when the last task shown is one of them, the next page starts where it left off.
-    batch = [engine.enqueue("dtq.echo", {"i": i}, delay_seconds=5).id for i in range(6)]
+    batch = [engine.tasks.enqueue("dtq.echo", {"i": i}, delay_seconds=5).id for i in range(6)]
     later = []
     for i in range(4):
         engine.clock.advance(1)  # type: ignore[attr-defined]
-        later.append(engine.enqueue("dtq.echo", {"i": i}, delay_seconds=5).id)
+        later.append(engine.tasks.enqueue("dtq.echo", {"i": i}, delay_seconds=5).id)
     order = [m for m, _ in redis_client.zrange(engine.keys.schedule(), 0, -1, withscores=True)]
-    first = engine.schedule_list(limit=2)
+    first = engine.schedule.list(limit=2)
     assert [i["task_id"] for i in first.items] == order[:2]
     redis_client.zrem(engine.keys.schedule(), order[0])  # one of the page's tasks came due
-    second = engine.schedule_list(cursor=first.next_cursor, limit=2)
+    second = engine.schedule.list(cursor=first.next_cursor, limit=2)
     assert [i["task_id"] for i in second.items] == order[2:4]
     redis_client.zrem(engine.keys.schedule(), *batch)  # the whole due millisecond, last shown included
-    rest = _all_pages(functools.partial(engine.schedule_list), limit=2)
+    rest = _all_pages(functools.partial(engine.schedule.list), limit=2)
     assert [i["task_id"] for i in rest] == later  # type: ignore[index]
-    third = engine.schedule_list(cursor=second.next_cursor, limit=10)
+    third = engine.schedule.list(cursor=second.next_cursor, limit=10)
     assert [i["task_id"] for i in third.items] == later and third.next_cursor is None
 
 
 def test_a_malformed_schedule_cursor_is_refused(engine: Engine) -> None:
     for cursor in ("x1", "12-a b", "12-" + "a" * 129, "-abc"):
         with pytest.raises(ValidationError):
-            engine.schedule_list(cursor=cursor)
+            engine.schedule.list(cursor=cursor)
 
 
 def test_audit_pages_offer_no_cursor_to_an_empty_page(engine: Engine) -> None:
     actors = [Actor.user("ann", source="console"), Actor(name="cli:root", source="cli")]
     for i in range(12):
-        engine.audit(actors[i % 2], "queue.pause" if i % 3 else "dlq.retry", f"queue:q{i}", 1)
+        engine.audit.record(actors[i % 2], "queue.pause" if i % 3 else "dlq.retry", f"queue:q{i}", 1)
     filters: list[dict[str, Any]] = [{}, {"source": "cli"}, {"action": "dlq.retry"}, {"actor": "user:nobody"}]
     for where in filters:
-        total = len(engine.audit_list(limit=500, **where).items)
+        total = len(engine.audit.list(limit=500, **where).items)
         for limit in (1, 2, 4, 6, 12):
-            fetch = functools.partial(engine.audit_list, **where)
+            fetch = functools.partial(engine.audit.list, **where)
             assert _page_sizes(fetch, limit) == _full_pages_then_the_rest(total, limit), (where, limit)
             assert [e["id"] for e in _all_pages(fetch, limit)] == [  # type: ignore[index]
-                e["id"] for e in engine.audit_list(limit=500, **where).items]
+                e["id"] for e in engine.audit.list(limit=500, **where).items]

@@ -11,11 +11,11 @@ import pytest
 import redis
 
 import dtq_tasks
-from dtq_core.admin import Actor
 from dtq_core.clock import SystemClock
 from dtq_core.config import ConfigError, DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_core.errors import QueueLimitReached, QueueNotEmpty, QueueNotFound
 from dtq_core.keys import Keys
 from dtq_core.worker_store import WorkerStore
@@ -30,18 +30,18 @@ def _bounded(config: DtqConfig, most: int) -> Engine:
 def test_a_submit_to_a_new_queue_past_the_bound_is_refused(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine = _bounded(config, 3)
     for queue in ("a", "b", "c"):
-        engine.enqueue("dtq.echo", queue=queue)
+        engine.tasks.enqueue("dtq.echo", queue=queue)
     with pytest.raises(QueueLimitReached) as refused:
-        engine.enqueue("dtq.echo", queue="d")
+        engine.tasks.enqueue("dtq.echo", queue="d")
     assert refused.value.code == "QUEUE_LIMIT_REACHED" and refused.value.http_status == 409
     assert "DTQ_MAX_QUEUES" in refused.value.message and refused.value.details["limit"] == 3
     with pytest.raises(QueueLimitReached):  # a delayed task would create the queue too
-        engine.enqueue("dtq.echo", queue="d", delay_seconds=60)
-    assert engine.enqueue("dtq.echo", queue="a").created  # existing queues still take tasks
+        engine.tasks.enqueue("dtq.echo", queue="d", delay_seconds=60)
+    assert engine.tasks.enqueue("dtq.echo", queue="a").created  # existing queues still take tasks
     assert redis_client.smembers(engine.keys.queues()) == {"a", "b", "c"}
     assert not redis_client.exists(*engine.keys.streams("d"))
     # A batch gets the error per item, the rest goes in.
-    outcomes = engine.enqueue_many([engine.validate("dtq.echo", queue=q) for q in ("b", "e", "c")])
+    outcomes = engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue=q) for q in ("b", "e", "c")])
     assert [type(o).__name__ for o in outcomes] == ["Enqueued", "QueueLimitReached", "Enqueued"]
 
 
@@ -51,7 +51,7 @@ def test_concurrent_submits_to_new_queues_cannot_overshoot_the_bound(config: Dtq
 
     def submit(n: int) -> bool:
         try:
-            engine.enqueue("dtq.echo", queue=f"q{n}")
+            engine.tasks.enqueue("dtq.echo", queue=f"q{n}")
             return True
         except QueueLimitReached:
             return False
@@ -79,7 +79,7 @@ def test_the_bound_is_validated(raw: str) -> None:
 def test_a_bound_of_zero_is_off(config: DtqConfig) -> None:
     engine = _bounded(config, 0)
     for n in range(5):
-        engine.enqueue("dtq.echo", queue=f"free{n}")
+        engine.tasks.enqueue("dtq.echo", queue=f"free{n}")
 
 
 def _queue_keys(client: redis.Redis, keys: Keys, queue: str) -> dict[str, object]:
@@ -89,48 +89,48 @@ def _queue_keys(client: redis.Redis, keys: Keys, queue: str) -> dict[str, object
 
 
 def test_delete_removes_an_empty_queue_at_once_and_is_audited(engine: Engine, redis_client: redis.Redis) -> None:
-    task_id = engine.enqueue("dtq.echo", queue="junk").id
-    engine.set_paused("junk", True, Actor.cli())
-    engine.cancel(task_id)  # nothing left in it
-    engine.delete_queue("junk", Actor.cli())
+    task_id = engine.tasks.enqueue("dtq.echo", queue="junk").id
+    engine.queues.pause("junk", Actor.cli())
+    engine.tasks.cancel(task_id, Actor.cli())  # nothing left in it
+    engine.queues.delete("junk", Actor.cli())
     assert _queue_keys(redis_client, engine.keys, "junk") == {
         "known": False, "paused": False, "paused_info": False, "ready": False, "streams": 0, "wake": 0}
     with pytest.raises(QueueNotFound):
-        engine.queue_detail("junk")
-    assert [q["name"] for q in engine.queue_stats()] == []
-    entry = engine.audit_list().items[0]
+        engine.queues.get("junk")
+    assert [q["name"] for q in engine.queues.stats()] == []
+    entry = engine.audit.list().items[0]
     assert (entry["action"], entry["target"], entry["count"]) == ("queue.delete", "queue:junk", 1)
     with pytest.raises(QueueNotFound):
-        engine.delete_queue("junk", Actor.cli())
+        engine.queues.delete("junk", Actor.cli())
     # A new submit creates it again, from scratch (not paused).
-    assert engine.enqueue("dtq.echo", queue="junk").created
-    assert engine.queue_detail("junk")["paused"] is False and engine.queue_detail("junk")["waiting"] == 1
+    assert engine.tasks.enqueue("dtq.echo", queue="junk").created
+    assert engine.queues.get("junk")["paused"] is False and engine.queues.get("junk")["waiting"] == 1
 
 
 def test_delete_frees_room_under_the_bound(config: DtqConfig) -> None:
     engine = _bounded(config, 1)
-    engine.enqueue("dtq.echo", queue="old", delay_seconds=0)
-    engine.purge("old", Actor.cli())
+    engine.tasks.enqueue("dtq.echo", queue="old", delay_seconds=0)
+    engine.queues.purge("old", Actor.cli())
     with pytest.raises(QueueLimitReached):
-        engine.enqueue("dtq.echo", queue="new")
-    engine.delete_queue("old", Actor.cli())
-    assert engine.enqueue("dtq.echo", queue="new").created
+        engine.tasks.enqueue("dtq.echo", queue="new")
+    engine.queues.delete("old", Actor.cli())
+    assert engine.tasks.enqueue("dtq.echo", queue="new").created
 
 
 def test_delete_refuses_a_queue_with_waiting_scheduled_or_running_tasks(engine: Engine, config: DtqConfig,
                                                                         redis_client: redis.Redis) -> None:
-    waiting = engine.enqueue("dtq.echo", queue="busy").id
+    waiting = engine.tasks.enqueue("dtq.echo", queue="busy").id
     with pytest.raises(QueueNotEmpty, match="1 waiting, 0 in flight, 0 scheduled") as refused:
-        engine.delete_queue("busy", Actor.cli())
+        engine.queues.delete("busy", Actor.cli())
     assert refused.value.code == "QUEUE_NOT_EMPTY" and refused.value.http_status == 409
-    engine.cancel(waiting)
-    later = engine.enqueue("dtq.echo", queue="busy", delay_seconds=600).id
+    engine.tasks.cancel(waiting, Actor.cli())
+    later = engine.tasks.enqueue("dtq.echo", queue="busy", delay_seconds=600).id
     with pytest.raises(QueueNotEmpty, match="0 waiting, 0 in flight, 1 scheduled"):
-        engine.delete_queue("busy", Actor.cli())
-    engine.cancel(later)
+        engine.queues.delete("busy", Actor.cli())
+    engine.tasks.cancel(later, Actor.cli())
 
     # Delivered to a worker and not yet finished: in flight.
-    engine.enqueue("dtq.sleep", {"seconds": 30}, queue="busy")
+    engine.tasks.enqueue("dtq.sleep", {"seconds": 30}, queue="busy")
 
     async def claim() -> None:
         store = WorkerStore(config, async_client(config, read_timeout_s=10), SystemClock(), "holder")
@@ -141,20 +141,21 @@ def test_delete_refuses_a_queue_with_waiting_scheduled_or_running_tasks(engine: 
 
     asyncio.run(claim())
     with pytest.raises(QueueNotEmpty, match="0 waiting, 1 in flight, 0 scheduled"):
-        engine.delete_queue("busy", Actor.cli())
+        engine.queues.delete("busy", Actor.cli())
     assert redis_client.sismember(engine.keys.queues(), "busy")
-    assert [e["action"] for e in engine.audit_list().items] == []  # refusals change nothing
+    # Refusals change nothing, so leave no entry (the two cancels above are audited).
+    assert [e["action"] for e in engine.audit.list().items] == ["task.cancel", "task.cancel"]
 
 
 @pytest.mark.slow
 def test_a_worker_serving_a_deleted_queue_serves_it_again_once_a_submit_recreates_it(
         engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
     worker = start_worker("--queues", "gone", "--name", "gone-w")
-    first = engine.enqueue("dtq.echo", queue="gone").id
-    wait_for(lambda: engine.get_task(first)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
-    engine.delete_queue("gone", Actor.cli())
+    first = engine.tasks.enqueue("dtq.echo", queue="gone").id
+    wait_for(lambda: engine.tasks.get(first)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
+    engine.queues.delete("gone", Actor.cli())
     assert not redis_client.exists(*engine.keys.streams("gone"))
     # The running worker keeps waiting on the queue; a submit creates it anew and rings it.
-    second = engine.enqueue("dtq.echo", queue="gone").id
-    wait_for(lambda: engine.get_task(second)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
+    second = engine.tasks.enqueue("dtq.echo", queue="gone").id
+    wait_for(lambda: engine.tasks.get(second)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
     assert worker.proc.poll() is None

@@ -13,8 +13,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dtq_core import inspect
-from dtq_core.engine import Engine
+from dtq_core.engine import Engine, reads
+from dtq_core.engine.audit import Actor
 
 from ..api.support import drain
 
@@ -29,9 +29,9 @@ def _dead_letters(engine: Engine) -> None:
     subs = []
     for i, (error, note) in enumerate(itertools.product(TEXTS, TEXTS[::3])):
         ttype = "no.such.type" if i % 5 == 0 else "dtq.fail"
-        subs.append(engine.validate(ttype, {"message": error, "note": note}, queue="qa" if i % 2 else "qb",
-                                    max_attempts=1))
-    engine.enqueue_many(subs)
+        subs.append(engine.tasks.validate(ttype, {"message": error, "note": note}, queue="qa" if i % 2 else "qb",
+                                          max_attempts=1))
+    engine.tasks.enqueue_many(subs)
     drain(engine.config)
 
 
@@ -62,14 +62,14 @@ def _dlq_reference(engine: Engine, client: redis.Redis, *, queue: str | None, ty
 
 
 def _dlq_pages(engine: Engine, **filters: Any) -> list[str]:
-    pages = _all_pages(functools.partial(engine.dlq_list, **filters), limit=3)
+    pages = _all_pages(functools.partial(engine.dlq.list, **filters), limit=3)
     return [item["entry_id"] for item in pages]  # type: ignore[index]
 
 
 @pytest.fixture
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inspect, "SCAN_BUDGET", 7)  # pages end on the budget, not only on the limit
-    monkeypatch.setattr(inspect, "SCAN_CALL_BYTES", 300)  # and script calls on their byte budget
+    monkeypatch.setattr(reads, "SCAN_BUDGET", 7)  # pages end on the budget, not only on the limit
+    monkeypatch.setattr(reads, "SCAN_CALL_BYTES", 300)  # and script calls on their byte budget
 
 
 def _script_calls(client: redis.Redis) -> int:
@@ -82,7 +82,7 @@ def _script_calls(client: redis.Redis) -> int:
 def test_dlq_search_matches_pythons_lower_for_any_needle(engine: Engine, redis_client: redis.Redis,
                                                          small_budget: None) -> None:
     _dead_letters(engine)
-    assert engine.dlq_count() == len(TEXTS) * 3
+    assert engine.dlq.count() == len(TEXTS) * 3
     substrings = st.sampled_from(TEXTS).flatmap(
         lambda t: st.tuples(st.integers(0, len(t) - 1), st.integers(1, 6)).map(lambda ab: t[ab[0]:ab[0] + ab[1]]))
     cased = substrings.flatmap(lambda s: st.sampled_from([s, s.upper(), s.lower(), s.swapcase()]))
@@ -96,7 +96,7 @@ def test_dlq_search_matches_pythons_lower_for_any_needle(engine: Engine, redis_c
         assert _dlq_pages(engine, queue=queue, type=type, q=needle) == expected
         # The bulk-action preview counts the same matches within the newest `budget` entries.
         newest = {eid for eid, _ in redis_client.xrevrange(engine.keys.dlq(), count=budget)}
-        assert engine.dlq_match_count(queue=queue, type=type, q=needle, budget=budget) == {
+        assert engine.dlq.match_count(queue=queue, type=type, q=needle, budget=budget) == {
             "count": len(newest.intersection(expected)), "exact": budget >= len(TEXTS) * 3}
 
     check()
@@ -139,15 +139,15 @@ def test_task_filters_page_across_the_budget_and_within_one_millisecond(
     for i in range(30):  # the engine's clock stands still: runs of tasks share a millisecond
         if i % 8 == 0:
             engine.clock.advance(0.001)  # type: ignore[attr-defined]
-        ids.append(engine.enqueue("t.x" if i % 3 else "t.y", {"i": i}, queue="qa" if i % 2 else "qb").id)
+        ids.append(engine.tasks.enqueue("t.x" if i % 3 else "t.y", {"i": i}, queue="qa" if i % 2 else "qb").id)
     for task_id in ids[::4]:
-        engine.cancel(task_id)
+        engine.tasks.cancel(task_id, Actor.cli())
     for task_id in ids[1::7]:
         redis_client.delete(engine.keys.task(task_id))  # expired: the index entry outlives the hash
     combos = itertools.product([None, "qa"], [None, "QUEUED", "CANCELLED", "RUNNING"], [None, "t.y"])
     for queue, status, ttype in combos:
         expected = _tasks_reference(engine, redis_client, queue=queue, status=status, type=ttype)
-        pages = _all_pages(functools.partial(engine.list_tasks, queue=queue, status=status, type=ttype),
+        pages = _all_pages(functools.partial(engine.tasks.list, queue=queue, status=status, type=ttype),
                            limit=limit)
         assert [t["id"] for t in pages] == expected, (queue, status, ttype)  # type: ignore[index]
     assert len(_tasks_reference(engine, redis_client)) == 30 - len(ids[1::7])
@@ -177,11 +177,11 @@ def test_a_cursor_is_offered_only_when_an_older_match_exists(engine: Engine, red
     _dead_letters(engine)
     for queue, type, q in itertools.product([None, "qa", "nope"], [None, "dtq.fail"], [None, "declined", "échec"]):
         total = len(_dlq_reference(engine, redis_client, queue=queue, type=type, q=q))
-        sizes = _page_sizes(functools.partial(engine.dlq_list, queue=queue, type=type, q=q), limit)
+        sizes = _page_sizes(functools.partial(engine.dlq.list, queue=queue, type=type, q=q), limit)
         assert sizes == _full_pages_then_the_rest(total, limit), (queue, type, q)
     for queue, status, ttype in itertools.product([None, "qa"], [None, "DEAD_LETTERED"], [None, "dtq.fail"]):
         total = len(_tasks_reference(engine, redis_client, queue=queue, status=status, type=ttype))
-        sizes = _page_sizes(functools.partial(engine.list_tasks, queue=queue, status=status, type=ttype), limit)
+        sizes = _page_sizes(functools.partial(engine.tasks.list, queue=queue, status=status, type=ttype), limit)
         assert sizes == _full_pages_then_the_rest(total, limit), (queue, status, ttype)
 
 
@@ -189,7 +189,7 @@ def test_a_non_ascii_search_reads_the_dlq_in_few_calls(engine: Engine, redis_cli
     # Matched in Python, the needle must not make the script stop at `limit` candidates each call.
     _dead_letters(engine)
     before = _script_calls(redis_client)
-    page = engine.dlq_list(q="ünmatched", limit=1)
+    page = engine.dlq.list(q="ünmatched", limit=1)
     assert page.items == [] and page.next_cursor is None
     assert _script_calls(redis_client) - before == 1  # 24 entries: one call of up to 500
 
@@ -197,14 +197,15 @@ def test_a_non_ascii_search_reads_the_dlq_in_few_calls(engine: Engine, redis_cli
 def test_large_payloads_split_a_search_into_calls_of_about_a_megabyte(engine: Engine,
                                                                       redis_client: redis.Redis) -> None:
     big = "x" * 400_000
-    subs = [engine.validate("dtq.fail", {"message": "boom", "blob": big + str(i)}, max_attempts=1) for i in range(6)]
-    engine.enqueue_many(subs)
+    subs = [engine.tasks.validate("dtq.fail", {"message": "boom", "blob": big + str(i)}, max_attempts=1)
+            for i in range(6)]
+    engine.tasks.enqueue_many(subs)
     drain(engine.config)
     before = _script_calls(redis_client)
-    assert [i["task_id"] for i in engine.dlq_list(q="xxx5").items] == [subs[5].task_id]
-    assert [i["task_id"] for i in engine.dlq_list(q="nowhere").items] == []
+    assert [i["task_id"] for i in engine.dlq.list(q="xxx5").items] == [subs[5].task_id]
+    assert [i["task_id"] for i in engine.dlq.list(q="nowhere").items] == []
     # Each call stops once it has looked at 1 MB: three 400 KB payloads, so two calls per search.
     assert _script_calls(redis_client) - before == 2 + 2
     before = _script_calls(redis_client)
-    assert len(engine.list_tasks(type="dtq.fail").items) == 6  # records carry their payloads
+    assert len(engine.tasks.list(type="dtq.fail").items) == 6  # records carry their payloads
     assert _script_calls(redis_client) - before == 2

@@ -75,13 +75,13 @@ def _kill_named(redis_client: redis.Redis, name: str) -> int:
 def test_submit_reloads_its_script_after_a_flush_and_raises_connection_error_without_redis(
         engine: Engine, redis_client: redis.Redis) -> None:
     redis_client.script_flush()
-    task_id = engine.enqueue("dtq.echo", record=False).id
+    task_id = engine.tasks.enqueue("dtq.echo", record=False).id
     assert redis_client.hget(engine.keys.task(task_id), "status") == "QUEUED"
 
     # Nothing listens on port 1: the API maps this error to 503 REDIS_UNAVAILABLE.
     dead = Engine(DtqConfig(redis_url="redis://127.0.0.1:1/0", key_prefix=engine.keys.prefix))
     try:
         with pytest.raises(redis.exceptions.ConnectionError):
-            dead.enqueue("dtq.echo", record=False)
+            dead.tasks.enqueue("dtq.echo", record=False)
     finally:
         dead.client.close()

@@ -74,8 +74,8 @@ def dead_letters(live_engine: Engine) -> Callable[..., list[str]]:
             body = {"retryable": False, "message": message, "i": i}
             if payload is not None:
                 body["extra"] = payload
-            ids.append(live_engine.enqueue("dtq.fail", body, queue=queue).id)
+            ids.append(live_engine.tasks.enqueue("dtq.fail", body, queue=queue).id)
         run_burst(live_engine)
-        return [live_engine.get_task(task_id)["dlq_entry_id"] for task_id in ids]
+        return [live_engine.tasks.get(task_id)["dlq_entry_id"] for task_id in ids]
 
     return make

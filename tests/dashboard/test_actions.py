@@ -11,8 +11,8 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from dtq_core.admin import Actor
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 
 from .conftest import make_user
 
@@ -31,17 +31,17 @@ class Case:
 
 
 def _queue(engine: Engine, _: Any) -> dict[str, Any]:
-    return {"task": engine.enqueue("t.x", queue="work").id}
+    return {"task": engine.tasks.enqueue("t.x", queue="work").id}
 
 
 def _paused_queue(engine: Engine, make: Any) -> dict[str, Any]:
     state = _queue(engine, make)
-    engine.set_paused("work", True, Actor.user("setup", source="console"))
+    engine.queues.pause("work", Actor.user("setup", source="console"))
     return state
 
 
 def _empty_queue(engine: Engine, make: Any) -> dict[str, Any]:
-    engine.cancel(engine.enqueue("t.x", queue="work").id)
+    engine.tasks.cancel(engine.tasks.enqueue("t.x", queue="work").id, Actor.cli())
     return {}
 
 
@@ -50,20 +50,20 @@ def _dead(engine: Engine, make: Callable[..., list[str]]) -> dict[str, Any]:
 
 
 def _dlq_len(engine: Engine) -> int:
-    return engine.dlq_count()
+    return engine.dlq.count()
 
 
 CASES = [
     Case("pause", "pause_queue", _queue, lambda s: "/queues/work/pause", lambda s: {},
-         lambda e, s: e.queue_detail("work")["paused"], "Paused queue work"),
+         lambda e, s: e.queues.get("work")["paused"], "Paused queue work"),
     Case("resume", "pause_queue", _paused_queue, lambda s: "/queues/work/resume", lambda s: {},
-         lambda e, s: not e.queue_detail("work")["paused"], "Resumed queue work"),
+         lambda e, s: not e.queues.get("work")["paused"], "Resumed queue work"),
     Case("purge", "purge_queue", _queue, lambda s: "/queues/work/purge", lambda s: {"confirm": "yes"},
-         lambda e, s: e.get_task(s["task"])["status"] == "CANCELLED", "cancelled 1 waiting task"),
+         lambda e, s: e.tasks.get(s["task"])["status"] == "CANCELLED", "cancelled 1 waiting task"),
     Case("delete-queue", "purge_queue", _empty_queue, lambda s: "/queues/work/delete", lambda s: {},
          lambda e, s: "work" not in e.client.smembers(e.keys.queues()), "Deleted queue work"),
     Case("cancel", "cancel_task", _queue, lambda s: f"/tasks/{s['task']}/cancel", lambda s: {},
-         lambda e, s: e.get_task(s["task"])["status"] == "CANCELLED", "Cancelled task"),
+         lambda e, s: e.tasks.get(s["task"])["status"] == "CANCELLED", "Cancelled task"),
     Case("dlq-retry", "retry_deadletter", _dead, lambda s: "/dlq/retry", lambda s: {"ids": s["ids"]},
          lambda e, s: _dlq_len(e) == 0, "Retried 2 of 2 selected dead letters"),
     Case("dlq-discard", "discard_deadletter", _dead, lambda s: "/dlq/discard", lambda s: {"ids": s["ids"][:1]},
@@ -87,13 +87,13 @@ def _messages(response: Any) -> list[str]:
 def test_staff_with_the_permission_act_once_audited_with_a_message(
         case: Case, who: str, live_engine: Engine, dead_letters: Any, login: Callable[[str], Client]) -> None:
     state = case.setup(live_engine, dead_letters)
-    audit_before = len(live_engine.audit_list(limit=500).items)
+    audit_before = len(live_engine.audit.list(limit=500).items)
     client = login(who)
     response = client.post(case.url(state), {**case.data(state), "next": "/dlq/"}, HTTP_X_REQUEST_ID="req-42")
     assert response.status_code == 302 and response["Location"].startswith("/"), response.content[:300]
     assert case.changed(live_engine, state)
     assert any(case.message in m for m in _messages(response)), _messages(response)
-    entries = live_engine.audit_list(limit=500).items
+    entries = live_engine.audit.list(limit=500).items
     assert len(entries) == audit_before + 1
     assert entries[0]["actor"] == f"user:{who}" and entries[0]["source"] == "console"
     assert entries[0]["request_id"] == "req-42"
@@ -104,7 +104,7 @@ def test_staff_with_the_permission_act_once_audited_with_a_message(
 def test_everyone_else_changes_nothing_and_is_not_audited(
         case: Case, who: str | None, live_engine: Engine, dead_letters: Any, login: Callable[[str], Client]) -> None:
     state = case.setup(live_engine, dead_letters)
-    audit_before = live_engine.audit_list(limit=500).items
+    audit_before = live_engine.audit.list(limit=500).items
     client = login(who) if who else Client()
     response = client.post(case.url(state), case.data(state))
     if who is None:
@@ -112,7 +112,7 @@ def test_everyone_else_changes_nothing_and_is_not_audited(
     else:
         assert response.status_code == 403 and b"Permission denied" in response.content
     assert not case.changed(live_engine, state)
-    assert live_engine.audit_list(limit=500).items == audit_before
+    assert live_engine.audit.list(limit=500).items == audit_before
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -143,7 +143,7 @@ def test_each_permission_only_allows_its_own_action(live_engine: Engine, dead_le
     assert client.post("/dlq/discard", {"ids": ids}).status_code == 403
     assert client.post("/queues/default/pause").status_code == 403
     assert client.post("/dlq/retry", {"ids": ids}).status_code == 302
-    assert live_engine.dlq_count() == 0
+    assert live_engine.dlq.count() == 0
     html = client.get("/dlq/").content.decode()
     assert "Retry all matching" in html and "Discard all matching" not in html
 
@@ -154,7 +154,7 @@ def test_matching_actions_without_confirmation_go_to_the_preview(live_engine: En
     client = login("operator")
     response = client.post("/dlq/matching/discard", {"q": "flaky"})
     assert response.status_code == 302 and response["Location"] == "/dlq/matching/confirm?action=discard&q=flaky"
-    assert live_engine.dlq_count() == 2 and live_engine.audit_list().items == []
+    assert live_engine.dlq.count() == 2 and live_engine.audit.list().items == []
     preview = client.get(response["Location"])
     assert b"Discard 2 dead letters" in preview.content
     response = client.post("/queues/default/purge")
@@ -173,7 +173,7 @@ def test_malformed_or_oversized_selections_change_nothing(data: dict[str, Any], 
     response = login("operator").post("/dlq/retry", data)
     assert response.status_code == 302
     assert any(error in m for m in _messages(response)), _messages(response)
-    assert live_engine.dlq_count() == 1 and live_engine.audit_list().items == []
+    assert live_engine.dlq.count() == 1 and live_engine.audit.list().items == []
 
 
 def test_a_post_with_too_many_fields_is_a_400(live_engine: Engine, dead_letters: Any,
@@ -181,7 +181,7 @@ def test_a_post_with_too_many_fields_is_a_400(live_engine: Engine, dead_letters:
     dead_letters(1)
     response = login("operator").post("/dlq/retry", {"ids": [f"{i}-0" for i in range(5000)]})
     assert response.status_code == 400  # Django's DATA_UPLOAD_MAX_NUMBER_FIELDS guard
-    assert live_engine.dlq_count() == 1 and live_engine.audit_list().items == []
+    assert live_engine.dlq.count() == 1 and live_engine.audit.list().items == []
 
 
 def test_bad_filters_on_matching_actions_change_nothing(live_engine: Engine, dead_letters: Any,
@@ -191,7 +191,7 @@ def test_bad_filters_on_matching_actions_change_nothing(live_engine: Engine, dea
     assert any("queue" in m for m in _messages(response))
     response = login("operator").post("/dlq/matching/retry", {"q": "x" * 500, "confirm": "yes"})
     assert any("at most 200" in m for m in _messages(response))
-    assert live_engine.dlq_count() == 1 and live_engine.audit_list().items == []
+    assert live_engine.dlq.count() == 1 and live_engine.audit.list().items == []
 
 
 def test_retrying_entries_already_gone_says_so(live_engine: Engine, dead_letters: Any,
@@ -202,8 +202,8 @@ def test_retrying_entries_already_gone_says_so(live_engine: Engine, dead_letters
 
 
 def test_domain_errors_become_messages(live_engine: Engine, login: Callable[[str], Client]) -> None:
-    task_id = live_engine.enqueue("t.x").id
-    live_engine.cancel(task_id)
+    task_id = live_engine.tasks.enqueue("t.x").id
+    live_engine.tasks.cancel(task_id, Actor.cli())
     client = login("operator")
     response = client.post(f"/tasks/{task_id}/cancel")
     assert response.status_code == 302 and any("already CANCELLED" in m for m in _messages(response))
@@ -214,7 +214,7 @@ def test_domain_errors_become_messages(live_engine: Engine, login: Callable[[str
 
 def test_deleting_a_busy_queue_says_why_and_changes_nothing(live_engine: Engine,
                                                            login: Callable[[str], Client]) -> None:
-    live_engine.enqueue("t.x", queue="work")
+    live_engine.tasks.enqueue("t.x", queue="work")
     client = login("operator")
     page = client.get("/queues/work/").content.decode()
     # A real button in a POST form with the CSRF token, on the queue's page.
@@ -223,12 +223,12 @@ def test_deleting_a_busy_queue_says_why_and_changes_nothing(live_engine: Engine,
     assert 'method="post"' in form and "csrfmiddlewaretoken" in form and ">Delete</button>" in form
     response = client.post("/queues/work/delete", follow=True)
     assert "is not empty: 1 waiting" in response.content.decode()
-    assert live_engine.queue_detail("work")["waiting"] == 1
-    assert [e["action"] for e in live_engine.audit_list().items] == []
+    assert live_engine.queues.get("work")["waiting"] == 1
+    assert [e["action"] for e in live_engine.audit.list().items] == []
 
 
 def test_pausing_twice_reports_no_change(live_engine: Engine, login: Callable[[str], Client]) -> None:
-    live_engine.enqueue("t.x", queue="work")
+    live_engine.tasks.enqueue("t.x", queue="work")
     client = login("operator")
     client.post("/queues/work/pause")
     response = client.post("/queues/work/pause")
@@ -236,7 +236,7 @@ def test_pausing_twice_reports_no_change(live_engine: Engine, login: Callable[[s
 
 
 def test_next_only_redirects_locally(live_engine: Engine, login: Callable[[str], Client]) -> None:
-    live_engine.enqueue("t.x", queue="work")
+    live_engine.tasks.enqueue("t.x", queue="work")
     client = login("operator")
     assert client.post("/queues/work/pause", {"next": "https://evil.example/"})["Location"] == "/queues/work/"
     assert client.post("/queues/work/resume", {"next": "/queues/work/?x=1"})["Location"] == "/queues/work/?x=1"

@@ -62,7 +62,7 @@ def test_it_forwards_real_task_events(live_engine: Engine) -> None:
         connected, _ = await ws.connect()
         assert connected
         await until(lambda: subscribers(live_engine) == 1)
-        task_id = await asyncio.to_thread(lambda: live_engine.enqueue("t.x", {"a": 1}).id)
+        task_id = await asyncio.to_thread(lambda: live_engine.tasks.enqueue("t.x", {"a": 1}).id)
         message = json.loads(await ws.receive_from(timeout=3))
         await ws.disconnect()
         return [message, {"task_id": task_id}]

@@ -16,6 +16,6 @@ def test_evictions_by_the_cap_show_on_the_dlq_page_and_in_metrics(
     settings.DTQ = {**settings.DTQ, "DLQ_MAXLEN": 3}
     capped = Engine(dataclasses.replace(live_engine.config, dlq_maxlen=3), client=live_engine.client)
     make_dead_letters(capped, 5)  # the worker dead-letters five against a cap of three
-    assert capped.dlq_count() == 3
+    assert capped.dlq.count() == 3
     assert "2 evicted by the cap of 3 (DTQ_DLQ_MAXLEN)" in client.get("/dlq/").content.decode()
     assert "dtq_dlq_trimmed_total 2.0" in client.get("/metrics").content.decode()

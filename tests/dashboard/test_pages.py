@@ -24,10 +24,10 @@ HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 def seeded(live_engine: Engine, dead_letters: Callable[..., list[str]]) -> dict[str, Any]:
     dlq_ids = dead_letters(2, message=f"bad card {HOSTILE}")
     serve_types(live_engine, "emails.send", "reports.build", "x.y")  # as the app's workers would
-    waiting = [live_engine.enqueue("emails.send", {"to": f"u{i}@example.com", "html": HOSTILE}, queue="emails").id
+    waiting = [live_engine.tasks.enqueue("emails.send", {"to": f"u{i}@example.com", "html": HOSTILE}, queue="emails").id
                for i in range(3)]
-    delayed = live_engine.enqueue("reports.build", {"month": 1}, queue="reports", delay_seconds=600).id
-    return {"dlq_ids": dlq_ids, "dead_task": live_engine.dlq_entry(dlq_ids[0])["task_id"], "waiting": waiting,
+    delayed = live_engine.tasks.enqueue("reports.build", {"month": 1}, queue="reports", delay_seconds=600).id
+    return {"dlq_ids": dlq_ids, "dead_task": live_engine.dlq.get(dlq_ids[0])["task_id"], "waiting": waiting,
             "delayed": delayed}
 
 
@@ -71,11 +71,11 @@ def test_login_required_makes_every_page_ask_for_login(client: Client, seeded: d
 
 def test_the_overview_shows_depth_per_priority_dlq_paused_and_the_leader(
         client: Client, live_engine: Engine, seeded: dict[str, Any]) -> None:
-    live_engine.enqueue("x.y", queue="emails", priority="high")
+    live_engine.tasks.enqueue("x.y", queue="emails", priority="high")
     live_engine.client.set(live_engine.keys.scheduler_lock(), "worker-7")
-    from dtq_core.admin import Actor
+    from dtq_core.engine.audit import Actor
 
-    live_engine.set_paused("reports", True, Actor.user("ops", source="console"))
+    live_engine.queues.pause("reports", Actor.user("ops", source="console"))
     html = client.get("/").content.decode()
     assert 'data-queue="emails"' in html and 'data-f="high">1<' in html and 'data-f="normal">3<' in html
     assert 'data-total="dlq">2<' in html and "PAUSED" in html and "worker-7" in html
@@ -106,7 +106,7 @@ def test_the_task_page_shows_payload_timeline_errors_and_result(client: Client, 
 
 def test_waiting_tasks_are_paged_by_stream_id(client: Client, live_engine: Engine) -> None:
     for i in range(55):
-        live_engine.enqueue("t.x", {"i": i}, queue="big", priority="low" if i % 2 else "high")
+        live_engine.tasks.enqueue("t.x", {"i": i}, queue="big", priority="low" if i % 2 else "high")
     first = client.get("/queues/big/")
     assert first.context["page"].next_cursor and len(first.context["page"].items) == 50
     assert [t["priority"] for t in first.context["page"].items][:28] == ["high"] * 28
@@ -151,13 +151,13 @@ def test_a_group_seen_under_a_queue_filter_acts_on_that_queue_only(
 def test_the_preview_count_is_bounded_and_says_when_it_is_a_lower_bound(
         live_engine: Engine, dead_letters: Callable[..., list[str]]) -> None:
     dead_letters(3, message="timeout")
-    assert live_engine.dlq_match_count(type="dtq.fail", budget=2) == {"count": 2, "exact": False}
-    assert live_engine.dlq_match_count(q="timeout", budget=3) == {"count": 3, "exact": True}
-    assert live_engine.dlq_match_count(queue="default") == {"count": 3, "exact": True}
+    assert live_engine.dlq.match_count(type="dtq.fail", budget=2) == {"count": 2, "exact": False}
+    assert live_engine.dlq.match_count(q="timeout", budget=3) == {"count": 3, "exact": True}
+    assert live_engine.dlq.match_count(queue="default") == {"count": 3, "exact": True}
 
 
 def test_task_search_by_id_redirects_to_the_task(client: Client, live_engine: Engine) -> None:
-    task_id = live_engine.enqueue("t.x").id
+    task_id = live_engine.tasks.enqueue("t.x").id
     response = client.get("/tasks/", {"id": f"  {task_id} "})
     assert response.status_code == 302 and response["Location"] == f"/tasks/{task_id}/"
 
@@ -177,7 +177,7 @@ def test_unknown_things_are_404_pages(client: Client, live_engine: Engine, path:
     "/queues/emails/?cursor=high:18446744073709551615-18446744073709551615",
 ])
 def test_malformed_or_oversized_input_is_a_400_page(client: Client, live_engine: Engine, path: str) -> None:
-    live_engine.enqueue("t.x", queue="emails")
+    live_engine.tasks.enqueue("t.x", queue="emails")
     response = client.get(path)
     assert response.status_code == 400, response.content[:300]
     assert b"Bad request" in response.content
@@ -297,17 +297,17 @@ def test_a_leader_that_stopped_heartbeating_is_flagged_and_dlq_evictions_are_sho
 
 
 def test_a_paused_queue_says_who_paused_it(client: Client, live_engine: Engine) -> None:
-    from dtq_core.admin import Actor
+    from dtq_core.engine.audit import Actor
 
-    live_engine.enqueue("dtq.echo", queue="held")
-    live_engine.set_paused("held", True, Actor.user("night-ops", source="console"))
+    live_engine.tasks.enqueue("dtq.echo", queue="held")
+    live_engine.queues.pause("held", Actor.user("night-ops", source="console"))
     assert "paused by <code>user:night-ops</code>" in client.get("/queues/held/").content.decode()
 
 
 def test_keep_looking_on_the_tasks_page_keeps_its_filters(client: Client, live_engine: Engine) -> None:
-    live_engine.enqueue_many([live_engine.validate("dtq.echo", {}, queue="rare") for _ in range(3)])
+    live_engine.tasks.enqueue_many([live_engine.tasks.validate("dtq.echo", {}, queue="rare") for _ in range(3)])
     for _ in range(6):  # newer tasks of another queue, more than one page examines
-        live_engine.enqueue_many([live_engine.validate("dtq.echo", {}, queue="busy") for _ in range(1000)])
+        live_engine.tasks.enqueue_many([live_engine.tasks.validate("dtq.echo", {}, queue="busy") for _ in range(1000)])
     page = client.get("/tasks/", {"queue": "rare"})
     text = html.unescape(page.content.decode())
     assert page.context["page"].items == [] and "keep looking" in text

@@ -37,7 +37,7 @@ def urls_on(html: str) -> list[str]:
 
 def test_every_link_form_and_script_url_of_the_console_stays_under_its_prefix(
         mounted: Any, live_engine: Engine, login: Callable[[str], Client]) -> None:
-    task_id = live_engine.enqueue("t.x", queue="work").id
+    task_id = live_engine.tasks.enqueue("t.x", queue="work").id
     client = login("admin")
     for page in ("/ops/", "/ops/tasks/", f"/ops/tasks/{task_id}/", "/ops/queues/work/", "/ops/dlq/", "/ops/schedule/",
                  "/ops/workers/", "/ops/audit/"):

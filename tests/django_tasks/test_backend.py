@@ -18,6 +18,7 @@ from dtq_core.django_tasks.compat import (
     task_enqueued,
 )
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 
 from . import tasks_module as tm
 from .conftest import BACKEND
@@ -37,7 +38,7 @@ def test_enqueue_returns_a_ready_result_and_queues_a_django_task(backend: DtqBac
     assert result.status == TaskResultStatus.READY and result.args == [2] and result.kwargs == {"b": 3}
     assert result.enqueued_at is not None and result.backend == "default" and result.worker_ids == []
     assert sent == [(DtqBackend, result)]
-    stored = live_engine.get_task(result.id)
+    stored = live_engine.tasks.get(result.id)
     # The function's path is the type (DLQ groups, filters and metrics tell functions apart); the
     # runner that executes it is the handler.
     assert (stored["type"], stored["handler"], stored["queue"], stored["priority"], stored["status"]) == (
@@ -48,7 +49,7 @@ def test_enqueue_returns_a_ready_result_and_queues_a_django_task(backend: DtqBac
 
 def test_coroutine_functions_become_django_atask(backend: DtqBackend, live_engine: Engine) -> None:
     result = tm.aadd.enqueue(1, 2)
-    stored = live_engine.get_task(result.id)
+    stored = live_engine.tasks.get(result.id)
     assert (stored["type"], stored["handler"]) == ("tests.django_tasks.tasks_module.aadd", "django.atask")
 
 
@@ -67,7 +68,7 @@ def test_get_result_rebuilds_a_queued_task(backend: DtqBackend) -> None:
                                                  (-100, "low")])
 def test_priorities_map_onto_dtq_bands(backend: DtqBackend, live_engine: Engine, priority: int, band: str) -> None:
     result = tm.add.using(priority=priority).enqueue(1, 1)
-    assert live_engine.get_task(result.id)["priority"] == band
+    assert live_engine.tasks.get(result.id)["priority"] == band
 
 
 @pytest.mark.parametrize(("priority", "band"), [(50, "high"), (49, "normal"), (-49, "normal"), (-50, "low")])
@@ -75,14 +76,14 @@ def test_priority_bands_are_configurable(tasks_settings: Any, live_engine: Engin
     tasks_settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": {"HIGH_PRIORITY_MIN": 50,
                                                                         "LOW_PRIORITY_MAX": -50}}}
     result = tm.add.using(priority=priority).enqueue(1, 1)
-    assert live_engine.get_task(result.id)["priority"] == band
+    assert live_engine.tasks.get(result.id)["priority"] == band
 
 
 def test_run_after_becomes_a_delayed_task(backend: DtqBackend, live_engine: Engine,
                                           redis_client: redis.Redis) -> None:
     when = datetime.now(tz=UTC) + timedelta(minutes=10)
     result = tm.add.using(run_after=when).enqueue(1, 1)
-    stored = live_engine.get_task(result.id)
+    stored = live_engine.tasks.get(result.id)
     assert stored["status"] == "PENDING"
     due = redis_client.zscore(live_engine.keys.schedule(), result.id)
     assert abs(due / 1000 - when.timestamp()) < 1
@@ -92,12 +93,12 @@ def test_run_after_becomes_a_delayed_task(backend: DtqBackend, live_engine: Engi
 
 def test_run_after_in_the_past_runs_at_once(backend: DtqBackend, live_engine: Engine) -> None:
     result = tm.add.using(run_after=datetime.now(tz=UTC) - timedelta(hours=1)).enqueue(1, 1)
-    assert live_engine.get_task(result.id)["status"] == "QUEUED"
+    assert live_engine.tasks.get(result.id)["status"] == "QUEUED"
 
 
 def test_max_attempts_and_timeout_options_reach_the_task(tasks_settings: Any, live_engine: Engine) -> None:
     tasks_settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": {"MAX_ATTEMPTS": 3, "TIMEOUT_SECONDS": 9}}}
-    stored = live_engine.get_task(tm.add.enqueue(1, 1).id)
+    stored = live_engine.tasks.get(tm.add.enqueue(1, 1).id)
     assert (stored["max_attempts"], stored["timeout_s"]) == (3, 9)
 
 
@@ -147,7 +148,7 @@ def test_unknown_ids_raise_task_result_does_not_exist(backend: DtqBackend, bad_i
 
 
 def test_a_plain_dtq_task_is_not_a_django_result(backend: DtqBackend, live_engine: Engine) -> None:
-    task_id = live_engine.enqueue("dtq.echo", {"a": 1}).id
+    task_id = live_engine.tasks.enqueue("dtq.echo", {"a": 1}).id
     with pytest.raises(TaskResultDoesNotExist):
         backend.get_result(task_id)
 
@@ -160,7 +161,7 @@ def test_a_misconfigured_backend_refuses_to_enqueue(tasks_settings: Any) -> None
 
 def test_cancelling_a_queued_task_fails_it_with_the_reason(backend: DtqBackend, live_engine: Engine) -> None:
     result = tm.add.enqueue(1, 1)
-    live_engine.cancel(result.id)
+    live_engine.tasks.cancel(result.id, Actor.cli())
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
     assert result.errors[-1].exception_class_path == "dtq_core.django_tasks.results.TaskCancelled"
@@ -197,7 +198,7 @@ def test_a_frozen_redis_fails_enqueue_within_two_seconds(tasks_settings: Any, tm
 
 def test_results_and_payloads_are_plain_json(backend: DtqBackend, live_engine: Engine) -> None:
     result = tm.add.enqueue((1, 2), b=b"bytes")
-    payload = live_engine.get_task(result.id)["payload"]
+    payload = live_engine.tasks.get(result.id)["payload"]
     assert payload["args"] == [[1, 2]] and payload["kwargs"] == {"b": "bytes"}
     assert json.loads(json.dumps(payload)) == payload
 
@@ -211,7 +212,7 @@ def test_aenqueue_and_aget_result(backend: DtqBackend, live_engine: Engine) -> N
 
     result, again = async_to_sync(roundtrip)()
     assert result.status == again.status == TaskResultStatus.READY and again.args == [1, 2]
-    assert live_engine.get_task(result.id)["handler"] == "django.atask"
+    assert live_engine.tasks.get(result.id)["handler"] == "django.atask"
 
 
 def test_naive_run_after_works_when_use_tz_is_off(tasks_settings: Any, live_engine: Engine,
@@ -219,6 +220,6 @@ def test_naive_run_after_works_when_use_tz_is_off(tasks_settings: Any, live_engi
     tasks_settings.USE_TZ = False
     when = datetime.now() + timedelta(minutes=5)  # noqa: DTZ005 - naive local time, as USE_TZ=False apps use
     result = tm.add.using(run_after=when).enqueue(1, 1)
-    assert live_engine.get_task(result.id)["status"] == "PENDING"
+    assert live_engine.tasks.get(result.id)["status"] == "PENDING"
     due = redis_client.zscore(live_engine.keys.schedule(), result.id) / 1000
     assert abs(due - when.timestamp()) < 2

@@ -25,7 +25,7 @@ def test_checkout_runs_its_tasks_on_a_worker(backend: DtqBackend, live_engine: E
     assert response.status_code == 202
     body = json.loads(response.content)
     ids = body["tasks"]
-    assert {live_engine.get_task(i)["priority"] for i in ids.values()} == {"high", "normal", "low"}
+    assert {live_engine.tasks.get(i)["priority"] for i in ids.values()} == {"high", "normal", "low"}
     pending = json.loads(views.receipt_status(rf.get("/"), ids["receipt"]).content)
     assert pending["status"] == "READY" and "return_value" not in pending
     worker = start_worker("--burst", "--name", "demo")

@@ -70,7 +70,7 @@ def test_a_nested_savepoint_rollback_drops_only_its_task(backend: DtqBackend, li
 
 def test_outside_a_transaction_it_enqueues_at_once(backend: DtqBackend, live_engine: Engine) -> None:
     result = enqueue_on_commit(tm.add, 1, 1)
-    assert live_engine.get_task(result.id)["status"] == "QUEUED"
+    assert live_engine.tasks.get(result.id)["status"] == "QUEUED"
 
 
 def test_the_enqueue_on_commit_option_defers_every_enqueue(tasks_settings: Any, live_engine: Engine,

@@ -16,6 +16,7 @@ from dtq_core import registry
 from dtq_core.django_tasks import DtqBackend, runner
 from dtq_core.django_tasks.compat import InvalidTask, TaskResultStatus
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 
 from ..conftest import WorkerProcess, wait_for
 from . import tasks_module as tm
@@ -43,7 +44,7 @@ def test_sync_and_async_tasks_succeed_with_their_records(backend: DtqBackend, li
         assert result.return_value == value and result.worker_ids == ["w1"] and result.attempts == 1
         assert result.errors == [] and result.enqueued_at <= before
         assert before <= result.started_at == result.last_attempted_at <= result.finished_at
-    assert live_engine.get_task(queued.id)["queue"] == "emails"
+    assert live_engine.tasks.get(queued.id)["queue"] == "emails"
     signals = [json.loads(line) for line in log.read_text().splitlines()]
     # It should send task_started (RUNNING) then task_finished (SUCCESSFUL), once each, per task.
     for result in (sync, coro):
@@ -80,7 +81,7 @@ def test_an_exception_fails_the_task_with_its_class_path_and_traceback(
     (error,) = failed.errors
     assert error.exception_class_path == "builtins.ValueError" and error.exception_class is ValueError
     assert "ValueError: kaput" in error.traceback and "tasks_module.py" in error.traceback
-    assert live_engine.get_task(failed.id)["status"] == "DEAD_LETTERED"  # one attempt: permanent
+    assert live_engine.tasks.get(failed.id)["status"] == "DEAD_LETTERED"  # one attempt: permanent
     bad_return.refresh()
     assert bad_return.status == TaskResultStatus.FAILED
     assert bad_return.errors[-1].exception_class_path == "builtins.TypeError"
@@ -106,7 +107,7 @@ def test_a_deferred_task_runs_after_run_after(backend: DtqBackend, live_engine: 
     when = datetime.now(tz=UTC) + timedelta(seconds=1.5)
     result = tm.add.using(run_after=when).enqueue(1, 2)
     worker = start_worker("--name", "w1")
-    wait_for(lambda: live_engine.get_task(result.id)["status"] == "SUCCEEDED", timeout=20, message=worker.output())
+    wait_for(lambda: live_engine.tasks.get(result.id)["status"] == "SUCCEEDED", timeout=20, message=worker.output())
     worker.kill()
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
@@ -120,7 +121,7 @@ def test_a_running_task_reads_running_and_a_cancel_fails_it(backend: DtqBackend,
     wait_for(lambda: tm.anap.get_result(result.id).status == TaskResultStatus.RUNNING, message=worker.output())
     running = tm.anap.get_result(result.id)
     assert running.worker_ids == ["w1"] and running.started_at is not None and running.finished_at is None
-    live_engine.cancel(result.id)
+    live_engine.tasks.cancel(result.id, Actor.cli())
     wait_for(lambda: tm.anap.get_result(result.id).is_finished, message=worker.output())
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
@@ -129,13 +130,13 @@ def test_a_running_task_reads_running_and_a_cancel_fails_it(backend: DtqBackend,
 
 def test_bad_payloads_sent_around_the_backend_dead_letter(live_engine: Engine, redis_client: redis.Redis,
                                                           start_worker: Callable[..., WorkerProcess]) -> None:
-    missing = live_engine.enqueue("django.task", {"module_path": "tests.django_tasks.nowhere.add", "args": []}).id
-    not_a_task = live_engine.enqueue("django.task", {"module_path": "json.dumps", "args": [1]}).id
-    malformed = live_engine.enqueue("django.atask", {"module_path": 5}).id
+    missing = live_engine.tasks.enqueue("django.task", {"module_path": "tests.django_tasks.nowhere.add", "args": []}).id
+    not_a_task = live_engine.tasks.enqueue("django.task", {"module_path": "json.dumps", "args": [1]}).id
+    malformed = live_engine.tasks.enqueue("django.atask", {"module_path": 5}).id
     burst(start_worker)
     for task_id, error in ((missing, "ModuleNotFoundError"), (not_a_task, InvalidTask.__name__),
                            (malformed, "MalformedPayload")):
-        stored = live_engine.get_task(task_id)
+        stored = live_engine.tasks.get(task_id)
         assert stored["status"] == "DEAD_LETTERED" and stored["attempt"] == 1
         assert stored["errors"][0]["error"].endswith(error), stored["errors"]
 
@@ -196,9 +197,9 @@ def test_each_function_is_its_own_type_in_the_dlq_and_metrics(backend: DtqBacken
     boom, bad_add = tm.boom.enqueue("no"), tm.add.enqueue("a", 1)
     ok = tm.aadd.enqueue(1, 2)
     burst(start_worker)
-    groups = {g["type"]: g["count"] for g in live_engine.dlq_groups()["groups"]}
+    groups = {g["type"]: g["count"] for g in live_engine.dlq.groups()["groups"]}
     assert groups == {"tests.django_tasks.tasks_module.boom": 1, "tests.django_tasks.tasks_module.add": 1}
-    [only] = live_engine.dlq_list(type="tests.django_tasks.tasks_module.boom").items
+    [only] = live_engine.dlq.list(type="tests.django_tasks.tasks_module.boom").items
     assert only["task_id"] == boom.id
     metrics = Client().get("/metrics").content.decode()
     for path, outcome in (("boom", "dead_lettered"), ("add", "dead_lettered"), ("aadd", "succeeded")):
@@ -216,8 +217,9 @@ def test_tasks_queued_as_django_task_before_per_function_types_still_run(
     payload = {"module_path": "tests.django_tasks.tasks_module.add", "args": [2, 3], "kwargs": {},
                "takes_context": False, "priority": 0, "queue_name": "default", "run_after": None,
                "backend": "default"}
-    sync = live_engine.enqueue("django.task", payload).id
-    coro = live_engine.enqueue("django.atask", {**payload, "module_path": "tests.django_tasks.tasks_module.aadd"}).id
+    sync = live_engine.tasks.enqueue("django.task", payload).id
+    coro = live_engine.tasks.enqueue("django.atask",
+                                     {**payload, "module_path": "tests.django_tasks.tasks_module.aadd"}).id
     burst(start_worker)
     assert tm.add.get_result(sync).return_value == 5 and tm.aadd.get_result(coro).return_value == 5
-    assert live_engine.get_task(sync)["type"] == "django.task" and "handler" not in live_engine.get_task(sync)
+    assert live_engine.tasks.get(sync)["type"] == "django.task" and "handler" not in live_engine.tasks.get(sync)

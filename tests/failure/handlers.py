@@ -17,7 +17,7 @@ from typing import Any
 
 import dtq_tasks
 from dtq_core.clock import SystemClock
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
 from dtq_core.registry import current_task
 from dtq_tasks import once
 

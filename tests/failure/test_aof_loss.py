@@ -41,7 +41,7 @@ def test_redis_killed_under_submit_load_loses_at_most_the_fsync_window_of_acknow
                 if stop.is_set() or time.monotonic() > deadline:
                     return
                 try:
-                    task_id = engine.enqueue("failure.work", {"n": n}, queue="aof", record=False).id
+                    task_id = engine.tasks.enqueue("failure.work", {"n": n}, queue="aof", record=False).id
                 except redis.RedisError:
                     return  # Redis is gone: this submit was not acknowledged
                 log.append((time.monotonic(), task_id))

@@ -22,9 +22,9 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from dtq_core.admin import Actor
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from tests.api.support import make_dead_letters
 from tests.browser.server import PASSWORD, ConsoleServer
 from tests.conftest import wait_for
@@ -95,7 +95,7 @@ def console_retry(server: ConsoleServer) -> tuple[str, str]:
 def test_a_bulk_retry_cut_short_by_a_server_crash_is_audited_unfinished_and_loses_nothing(
         api_server: ConsoleServer, dtq: Engine, db: Any, start: Callable[[ConsoleServer], tuple[str, str]]) -> None:
     task_ids = make_dead_letters(dtq, DEAD)
-    assert dtq.dlq_count() == DEAD
+    assert dtq.dlq.count() == DEAD
     if start is console_retry:
         api_server.prepare()  # a user database with the staff user "admin"
     clients_before = dtq.client.info("clients")["connected_clients"]
@@ -103,13 +103,13 @@ def test_a_bulk_retry_cut_short_by_a_server_crash_is_audited_unfinished_and_lose
 
     actor, source = start(api_server)
     # Kill it as soon as the first entries have left the DLQ: the retry is mid-way.
-    wait_for(lambda: dtq.dlq_count() < DEAD, timeout=60, interval=0.001,
+    wait_for(lambda: dtq.dlq.count() < DEAD, timeout=60, interval=0.001,
              message=lambda: f"the bulk retry never started: {api_server.log()[-2000:]}")
     api_server.crash()  # SIGKILL
     # Once Redis has dropped the dead server's connections, it has run every command they sent.
     wait_for(lambda: dtq.client.info("clients")["connected_clients"] <= clients_before, timeout=30,
              message="Redis still holds the killed server's connections")
-    left = dtq.dlq_count()
+    left = dtq.dlq.count()
     assert 0 < left < DEAD, f"the kill did not land mid-way ({left} of {DEAD} left)"
 
     # Every dead letter is either requeued (QUEUED, one stream entry) or still dead, never both.
@@ -143,7 +143,7 @@ def test_a_bulk_retry_cut_short_by_a_server_crash_is_audited_unfinished_and_lose
 
     # Running it again finishes the rest, and that run is recorded as finished.
     assert call(api_server, "POST", "/api/v1/dlq/retry", {"queue": "default"})["count"] == left
-    assert dtq.dlq_count() == 0
+    assert dtq.dlq.count() == 0
     statuses = dtq.client.pipeline(transaction=False)
     for task_id in task_ids:
         statuses.hget(dtq.keys.task(task_id), "status")

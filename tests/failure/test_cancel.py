@@ -29,8 +29,8 @@ def test_waiting_tasks_are_cancelled_at_once_and_finished_ones_refuse(
     # It should survive: the cancel. PENDING, QUEUED and RETRYING tasks become CANCELLED at once
     # and never start (the queued task's stream entry goes with it); a finished task answers 409.
     keys, client = live_engine.keys, Client()
-    pending_id = live_engine.enqueue("failure.work", queue="cq", delay_seconds=60).id
-    queued_id = live_engine.enqueue("failure.work", queue="cq").id
+    pending_id = live_engine.tasks.enqueue("failure.work", queue="cq", delay_seconds=60).id
+    queued_id = live_engine.tasks.enqueue("failure.work", queue="cq").id
     for tid in (pending_id, queued_id):
         code, body = _cancel(client, tid)
         assert code == 202 and body["status"] == "CANCELLED", body
@@ -38,8 +38,8 @@ def test_waiting_tasks_are_cancelled_at_once_and_finished_ones_refuse(
     assert redis_client.xlen(keys.stream("cq", "normal")) == 0  # nothing left for a worker to read
     # Retries back off up to an hour here, so the RETRYING task stays in the schedule.
     a = start_worker("--name", "a", "--queues", "cq", **env(DTQ_RETRY_BASE_S=3600, DTQ_RETRY_MAX_S=3600))
-    done = live_engine.enqueue("failure.work", queue="cq").id
-    retrying = live_engine.enqueue("dtq.flaky", {"fail_times": 1}, queue="cq").id
+    done = live_engine.tasks.enqueue("failure.work", queue="cq").id
+    retrying = live_engine.tasks.enqueue("dtq.flaky", {"fail_times": 1}, queue="cq").id
     wait_for(lambda: status(redis_client, keys, done) == "SUCCEEDED", message=a.output())
     wait_for(lambda: status(redis_client, keys, retrying) == "RETRYING", message=a.output())
     code, body = _cancel(client, retrying)
@@ -48,7 +48,7 @@ def test_waiting_tasks_are_cancelled_at_once_and_finished_ones_refuse(
     wait_for(lambda: pending(redis_client, keys, ["cq"]) == 0)
     assert execs(redis_client, keys, queued_id) == 0 and execs(redis_client, keys, pending_id) == 0
     assert status(redis_client, keys, queued_id) == "CANCELLED"
-    assert live_engine.get_task(retrying)["attempt"] == 1  # the retry never ran
+    assert live_engine.tasks.get(retrying)["attempt"] == 1  # the retry never ran
     code, body = _cancel(client, done)
     assert code == 409 and body["error"]["code"] == "TASK_TERMINAL"
 
@@ -61,14 +61,14 @@ def test_a_running_task_is_cancelled_within_the_poll(task_type: str, live_engine
     # though a sync handler's thread runs on, detached).
     keys, client = live_engine.keys, Client()
     a = start_worker("--name", "a", "--queues", "cr", **env())
-    tid = live_engine.enqueue(task_type, {"seconds": 3}, queue="cr").id
+    tid = live_engine.tasks.enqueue(task_type, {"seconds": 3}, queue="cr").id
     wait_for(lambda: started(redis_client, keys, tid), message=a.output())
     code, body = _cancel(client, tid)
     asked = time.monotonic()
     assert code == 202 and body["status"] == "RUNNING", body
     wait_for(lambda: status(redis_client, keys, tid) == "CANCELLED", timeout=5, message=a.output())
     assert time.monotonic() - asked < 1.5  # the 0.25 s poll plus the completion flush
-    after = live_engine.enqueue("failure.work", queue="cr").id
+    after = live_engine.tasks.enqueue("failure.work", queue="cr").id
     wait_for(lambda: status(redis_client, keys, after) == "SUCCEEDED", message=a.output())
     assert status(redis_client, keys, tid) == "CANCELLED" and redis_client.get(keys.result(tid)) is None
     assert execs(redis_client, keys, tid) == 1 and pending(redis_client, keys, ["cr"]) == 0
@@ -83,7 +83,7 @@ def test_a_cancel_in_flight_answers_409_and_survives_its_worker(then: str, live_
     # entry honours the cancel instead of running the task again.
     keys, client = live_engine.keys, Client()
     a = start_worker("--name", "a", "--queues", "cf", **env())
-    tid = live_engine.enqueue("failure.awork", {"seconds": 30}, queue="cf").id
+    tid = live_engine.tasks.enqueue("failure.awork", {"seconds": 30}, queue="cf").id
     wait_for(lambda: started(redis_client, keys, tid), message=a.output())
     stop(a.pid)
     try:

@@ -33,8 +33,8 @@ def test_chaos_every_task_succeeds_and_no_side_effect_repeats(
     fleet = [start_worker("--name", next(names), "--queues", "chaos", **env()) for _ in range(WORKERS)]
     # Crash redeliveries count against max_attempts; give enough budget that random kills never
     # dead-letter a task (the budget path has its own test).
-    subs = [engine.validate("failure.chaos", {"n": i}, queue="chaos", max_attempts=25) for i in range(TASKS)]
-    ids = [e.id for e in engine.enqueue_many(subs)]
+    subs = [engine.tasks.validate("failure.chaos", {"n": i}, queue="chaos", max_attempts=25) for i in range(TASKS)]
+    ids = [e.id for e in engine.tasks.enqueue_many(subs)]
     started = time.monotonic()
 
     def done() -> int:

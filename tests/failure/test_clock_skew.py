@@ -84,11 +84,12 @@ def test_workers_30s_off_run_every_task_once_on_time_and_reclaim_nothing_alive(
         if name == leader:
             wait_for(lambda: redis_client.get(keys.scheduler_lock()) == leader, timeout=10, message=logs)
     with Events(redis_client, keys) as events:
-        plain = [engine.enqueue("failure.awork", {"seconds": 0.05}, queue="skew").id for _ in range(8)]
-        long = [engine.enqueue("failure.awork", {"seconds": 3}, queue="skew").id for _ in range(4)]
-        flaky = [engine.enqueue("failure.flaky", {"retry_after": {"1": 0.3}}, queue="skew").id for _ in range(6)]
+        plain = [engine.tasks.enqueue("failure.awork", {"seconds": 0.05}, queue="skew").id for _ in range(8)]
+        long = [engine.tasks.enqueue("failure.awork", {"seconds": 3}, queue="skew").id for _ in range(4)]
+        flaky = [engine.tasks.enqueue("failure.flaky", {"retry_after": {"1": 0.3}}, queue="skew").id for _ in range(6)]
         submitted = time.time()
-        delayed = [engine.enqueue("failure.awork", {"seconds": 0}, queue="skew", delay_seconds=4).id for _ in range(4)]
+        delayed = [engine.tasks.enqueue("failure.awork", {"seconds": 0}, queue="skew", delay_seconds=4).id
+                   for _ in range(4)]
         ids = plain + long + flaky + delayed
         # Delayed tasks do not start early, whichever clock the leader has.
         while time.time() < submitted + 3:
@@ -101,7 +102,7 @@ def test_workers_30s_off_run_every_task_once_on_time_and_reclaim_nothing_alive(
         for tid in ids:
             runs = 2 if tid in flaky else 1
             assert execs(redis_client, keys, tid) == runs, (tid, task(redis_client, keys, tid))
-            assert engine.get_task(tid)["attempt"] == runs
+            assert engine.tasks.get(tid)["attempt"] == runs
         assert counter(redis_client, keys, "redeliveries") == 0, logs()  # nothing alive was reclaimed
         assert counter(redis_client, keys, "fenced") == 0
         stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}

@@ -25,9 +25,9 @@ def test_a_worker_killed_right_after_its_completion_was_acknowledged_leaves_it_d
     engine, keys = live_engine, live_engine.keys
     a = start_worker("--name", "a", "--queues", "acked", **env(DTQ_TEST_FAULT="after_complete"))
     with Events(redis_client, keys) as events:
-        running = engine.enqueue("failure.awork", {"by_attempt": {"1": 60, "2": 0}}, queue="acked").id
+        running = engine.tasks.enqueue("failure.awork", {"by_attempt": {"1": 60, "2": 0}}, queue="acked").id
         wait_for(lambda: started(redis_client, keys, running), timeout=30, message=a.output)
-        done = engine.enqueue("failure.work", {}, queue="acked").id
+        done = engine.tasks.enqueue("failure.work", {}, queue="acked").id
         wait_for(lambda: stopped(a.pid), timeout=15, message=a.output)
         assert status(redis_client, keys, done) == "SUCCEEDED"
         assert pending(redis_client, keys, ["acked"]) == 1  # only the running task's entry
@@ -36,11 +36,11 @@ def test_a_worker_killed_right_after_its_completion_was_acknowledged_leaves_it_d
         wait_for(lambda: status(redis_client, keys, running) == "SUCCEEDED", timeout=30, message=b.output)
         events.sync()
         assert events.count("task.succeeded", done) == 1 and events.count("task.started", done) == 1
-    record = engine.get_task(done)
+    record = engine.tasks.get(done)
     assert (record["status"], record["attempt"], record["worker_id"]) == ("SUCCEEDED", 1, "a")
     assert record["result"]["attempt"] == 1 and record["errors"] == []
     assert execs(redis_client, keys, done) == 1
-    assert execs(redis_client, keys, running) == 2 and engine.get_task(running)["worker_id"] == "b"
+    assert execs(redis_client, keys, running) == 2 and engine.tasks.get(running)["worker_id"] == "b"
     assert pending(redis_client, keys, ["acked"]) == 0 and redis_client.zcard(keys.running()) == 0
     assert all(redis_client.xlen(stream) == 0 for stream in keys.streams("acked"))
     assert counter(redis_client, keys, "redeliveries") == 1  # the running task's, not the finished one's

@@ -23,7 +23,7 @@ def test_a_worker_paused_past_the_visibility_timeout_cannot_overwrite_the_newer_
     # completion is refused inside the completion script ("fenced"), nothing it writes lands.
     keys = engine.keys
     procs = {name: start_worker("--name", name, "--queues", "fence", **env()) for name in ("a", "b")}
-    tid = engine.enqueue("failure.work", {"by_attempt": {"1": 1.0, "2": 2.5}}, queue="fence").id
+    tid = engine.tasks.enqueue("failure.work", {"by_attempt": {"1": 1.0, "2": 2.5}}, queue="fence").id
     wait_for(lambda: started(redis_client, keys, tid), message=procs["a"].output())
     owner = task(redis_client, keys, tid)["worker_id"]
     peer = "b" if owner == "a" else "a"
@@ -39,7 +39,7 @@ def test_a_worker_paused_past_the_visibility_timeout_cannot_overwrite_the_newer_
     assert redis_client.get(keys.result(tid)) is None  # the stale attempt stored no result
     assert pending(redis_client, keys, ["fence"]) == 1  # ...and did not ACK the peer's entry
     wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=15)
-    final = engine.get_task(tid)
+    final = engine.tasks.get(tid)
     assert final["attempt"] == 2 and final["worker_id"] == peer and final["result"]["attempt"] == 2
     assert pending(redis_client, keys, ["fence"]) == 0
     assert procs[owner].proc.poll() is None  # the paused worker carried on by itself
@@ -53,15 +53,15 @@ def test_live_owners_keep_long_tasks_even_when_their_entry_is_deleted(
     # the intact entry fresh and the task's running-index score fresh, so neither runs twice.
     keys = engine.keys
     procs = [start_worker("--name", name, "--queues", "long", **env()) for name in ("a", "b")]
-    intact = engine.enqueue("failure.awork", {"seconds": 4}, queue="long").id
-    deleted = engine.enqueue("failure.awork", {"seconds": 4}, queue="long").id
+    intact = engine.tasks.enqueue("failure.awork", {"seconds": 4}, queue="long").id
+    deleted = engine.tasks.enqueue("failure.awork", {"seconds": 4}, queue="long").id
     wait_for(lambda: started(redis_client, keys, deleted, intact), message=procs[0].output())
     row = task(redis_client, keys, deleted)
     assert redis_client.xdel(keys.stream("long", row["priority"]), row["entry_id"]) == 1
     wait_for(lambda: status(redis_client, keys, deleted) == "SUCCEEDED" == status(redis_client, keys, intact),
              timeout=15, message="\n".join(p.output() for p in procs))
     for tid in (intact, deleted):
-        assert engine.get_task(tid)["attempt"] == 1 and execs(redis_client, keys, tid) == 1
+        assert engine.tasks.get(tid)["attempt"] == 1 and execs(redis_client, keys, tid) == 1
     assert counter(redis_client, keys, "redeliveries") == 0
     assert pending(redis_client, keys, ["long"]) == 0 and redis_client.zcard(keys.running()) == 0
 
@@ -73,14 +73,14 @@ def test_a_running_task_whose_entry_was_trimmed_is_recovered_from_the_hash(
     # finds the task in the running index and queues attempt 2 from the hash.
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "trim", **env())
-    tid = engine.enqueue("failure.work", {"by_attempt": {"1": 60, "2": 0}}, queue="trim").id
+    tid = engine.tasks.enqueue("failure.work", {"by_attempt": {"1": 60, "2": 0}}, queue="trim").id
     wait_for(lambda: started(redis_client, keys, tid), message=a.output())
     stream = keys.stream("trim", task(redis_client, keys, tid)["priority"])
     redis_client.xtrim(stream, maxlen=0)
     a.kill()
     b = start_worker("--name", "b", "--queues", "trim", **env())
     wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=25, message=b.output())
-    final = engine.get_task(tid)
+    final = engine.tasks.get(tid)
     assert final["attempt"] == 2 and final["worker_id"] == "b"
     assert [e["error"] for e in final["errors"]] == ["dtq.WorkerLost"]
     assert execs(redis_client, keys, tid) == 2

@@ -58,7 +58,7 @@ def test_a_partitioned_worker_loses_its_tasks_to_a_peer_and_its_late_completions
                  timeout=30, message=logs)
         with Events(redis_client, keys) as events:
             # Eight slots for eight tasks: once all run, the cut-off worker holds exactly four.
-            ids = [engine.enqueue("failure.awork", {"by_attempt": {"1": 5, "2": 0.2}}, queue="part").id
+            ids = [engine.tasks.enqueue("failure.awork", {"by_attempt": {"1": 5, "2": 0.2}}, queue="part").id
                    for _ in range(8)]
             wait_for(lambda: started(redis_client, keys, *ids), timeout=30, message=logs)
             held = [t for t in ids if task(redis_client, keys, t)["worker_id"] == "cut"]
@@ -79,7 +79,7 @@ def test_a_partitioned_worker_loses_its_tasks_to_a_peer_and_its_late_completions
             wait_for(lambda: "result discarded: a newer attempt owns it" in cut_off.output(), timeout=10, message=logs)
 
             for tid in ids:
-                final = engine.get_task(tid)
+                final = engine.tasks.get(tid)
                 assert final["status"] == "SUCCEEDED" and final["worker_id"] == "peer", final
                 assert final["result"]["pid"] == peer.pid, final  # the winning attempt's result
                 expected = 2 if tid in held else 1
@@ -97,8 +97,8 @@ def test_a_partitioned_worker_loses_its_tasks_to_a_peer_and_its_late_completions
                  and time.time() * 1000 - redis_client.zscore(keys.workers(), "cut") < 3000, timeout=15,
                  message=logs)
         peer.kill()
-        after = engine.enqueue("failure.awork", {"seconds": 0}, queue="part").id
-        wait_for(lambda: engine.get_task(after)["status"] == "SUCCEEDED", timeout=20, message=logs)
-        assert engine.get_task(after)["worker_id"] == "cut"
+        after = engine.tasks.enqueue("failure.awork", {"seconds": 0}, queue="part").id
+        wait_for(lambda: engine.tasks.get(after)["status"] == "SUCCEEDED", timeout=20, message=logs)
+        assert engine.tasks.get(after)["worker_id"] == "cut"
     finally:
         cut_off.kill()

@@ -20,7 +20,7 @@ from django.core.checks import run_checks
 from django.test import Client
 
 from dtq_core.checks import EVICTING_POLICY, POLICY_UNVERIFIED
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
 from dtq_core.keys import Keys
 
 from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
@@ -73,7 +73,7 @@ def test_a_worker_on_an_evicting_redis_logs_an_error_at_start_and_runs(start_red
                  message=worker.output)
         [line] = _lines(worker.output(), "ERROR")
         assert "maxmemory-policy is allkeys-lru, not noeviction" in line
-        task_id = get_engine().enqueue("failure.work", queue="out").id
+        task_id = get_engine().tasks.enqueue("failure.work", queue="out").id
         wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=30, message=worker.output)
     finally:
         worker.kill()
@@ -85,7 +85,7 @@ def test_a_worker_on_a_noeviction_redis_says_nothing_about_it(start_redis: Any, 
                            tmp_path / "worker.log")
     try:
         data = redis.Redis.from_url(url, decode_responses=True)
-        task_id = get_engine().enqueue("failure.work", queue="out").id
+        task_id = get_engine().tasks.enqueue("failure.work", queue="out").id
         wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=30, message=worker.output)
         assert "maxmemory-policy" not in worker.output()
     finally:

@@ -28,7 +28,7 @@ import redis
 import yaml
 from django.test import Client
 
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
 from dtq_core.keys import Keys
 
 from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
@@ -115,7 +115,7 @@ def test_a_worker_started_while_redis_loads_waits_then_serves(loading_redis: tup
         data = redis.Redis.from_url(server.url, decode_responses=True)
         wait_for(lambda: registered(data, keys, "a"), timeout=30, message=worker.output)
         assert Client().get("/ready").status_code == 200
-        task_id = get_engine().enqueue("failure.work", queue="out").id
+        task_id = get_engine().tasks.enqueue("failure.work", queue="out").id
         wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=30, message=worker.output)
         assert worker.output().count(LOADING_LINE) == 1  # said once, not once per retry
         assert "Traceback" not in worker.output()
@@ -162,7 +162,7 @@ def test_a_running_worker_rides_out_a_restart_into_a_long_load(tmp_path: Path, s
         assert worker.proc.poll() is None and loading(server.port)
         finish_loading(server.port)
         server.wait_ready(timeout=30)
-        task_id = get_engine().enqueue("failure.work", queue="out").id
+        task_id = get_engine().tasks.enqueue("failure.work", queue="out").id
         wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=30, message=worker.output)
         assert worker.proc.poll() is None
         # Said once for the whole load, not once per loop restart.

@@ -15,7 +15,7 @@ import pytest
 import redis
 from django.test import Client
 
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
 from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for, worker_env
@@ -66,7 +66,7 @@ def test_a_frozen_redis_fails_the_api_fast_and_everyone_recovers(
     data = redis.Redis.from_url(server.url, decode_responses=True)
     worker = _worker(server, keys, tmp_path, "a")
     try:
-        ids = [engine.enqueue("failure.awork", {"seconds": 0.3}, queue="out").id for _ in range(20)]
+        ids = [engine.tasks.enqueue("failure.awork", {"seconds": 0.3}, queue="out").id for _ in range(20)]
         wait_for(lambda: "RUNNING" in statuses(data, keys, ids), message=worker.output())
         server.pause()
         try:
@@ -74,7 +74,7 @@ def test_a_frozen_redis_fails_the_api_fast_and_everyone_recovers(
         finally:
             server.resume()
         wait_for(lambda: _ready(client), timeout=5)
-        ids.append(engine.enqueue("failure.awork", queue="out").id)
+        ids.append(engine.tasks.enqueue("failure.awork", queue="out").id)
         wait_for(lambda: set(statuses(data, keys, ids)) == {"SUCCEEDED"}, timeout=30, message=worker.output())
         assert pending(data, keys, ["out"]) == 0 and worker.proc.poll() is None
     finally:
@@ -99,7 +99,7 @@ def test_a_freeze_longer_than_the_visibility_timeout_reruns_nothing_that_live_wo
     try:
         wait_for(lambda: registered(data, keys, "a") and registered(data, keys, "b"), timeout=30,
                  message=workers[0].output() + workers[1].output())
-        ids = [engine.enqueue(kind, {"seconds": task_s}, queue="out").id
+        ids = [engine.tasks.enqueue(kind, {"seconds": task_s}, queue="out").id
                for kind in ("failure.awork", "failure.work") * 3]
         wait_for(lambda: started(data, keys, *ids), timeout=20, message=workers[0].output())
         server.pause()
@@ -130,9 +130,9 @@ def test_redis_killed_and_restarted_with_aof_loses_nothing_fsynced(
     worker = _worker(server, keys, tmp_path, "a")
     try:
         wait_for(lambda: data.zscore(keys.workers(), "a"), message=worker.output())
-        poison = engine.enqueue("dtq.fail", queue="out").id
-        ids = [engine.enqueue("failure.awork", {"seconds": 1}, queue="out").id for _ in range(30)]
-        delayed = [engine.enqueue("failure.work", queue="out", delay_seconds=3).id for _ in range(3)]
+        poison = engine.tasks.enqueue("dtq.fail", queue="out").id
+        ids = [engine.tasks.enqueue("failure.awork", {"seconds": 1}, queue="out").id for _ in range(30)]
+        delayed = [engine.tasks.enqueue("failure.work", queue="out", delay_seconds=3).id for _ in range(3)]
         wait_for(lambda: statuses(data, keys, [poison]) == ["DEAD_LETTERED"] and
                  "RUNNING" in statuses(data, keys, ids), message=worker.output())
         server.kill()
@@ -162,7 +162,7 @@ def test_loops_that_backed_off_through_an_outage_resume_as_soon_as_redis_is_back
         server.start()
         wait_for(lambda: _ready(Client()), timeout=10)
         back = time.monotonic()
-        task_id = get_engine().enqueue("failure.awork", queue="out").id
+        task_id = get_engine().tasks.enqueue("failure.awork", queue="out").id
         wait_for(lambda: statuses(data, keys, [task_id]) == ["SUCCEEDED"], timeout=15, message=worker.output())
         assert time.monotonic() - back < 3, worker.output()
         assert "restarting in 3.2s" in worker.output()  # it had backed off that far

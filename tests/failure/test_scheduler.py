@@ -36,9 +36,9 @@ def _leader_stopped_mid_promotion(engine: Engine, client: redis.Redis, start_wor
     # The test holds the lock until everything is due, so that a's first promotion claims it all.
     client.set(keys.scheduler_lock(), "test", px=60_000)
     a = start_worker("--name", "a", "--queues", queue, **env(DTQ_TEST_FAULT="after_claim_due"))
-    retrying = engine.enqueue("failure.flaky", {"retry_after": {"1": 0.2, **retry_after}}, queue=queue).id
+    retrying = engine.tasks.enqueue("failure.flaky", {"retry_after": {"1": 0.2, **retry_after}}, queue=queue).id
     wait_for(lambda: status(client, keys, retrying) == "RETRYING", timeout=30, message=a.output)
-    delayed = [engine.enqueue("failure.work", queue=queue, delay_seconds=0.2).id for _ in range(5)]
+    delayed = [engine.tasks.enqueue("failure.work", queue=queue, delay_seconds=0.2).id for _ in range(5)]
     everything = [*delayed, retrying]
     wait_for(lambda: client.zcount(keys.schedule(), "-inf", int(time.time() * 1000)) == len(everything))
     client.delete(keys.scheduler_lock())
@@ -125,13 +125,13 @@ def test_a_leader_paused_past_its_lock_cannot_move_due_entries(
     stop(a.pid)
     try:
         wait_for(lambda: _leader(redis_client, keys) == "b", timeout=10, message=b.output())
-        due = [engine.enqueue("failure.work", queue="split", delay_seconds=0.3).id for _ in range(5)]
+        due = [engine.tasks.enqueue("failure.work", queue="split", delay_seconds=0.3).id for _ in range(5)]
         wait_for(lambda: set(statuses(redis_client, keys, due)) == {"SUCCEEDED"}, timeout=15, message=b.output())
     finally:
         cont(a.pid)
     wait_for(lambda: "worker_id=a lost scheduler leadership" in a.output(), timeout=10, message=a.output())
     assert _leader(redis_client, keys) == "b"
-    later = engine.enqueue("failure.work", queue="split", delay_seconds=3600).id
+    later = engine.tasks.enqueue("failure.work", queue="split", delay_seconds=3600).id
     now = int(time.time() * 1000)
     far = now + 7200_000  # as if the frozen leader's clock said the task were due
     prefix = keys.task_prefix()

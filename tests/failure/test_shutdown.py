@@ -26,14 +26,14 @@ def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "drain", "--concurrency", "4", **env(DTQ_DRAIN_TIMEOUT_S=2))
     wait_for(lambda: redis_client.get(keys.scheduler_lock()) == "a", message=a.output())
-    short = engine.enqueue("failure.work", {"seconds": 1}, queue="drain").id
-    long_async = engine.enqueue("failure.awork", {"by_attempt": {"1": 60, "2": 0}}, queue="drain").id
-    long_sync = engine.enqueue("failure.work", {"by_attempt": {"1": 6, "2": 0}}, queue="drain").id
+    short = engine.tasks.enqueue("failure.work", {"seconds": 1}, queue="drain").id
+    long_async = engine.tasks.enqueue("failure.awork", {"by_attempt": {"1": 60, "2": 0}}, queue="drain").id
+    long_sync = engine.tasks.enqueue("failure.work", {"by_attempt": {"1": 6, "2": 0}}, queue="drain").id
     wait_for(lambda: started(redis_client, keys, short, long_async, long_sync), message=a.output())
     a.proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
     wait_for(lambda: "stopped taking work" in a.output(), timeout=10, message=a.output())
-    late = engine.enqueue("failure.work", queue="drain").id
+    late = engine.tasks.enqueue("failure.work", queue="drain").id
     wait_for(lambda: "drain timeout: abandoning 2 attempt(s)" in a.output(), timeout=2 + 4, message=a.output())
     # The async handler is cancelled at the deadline; the sync one runs on, detached, to its end
     # (the worker waits for it, still holding its entry), and its result is discarded.
@@ -50,7 +50,7 @@ def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
     b = start_worker("--name", "b", "--queues", "drain", **env())
     wait_for(lambda: set(statuses(redis_client, keys, [long_async, long_sync, late])) == {"SUCCEEDED"},
              timeout=20, message=b.output())
-    assert [engine.get_task(t)["attempt"] for t in (long_async, long_sync, late)] == [2, 2, 1]
+    assert [engine.tasks.get(t)["attempt"] for t in (long_async, long_sync, late)] == [2, 2, 1]
     assert execs(redis_client, keys, short) == 1 and execs(redis_client, keys, late) == 1
     assert pending(redis_client, keys, ["drain"]) == 0
 
@@ -61,7 +61,7 @@ def test_a_second_signal_exits_at_once(engine: Engine, redis_client: redis.Redis
     # the abandoned entry stays pending for a peer.
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "twice", **env(DTQ_DRAIN_TIMEOUT_S=60))
-    tid = engine.enqueue("failure.awork", {"seconds": 60}, queue="twice").id
+    tid = engine.tasks.enqueue("failure.awork", {"seconds": 60}, queue="twice").id
     wait_for(lambda: started(redis_client, keys, tid), message=a.output())
     a.proc.send_signal(signal.SIGTERM)
     wait_for(lambda: "stop requested" in a.output(), timeout=10, message=a.output())
@@ -80,10 +80,10 @@ def test_a_shutdown_waits_for_sync_handlers_only_up_to_their_own_timeout(
     # drain left is waited for until its handler timeout, then the process exits without it.
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "wedged", **env(DTQ_DRAIN_TIMEOUT_S=1))
-    timed_out = engine.enqueue("failure.work", {"by_attempt": {"1": 60, "2": 0}}, queue="wedged",
-                               timeout_seconds=1).id
+    timed_out = engine.tasks.enqueue("failure.work", {"by_attempt": {"1": 60, "2": 0}}, queue="wedged",
+                                     timeout_seconds=1).id
     wait_for(lambda: status(redis_client, keys, timed_out) == "SUCCEEDED", timeout=20, message=a.output())
-    stuck = engine.enqueue("failure.work", {"seconds": 60}, queue="wedged", timeout_seconds=4).id
+    stuck = engine.tasks.enqueue("failure.work", {"seconds": 60}, queue="wedged", timeout_seconds=4).id
     wait_for(lambda: started(redis_client, keys, stuck), message=a.output())
     a.proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -101,7 +101,7 @@ def test_a_clean_drain_writes_each_result_once_and_reports_nothing_discarded(
     # stale worker lost a task to a peer, and an operator would go looking for one).
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "clean", "--concurrency", "8", **env(DTQ_DRAIN_TIMEOUT_S=20))
-    ids = [engine.enqueue(kind, {"seconds": 1 + i / 10}, queue="clean").id
+    ids = [engine.tasks.enqueue(kind, {"seconds": 1 + i / 10}, queue="clean").id
            for i, kind in enumerate(["failure.work", "failure.awork"] * 3)]
     wait_for(lambda: started(redis_client, keys, *ids), message=a.output())
     a.proc.send_signal(signal.SIGTERM)
@@ -124,7 +124,7 @@ def test_a_sync_handler_outliving_the_drain_keeps_its_lease_while_a_peer_runs(
              for name in ("a", "b")}
     for proc in procs.values():
         wait_for(lambda proc=proc: "started queues" in proc.output(), timeout=30, message=proc.output)
-    tid = engine.enqueue("failure.timed", {"by_attempt": {"1": 8, "2": 0}}, queue="overlap").id
+    tid = engine.tasks.enqueue("failure.timed", {"by_attempt": {"1": 8, "2": 0}}, queue="overlap").id
     wait_for(lambda: started(redis_client, keys, tid), message=procs["a"].output)
     owner_name = task(redis_client, keys, tid)["worker_id"]
     owner, peer = procs[owner_name], procs["b" if owner_name == "a" else "a"]
@@ -144,7 +144,7 @@ def test_a_sync_handler_outliving_the_drain_keeps_its_lease_while_a_peer_runs(
     # Handed back once it stopped: the peer took it within a reaper period or so, not a timeout later.
     assert second["start"] - first["end"] < 2 + 3, (first, second)
     # As failure-modes.md says: the abandoned attempt counts as a lost one, the peer's succeeds.
-    result = engine.get_task(tid)
+    result = engine.tasks.get(tid)
     assert result["attempt"] == 2 and result["worker_id"] != owner_name
     assert [e["error"] for e in result["errors"]] == ["dtq.WorkerLost"]
     assert execs(redis_client, keys, tid) == 2 and pending(redis_client, keys, ["overlap"]) == 0

@@ -25,12 +25,12 @@ def test_a_task_whose_worker_is_killed_mid_run_runs_again_on_a_peer(
     # the lost attempt and runs attempt 2, which succeeds; nothing is left pending.
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "crash", **env())
-    tid = engine.enqueue(task_type, {"by_attempt": {"1": 60, "2": 0}}, queue="crash").id
+    tid = engine.tasks.enqueue(task_type, {"by_attempt": {"1": 60, "2": 0}}, queue="crash").id
     wait_for(lambda: started(redis_client, keys, tid), message=a.output())
     a.kill()
     b = start_worker("--name", "b", "--queues", "crash", **env())
     wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=20, message=b.output())
-    task = engine.get_task(tid)
+    task = engine.tasks.get(tid)
     assert task["attempt"] == 2 and task["worker_id"] == "b" and task["result"]["attempt"] == 2
     assert [e["error"] for e in task["errors"]] == ["dtq.WorkerLost"]
     assert execs(redis_client, keys, tid) == 2  # at-least-once: the killed run plus the redelivery
@@ -48,7 +48,7 @@ def test_a_crash_after_the_hash_update_but_before_xack_is_absorbed_not_rerun(
     # a terminal (or RETRYING) status and ACKs without executing attempt 1 again.
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "ack", **env())
-    tid = engine.enqueue("failure.crash_after_write", {"outcome": outcome}, queue="ack").id
+    tid = engine.tasks.enqueue("failure.crash_after_write", {"outcome": outcome}, queue="ack").id
     assert a.wait(30) != 0  # killed by its own handler
     assert status(redis_client, keys, tid) == outcome.upper()
     assert pending(redis_client, keys, ["ack"]) == 1  # the entry was never acknowledged
@@ -56,7 +56,7 @@ def test_a_crash_after_the_hash_update_but_before_xack_is_absorbed_not_rerun(
     wait_for(lambda: pending(redis_client, keys, ["ack"]) == 0 and counter(redis_client, keys, "absorbed") >= 1,
              timeout=20, message=b.output())
     wait_for(lambda: status(redis_client, keys, tid) == "SUCCEEDED", timeout=20, message=b.output())
-    task = engine.get_task(tid)
+    task = engine.tasks.get(tid)
     runs = [line.split("|")[1] for line in redis_client.lrange(f"{keys.prefix}:testlog:runs", 0, -1)]
     if outcome == "succeeded":
         assert task["attempt"] == 1 and runs == ["1"]  # never executed again
@@ -72,7 +72,7 @@ def test_a_task_that_kills_every_worker_is_dead_lettered_after_its_attempts(
     # task goes to the DLQ instead of killing workers forever.
     keys = engine.keys
     workers = [start_worker("--name", "w0", "--queues", "poison", **env())]
-    tid = engine.enqueue("failure.kill_self", queue="poison", max_attempts=2).id
+    tid = engine.tasks.enqueue("failure.kill_self", queue="poison", max_attempts=2).id
 
     def dead_lettered_while_restarting_workers() -> bool:
         if workers[-1].proc.poll() is not None:  # a supervisor restarts the crashed worker
@@ -81,7 +81,7 @@ def test_a_task_that_kills_every_worker_is_dead_lettered_after_its_attempts(
 
     wait_for(dead_lettered_while_restarting_workers, timeout=40, interval=0.1,
              message="\n".join(w.output() for w in workers))
-    task = engine.get_task(tid)
+    task = engine.tasks.get(tid)
     assert task["attempt"] == 2 and execs(redis_client, keys, tid) == 2
     assert [e["error"] for e in task["errors"]] == ["dtq.WorkerLost", "dtq.WorkerLost"]
     (entry,) = redis_client.xrange(keys.dlq())
@@ -99,10 +99,10 @@ def test_a_dead_workers_entry_behind_hundreds_of_live_ones_is_reclaimed_in_time(
     # still finds the dead one within the visibility timeout plus one reaper period.
     keys = engine.keys
     live = start_worker("--name", "live", "--queues", "deep", "--concurrency", "300", **env())
-    held = [engine.enqueue("failure.awork", {"seconds": 120}, queue="deep").id for _ in range(300)]
+    held = [engine.tasks.enqueue("failure.awork", {"seconds": 120}, queue="deep").id for _ in range(300)]
     wait_for(lambda: len(execs(redis_client, keys)) == 300, timeout=60, message=live.output())
     dead = start_worker("--name", "dead", "--queues", "deep", **env())
-    tid = engine.enqueue("failure.awork", {"by_attempt": {"1": 120, "2": 0}}, queue="deep").id
+    tid = engine.tasks.enqueue("failure.awork", {"by_attempt": {"1": 120, "2": 0}}, queue="deep").id
     wait_for(lambda: started(redis_client, keys, tid), message=dead.output())
     assert task(redis_client, keys, tid)["worker_id"] == "dead"  # the live worker has no free slot
     peer = start_worker("--name", "peer", "--queues", "deep", "--concurrency", "2", **env())

@@ -94,7 +94,7 @@ def test_a_handler_error_with_newlines_is_one_text_log_line(config: DtqConfig) -
     logger = logging.getLogger("dtq.worker")
     logger.addHandler(handler)
     try:
-        task_id = Engine(config).enqueue("test.obs.forger").id
+        task_id = Engine(config).tasks.enqueue("test.obs.forger").id
         asyncio.run(asyncio.wait_for(Worker(config, burst=True, name=f"logs-{time.monotonic_ns()}").run(), 30))
     finally:
         logger.removeHandler(handler)
@@ -124,8 +124,8 @@ def test_handler_log_lines_carry_the_running_task(config: DtqConfig, captured: i
     registry.register("test.obs.async_logs", async_handler)
     registry.register("test.obs.sync_logs", sync_handler)
     engine = Engine(config)
-    a = engine.enqueue("test.obs.async_logs", {"card": 42}, queue="billing").id
-    s = engine.enqueue("test.obs.sync_logs", {"rid": "r-7"}, queue="mail").id
+    a = engine.tasks.enqueue("test.obs.async_logs", {"card": 42}, queue="billing").id
+    s = engine.tasks.enqueue("test.obs.sync_logs", {"rid": "r-7"}, queue="mail").id
     worker = Worker(config, burst=True, name=f"logs-{time.monotonic_ns()}")
     asyncio.run(asyncio.wait_for(worker.run(), 30))
 

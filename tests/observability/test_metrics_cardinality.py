@@ -26,14 +26,15 @@ def dtq_text(scrape: Scrape) -> str:
 
 
 def test_a_thousand_junk_types_do_not_grow_metrics(live_engine: Engine, scrape: Callable[..., Scrape]) -> None:
-    live_engine.enqueue_many([live_engine.validate("dtq.echo", {}) for _ in range(3)])
+    live_engine.tasks.enqueue_many([live_engine.tasks.validate("dtq.echo", {}) for _ in range(3)])
     drain(live_engine.config, queues=["default"])  # a worker ran: it registered the types it serves
     before = scrape()
     assert {s["type"] for s, _ in tasks_series(before)} == {"dtq.echo"}
 
     # Junk that got in anyway (DTQ_ACCEPT_UNKNOWN_TYPES=true): each type dead-letters once.
     open_engine = Engine(dataclasses.replace(live_engine.config, accept_unknown_types=True), client=live_engine.client)
-    open_engine.enqueue_many([open_engine.validate(f"junk.t{i:04d}", {}, max_attempts=1) for i in range(JUNK)])
+    open_engine.tasks.enqueue_many([open_engine.tasks.validate(f"junk.t{i:04d}", {}, max_attempts=1)
+                                    for i in range(JUNK)])
     drain(live_engine.config, queues=["default"])
     assert live_engine.client.hlen(live_engine.keys.stats_tasks()) == JUNK + 1  # Redis keeps the detail
 

@@ -32,8 +32,8 @@ def test_dlq_trims_and_absorbed_duplicates_are_counted(dtq_settings: Any, config
     cfg = DtqConfig.from_mapping({**config.as_settings(), "DLQ_MAXLEN": 1})
     engine = Engine(cfg)
     for n in range(3):
-        engine.enqueue("dtq.fail", {"message": f"poison {n}"})
-    echo = engine.enqueue("dtq.echo", {"x": 1}).id
+        engine.tasks.enqueue("dtq.fail", {"message": f"poison {n}"})
+    echo = engine.tasks.enqueue("dtq.echo", {"x": 1}).id
     run_burst(cfg)
     # A duplicate entry for a finished task, as a scheduler split-brain would leave: absorbed, not run.
     redis_client.xadd(engine.keys.stream("default", "normal"), {"task_id": echo, "attempt": "1"})

@@ -35,8 +35,8 @@ def test_a_scrape_of_1000_queues_takes_two_round_trips(config: DtqConfig, redis_
                                                         scrape: Callable[..., Scrape]) -> None:
     engine = Engine(config)
     names = [f"q{i:04d}" for i in range(QUEUES)]
-    engine.enqueue_many([engine.validate("dtq.echo", {}, queue=name, priority="low") for name in names])
-    engine.enqueue_many([engine.validate("dtq.echo", {}, queue="q0007", priority="high") for _ in range(3)])
+    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", {}, queue=name, priority="low") for name in names])
+    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", {}, queue="q0007", priority="high") for _ in range(3)])
 
     counting = redis.Redis.from_url(config.redis_url, decode_responses=True, connection_class=CountingConnection)
     counting.ping()  # connect first, so the count below is the scrape alone

@@ -8,7 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from dtq_core.engine import Engine, get_engine
+from dtq_core.conf import get_engine
+from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
 from .conftest import Scrape
@@ -18,7 +19,7 @@ FAST = {"DTQ_RETRY_BASE_S": "0.05", "DTQ_RETRY_MAX_S": "0.1", "DTQ_VISIBILITY_TI
 
 
 def status(engine: Engine, task_id: str) -> str:
-    return str(engine.get_task(task_id)["status"])
+    return str(engine.tasks.get(task_id)["status"])
 
 
 def json_lines(worker: WorkerProcess) -> list[dict[str, Any]]:
@@ -34,13 +35,13 @@ def test_metrics_show_real_work_and_a_crash(dtq_settings: Any, live_engine: Engi
     dtq_settings.DTQ = {**dtq_settings.DTQ, "VISIBILITY_TIMEOUT_S": 2, "HEARTBEAT_INTERVAL_S": 0.5}
     engine = get_engine()
     for priority in ("high", "high", "low"):
-        engine.enqueue("dtq.echo", {}, queue="backlog", priority=priority)  # no worker serves "backlog"
-    delayed = engine.enqueue("dtq.echo", {}, delay_seconds=3600).id
-    echoes = [engine.enqueue("dtq.echo", {"n": n}).id for n in range(2)]
-    poison = engine.enqueue("dtq.fail", {"retryable": False, "message": "bad input"}).id
-    flaky = engine.enqueue("dtq.flaky", {"fail_times": 1}, max_attempts=3).id
-    slow = engine.enqueue("dtq.sleep", {"seconds": 60}, queue="slow").id
-    last_try = engine.enqueue("dtq.sleep", {"seconds": 60}, queue="slow", max_attempts=1).id
+        engine.tasks.enqueue("dtq.echo", {}, queue="backlog", priority=priority)  # no worker serves "backlog"
+    delayed = engine.tasks.enqueue("dtq.echo", {}, delay_seconds=3600).id
+    echoes = [engine.tasks.enqueue("dtq.echo", {"n": n}).id for n in range(2)]
+    poison = engine.tasks.enqueue("dtq.fail", {"retryable": False, "message": "bad input"}).id
+    flaky = engine.tasks.enqueue("dtq.flaky", {"fail_times": 1}, max_attempts=3).id
+    slow = engine.tasks.enqueue("dtq.sleep", {"seconds": 60}, queue="slow").id
+    last_try = engine.tasks.enqueue("dtq.sleep", {"seconds": 60}, queue="slow", max_attempts=1).id
 
     w1 = start_worker("--queues", "default,slow", "--name", "obs-w1", **FAST)
     wait_for(lambda: all(status(engine, t) == "SUCCEEDED" for t in [*echoes, flaky])

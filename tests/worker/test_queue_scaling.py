@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from dtq_core.admin import Actor
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for, worker_env
@@ -68,8 +68,8 @@ def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[int, 
         time.sleep(3)  # the measurement window, not a synchronisation
         reads, reclaims = _calls(client, "xreadgroup"), _calls(client, "xpending")
         started = time.monotonic()
-        task_id = engine.enqueue("dtq.echo", queue=names[len(names) // 2]).id
-        wait_for(lambda: engine.get_task(task_id)["status"] == "SUCCEEDED", timeout=30, interval=0.005,
+        task_id = engine.tasks.enqueue("dtq.echo", queue=names[len(names) // 2]).id
+        wait_for(lambda: engine.tasks.get(task_id)["status"] == "SUCCEEDED", timeout=30, interval=0.005,
                  message=worker.output)
         return reads, reclaims, time.monotonic() - started
     finally:
@@ -96,15 +96,15 @@ def test_a_paused_queue_costs_nothing_and_keeps_its_order(private_redis: RedisSe
     subs = []
     for n in range(300):
         priority = "high" if n % 3 == 0 else "normal"
-        sub = engine.validate("failure.work", {"seconds": 0.005, "n": n}, queue="steady", priority=priority)
+        sub = engine.tasks.validate("failure.work", {"seconds": 0.005, "n": n}, queue="steady", priority=priority)
         submitted[priority].append(sub.task_id)
         subs.append(sub)
-    engine.enqueue_many(subs)
+    engine.tasks.enqueue_many(subs)
     runs_key = f"{PREFIX}:testlog:runs"
     worker = _worker(private_redis, tmp_path, "--concurrency", "1", **FAST)
     try:
         wait_for(lambda: client.llen(runs_key) >= 20, timeout=60, message=worker.output)
-        engine.set_paused("steady", True, Actor.cli())
+        engine.queues.pause("steady", Actor.cli())
         client.config_resetstat()
         ran_at_pause = client.llen(runs_key)
         time.sleep(3)  # the measurement window, not a synchronisation
@@ -113,7 +113,7 @@ def test_a_paused_queue_costs_nothing_and_keeps_its_order(private_redis: RedisSe
         # XCLAIM); nothing else of the paused queue is read, put back or started.
         assert churn["xadd"] == 0 and churn["xclaim"] <= 3 and churn["xdel"] <= 1, churn
         assert client.llen(runs_key) <= ran_at_pause + 1
-        engine.set_paused("steady", False, Actor.cli())
+        engine.queues.resume("steady", Actor.cli())
         wait_for(lambda: client.llen(runs_key) >= 300, timeout=120, message=worker.output)
     finally:
         worker.kill()

@@ -34,8 +34,8 @@ def test_an_idle_entry_behind_many_live_ones_is_taken_in_one_round(config: DtqCo
     engine = Engine(config)
     streams = engine.keys.streams("deep")
     for _ in range(60):
-        engine.enqueue("dtq.echo", queue="deep")
-    dead_id = engine.enqueue("dtq.echo", queue="deep").id
+        engine.tasks.enqueue("dtq.echo", queue="deep")
+    dead_id = engine.tasks.enqueue("dtq.echo", queue="deep").id
     live, dead, peer = (_store(config, name) for name in ("live", "dead", "peer"))
 
     async def scenario() -> list[tuple[str, int, str]]:
@@ -67,7 +67,7 @@ def test_a_handed_back_entry_is_taken_at_once_and_only_if_it_was_still_ours(conf
     # meanwhile, or taken by a peer, is not touched.
     engine = Engine(config)
     streams = engine.keys.streams("back")
-    ids = [engine.enqueue("dtq.echo", queue="back").id for _ in range(3)]
+    ids = [engine.tasks.enqueue("dtq.echo", queue="back").id for _ in range(3)]
     owner, peer = _store(config, "owner"), _store(config, "peer")
 
     async def scenario() -> tuple[int, list[tuple[str, int]]]:
@@ -95,7 +95,7 @@ def test_an_idle_reclaim_round_is_one_round_trip_however_many_streams(config: Dt
     engine = Engine(config)
     queues = ["r1", "r2", "r3", "r4"]
     streams = [stream for queue in queues for stream in engine.keys.streams(queue)]
-    engine.enqueue("dtq.echo", queue="r1")  # one live entry, not idle
+    engine.tasks.enqueue("dtq.echo", queue="r1")  # one live entry, not idle
     store, owner = _store(config, "idle-reaper"), _store(config, "owner")
 
     async def scenario() -> dict[str, int]:

@@ -18,10 +18,10 @@ from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
 
 def test_burst_drains_every_queue_and_exits_zero(engine: Engine, start_worker: Callable[..., WorkerProcess],
                                                  redis_client: redis.Redis) -> None:
-    ids = [engine.enqueue("test.pid", queue=q).id for q in ("a", "b", "c") for _ in range(5)]
+    ids = [engine.tasks.enqueue("test.pid", queue=q).id for q in ("a", "b", "c") for _ in range(5)]
     worker = start_worker("--burst", "--concurrency", "4", DTQ_TASK_MODULES="tests.worker.handlers")
     assert worker.wait(60) == 0, worker.output()
-    tasks = [engine.get_task(i) for i in ids]
+    tasks = [engine.tasks.get(i) for i in ids]
     assert {t["status"] for t in tasks} == {"SUCCEEDED"}
     assert {t["result"]["pid"] for t in tasks} == {worker.pid}
     assert redis_client.zcard(engine.keys.workers()) == 0  # deregistered
@@ -33,9 +33,9 @@ def test_a_live_worker_is_registered_with_heartbeats(engine: Engine, start_worke
                           DTQ_VISIBILITY_TIMEOUT_S="2")
     first = wait_for(lambda: redis_client.zscore(engine.keys.workers(), "alpha"), message=worker.output())
     wait_for(lambda: (redis_client.zscore(engine.keys.workers(), "alpha") or 0) > first, timeout=5)
-    (row,) = engine.workers()
+    (row,) = engine.workers.list()
     assert row["id"] == "alpha" and row["queues"] == ["q1", "q2"] and row["alive"] and row["pid"] == worker.pid
-    assert sorted(engine.queue_names()) == ["q1", "q2"]  # --queues registers the queues
+    assert sorted(engine.queues.names()) == ["q1", "q2"]  # --queues registers the queues
 
 
 def test_a_second_worker_with_a_live_name_is_refused(engine: Engine,

@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from dtq_core.admin import Actor, DlqSelection
 from dtq_core.clock import FakeClock, SystemClock, iso
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq import DlqSelection
 from dtq_core.scripts import _expand
 from dtq_core.worker_store import WorkerStore
 from tests.conftest import wait_for
@@ -32,17 +33,17 @@ def _tokens(redis_client: redis.Redis, engine: Engine, queue: str) -> int:
 
 def test_submits_leave_one_wake_token_however_many_arrive(engine: Engine, redis_client: redis.Redis) -> None:
     for _ in range(5):
-        engine.enqueue("dtq.echo", queue="mail")
-    engine.enqueue_many([engine.validate("dtq.echo", queue="mail") for _ in range(20)])
+        engine.tasks.enqueue("dtq.echo", queue="mail")
+    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue="mail") for _ in range(20)])
     assert _tokens(redis_client, engine, "mail") == 1
     # A delayed task waits in the schedule: nothing to wake a worker for yet.
-    engine.enqueue("dtq.echo", queue="later", delay_seconds=60)
+    engine.tasks.enqueue("dtq.echo", queue="later", delay_seconds=60)
     assert _tokens(redis_client, engine, "later") == 0
 
 
 def test_the_scheduler_and_dlq_retry_ring_the_queue(engine: Engine, config: DtqConfig,
                                                      redis_client: redis.Redis) -> None:
-    task_id = engine.enqueue("dtq.echo", queue="due", delay_seconds=5).id
+    task_id = engine.tasks.enqueue("dtq.echo", queue="due", delay_seconds=5).id
 
     async def promote() -> int:
         store = _store(config, FakeClock(start_ms=engine.clock.now_ms() + 10_000), worker_id="leader")
@@ -57,7 +58,7 @@ def test_the_scheduler_and_dlq_retry_ring_the_queue(engine: Engine, config: DtqC
     assert _tokens(redis_client, engine, "due") == 1
 
     # A dead letter retried by an operator goes back to its stream and rings too.
-    dead = engine.enqueue("dtq.echo", queue="dead").id
+    dead = engine.tasks.enqueue("dtq.echo", queue="dead").id
     redis_client.delete(engine.keys.wake("dead"))
     stream = engine.keys.stream("dead", "normal")
     entry = redis_client.xrange(stream)[0][0]
@@ -65,14 +66,14 @@ def test_the_scheduler_and_dlq_retry_ring_the_queue(engine: Engine, config: DtqC
     redis_client.hset(engine.keys.dlq_counts(), "dead", 1)
     redis_client.hset(engine.keys.task(dead), mapping={"status": "DEAD_LETTERED", "dlq_entry_id": dlq_id})
     redis_client.xdel(stream, entry)
-    assert engine.retry_dead_letters(DlqSelection(ids=(dlq_id,)), Actor.cli()) == 1
+    assert engine.dlq.retry(DlqSelection(ids=(dlq_id,)), Actor.cli()) == 1
     assert _tokens(redis_client, engine, "dead") == 1
 
 
 def test_an_idle_wait_wakes_on_a_submit_and_claims_with_the_redis_clock(config: DtqConfig,
                                                                          redis_client: redis.Redis) -> None:
     engine = Engine(config)  # the system clock, like the API
-    engine.enqueue("dtq.echo", queue="idle")  # registers the queue and its groups
+    engine.tasks.enqueue("dtq.echo", queue="idle")  # registers the queue and its groups
     store = _store(config)
     queues = ["idle"]
 
@@ -84,7 +85,7 @@ def test_an_idle_wait_wakes_on_a_submit_and_claims_with_the_redis_clock(config: 
             await asyncio.sleep(0.5)  # the fetch is queued in Redis behind the BLPOP by now
             assert not waiting.done()
             started = time.monotonic()
-            await asyncio.to_thread(engine.enqueue, "dtq.echo", {"n": 2}, queue="idle")
+            await asyncio.to_thread(engine.tasks.enqueue, "dtq.echo", {"n": 2}, queue="idle")
             rows = await waiting
             return rows, time.monotonic() - started
         finally:
@@ -101,7 +102,7 @@ def test_an_idle_wait_wakes_on_a_submit_and_claims_with_the_redis_clock(config: 
 
 def test_a_wait_with_no_work_times_out_empty(config: DtqConfig) -> None:
     engine = Engine(config)
-    engine.enqueue("dtq.echo", queue="quiet")
+    engine.tasks.enqueue("dtq.echo", queue="quiet")
     store = _store(config)
 
     async def scenario() -> tuple[list, float]:
@@ -120,7 +121,7 @@ def test_a_wait_with_no_work_times_out_empty(config: DtqConfig) -> None:
 
 def test_a_full_batch_rings_for_the_next_idle_worker(engine: Engine, config: DtqConfig,
                                                      redis_client: redis.Redis) -> None:
-    engine.enqueue_many([engine.validate("dtq.echo", queue="burst") for _ in range(4)])
+    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue="burst") for _ in range(4)])
     wake = engine.keys.wake("burst")
     redis_client.delete(wake)  # as if an idle worker had taken the submit's token
 
@@ -155,12 +156,12 @@ def test_server_now_is_redis_time(redis_client: redis.Redis) -> None:
 
 def test_a_worker_recreates_a_consumer_group_deleted_by_hand(engine: Engine, redis_client: redis.Redis,
                                                              start_worker) -> None:
-    first = engine.enqueue("dtq.echo", {"n": 1}, queue="fragile").id
+    first = engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="fragile").id
     worker = start_worker("--queues", "fragile", "--name", "fragile-w")
     key = engine.keys.task(first)
     wait_for(lambda: redis_client.hget(key, "status") == "SUCCEEDED", message=worker.output)
     redis_client.delete(*engine.keys.streams("fragile"))  # streams and their groups gone
-    second = engine.enqueue("dtq.echo", {"n": 2}, queue="fragile").id  # XADD makes a stream with no group
+    second = engine.tasks.enqueue("dtq.echo", {"n": 2}, queue="fragile").id  # XADD makes a stream with no group
     wait_for(lambda: redis_client.hget(engine.keys.task(second), "status") == "SUCCEEDED", timeout=20,
              message=worker.output)
 
@@ -169,8 +170,8 @@ def test_a_read_of_only_duplicates_rings_for_what_is_left(engine: Engine, config
                                                           redis_client: redis.Redis) -> None:
     # Two stale duplicate entries ahead of a real one: a fetch of 2 absorbs both and runs nothing,
     # so the real task is still waiting; the wake list says so.
-    real = engine.enqueue("dtq.echo", queue="dups").id
-    done = engine.enqueue("dtq.echo", queue="dups").id
+    real = engine.tasks.enqueue("dtq.echo", queue="dups").id
+    done = engine.tasks.enqueue("dtq.echo", queue="dups").id
     redis_client.hset(engine.keys.task(done), "status", "SUCCEEDED")
     stream = engine.keys.stream("dups", "normal")
     redis_client.xdel(stream, redis_client.xrange(stream)[0][0])  # the real task's entry
@@ -192,7 +193,7 @@ def test_a_read_of_only_duplicates_rings_for_what_is_left(engine: Engine, config
 
 def test_a_flushed_script_cache_or_a_broken_wake_key_does_not_stop_the_fetch(
         engine: Engine, config: DtqConfig, redis_client: redis.Redis) -> None:
-    engine.enqueue("dtq.echo", {"n": 1}, queue="odd")
+    engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="odd")
     wake = engine.keys.wake("odd")
     store = _store(config)
 
@@ -203,7 +204,7 @@ def test_a_flushed_script_cache_or_a_broken_wake_key_does_not_stop_the_fetch(
             first = [r.payload for r in await store.wait_and_fetch(["odd"], 10, 1000)]
             # Someone wrote the wake key as a string: BLPOP fails at once, the fetch still runs...
             await store.client.set(wake, "oops")
-            await asyncio.to_thread(engine.enqueue, "dtq.echo", {"n": 2}, queue="odd")
+            await asyncio.to_thread(engine.tasks.enqueue, "dtq.echo", {"n": 2}, queue="odd")
             second = [r.payload for r in await store.wait_and_fetch(["odd"], 10, 1000)]
             # ...and with nothing to fetch the wait still lasts its time instead of spinning.
             started = time.monotonic()
@@ -224,7 +225,7 @@ def test_a_reclaim_judged_over_a_stall_hands_entries_back_to_their_owners(config
     # next heartbeat keeps it), instead of running those tasks a second time.
     config = dataclasses.replace(config, visibility_timeout_s=0.3, heartbeat_interval_s=0.1)
     engine = Engine(config)
-    task_id = engine.enqueue("dtq.echo", queue="held").id
+    task_id = engine.tasks.enqueue("dtq.echo", queue="held").id
     owner, peer = _store(config, worker_id="owner"), _store(config, worker_id="peer")
     stream = engine.keys.stream("held", "normal")
 
@@ -256,7 +257,7 @@ def test_a_reclaim_quarantines_a_corrupt_record_alone(config: DtqConfig, redis_c
     # dead-lettered as dtq.CorruptRecord, its entry settled, and the rest run their next attempt.
     config = dataclasses.replace(config, visibility_timeout_s=0.3, heartbeat_interval_s=0.1)
     engine = Engine(config)
-    ids = [engine.enqueue("dtq.echo", queue="lost").id for _ in range(3)]
+    ids = [engine.tasks.enqueue("dtq.echo", queue="lost").id for _ in range(3)]
     ghost, peer = _store(config, worker_id="ghost"), _store(config, worker_id="peer")
     stream = engine.keys.stream("lost", "normal")
     redis_client.hset(engine.keys.task(ids[1]), "errors", "[{")
@@ -271,11 +272,11 @@ def test_a_reclaim_quarantines_a_corrupt_record_alone(config: DtqConfig, redis_c
             await peer.aclose()
 
     assert asyncio.run(scenario()) == [ids[0], ids[2]]
-    assert [engine.get_task(t)["status"] for t in ids] == ["RUNNING", "DEAD_LETTERED", "RUNNING"]
-    bad = engine.get_task(ids[1])
+    assert [engine.tasks.get(t)["status"] for t in ids] == ["RUNNING", "DEAD_LETTERED", "RUNNING"]
+    bad = engine.tasks.get(ids[1])
     assert bad["errors"][-1]["error"] == "dtq.CorruptRecord" and "not a JSON list" in bad["last_error"]
     assert redis_client.hget(engine.keys.task(ids[1]), "errors_corrupt") == "[{"
-    assert [e["task_id"] for e in engine.dlq_list().items] == [ids[1]]
+    assert [e["task_id"] for e in engine.dlq.list().items] == [ids[1]]
     assert [p["consumer"] for p in redis_client.xpending_range(stream, "dtq", "-", "+", 10)] == ["peer", "peer"]
 
 
@@ -284,7 +285,7 @@ def test_the_lost_task_sweep_quarantines_a_corrupt_record_alone(config: DtqConfi
     # It should: the leader's sweep for RUNNING tasks whose entry vanished requeues the others
     # and quarantines the one whose errors field was corrupted by hand (logged, counted).
     engine = Engine(config)
-    ids = [engine.enqueue("dtq.echo", queue="swept").id for _ in range(2)]
+    ids = [engine.tasks.enqueue("dtq.echo", queue="swept").id for _ in range(2)]
     stream = engine.keys.stream("swept", "normal")
     ghost = _store(config, worker_id="ghost")
     leader = _store(config, FakeClock(start_ms=engine.clock.now_ms() + 600_000), worker_id="leader")
@@ -301,8 +302,8 @@ def test_the_lost_task_sweep_quarantines_a_corrupt_record_alone(config: DtqConfi
             await leader.aclose()
 
     assert asyncio.run(scenario()) == 2
-    assert [engine.get_task(t)["status"] for t in ids] == ["QUEUED", "DEAD_LETTERED"]
-    assert engine.get_task(ids[1])["errors"][-1]["error"] == "dtq.CorruptRecord"
+    assert [engine.tasks.get(t)["status"] for t in ids] == ["QUEUED", "DEAD_LETTERED"]
+    assert engine.tasks.get(ids[1])["errors"][-1]["error"] == "dtq.CorruptRecord"
     assert redis_client.zcard(engine.keys.running()) == 0
     assert redis_client.hget(engine.keys.stats_counters(), "corrupt_records") == "1"
     assert f"task_id={ids[1]} worker_id=leader quarantined as dtq.CorruptRecord: the lost-task sweep" in caplog.text

@@ -19,9 +19,10 @@ import redis
 
 import dtq_tasks
 from dtq_core import registry
-from dtq_core.admin import Actor, DlqSelection
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq import DlqSelection
 from dtq_core.executor import Row
 from dtq_core.keys import Keys
 from dtq_core.scripts import SOURCES, Scripts
@@ -90,7 +91,7 @@ async def running_worker(config: DtqConfig, **kwargs: Any) -> AsyncIterator[Work
 async def status_once(engine: Engine, task_id: str, done: Callable[[str], bool], timeout: float = 10) -> str:
     """Poll the task's status until done(status) or the deadline; return the last one seen."""
     deadline = time.monotonic() + timeout
-    while not done(status := str(engine.get_task(task_id)["status"])) and time.monotonic() < deadline:
+    while not done(status := str(engine.tasks.get(task_id)["status"])) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     return status
 
@@ -99,15 +100,15 @@ def stale_row(engine: Engine, task_id: str, queue: str) -> Row:
     """The row of a claim that reached its worker a minute ago (the worker stalled since)."""
     entry_id = engine.client.hget(engine.keys.task(task_id), "entry_id")
     return Row(entry_id=entry_id, stream=engine.keys.stream(queue, "normal"), task_id=task_id, attempt=1,
-               max_attempts=1, type="test.record", payload=json.dumps(engine.get_task(task_id)["payload"]),
+               max_attempts=1, type="test.record", payload=json.dumps(engine.tasks.get(task_id)["payload"]),
                timeout_s=5, queue=queue, priority="normal", received_at=time.monotonic() - 60)
 
 
 def test_it_runs_a_task_and_stores_its_result(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("dtq.echo", {"hello": "world"}).id
+    task_id = engine.tasks.enqueue("dtq.echo", {"hello": "world"}).id
     worker = run_burst(cfg)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "SUCCEEDED" and task["result"] == {"hello": "world"}
     assert task["attempt"] == 1 and task["worker_id"] == worker.worker_id
     assert task["started_at"] and task["finished_at"] and not task["result_truncated"]
@@ -119,9 +120,9 @@ def test_it_runs_a_task_and_stores_its_result(config: DtqConfig, redis_client: r
 
 def test_a_retryable_error_retries_with_backoff_then_succeeds(config: DtqConfig) -> None:
     engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.05)
-    task_id = engine.enqueue("dtq.flaky", {"fail_times": 2}, max_attempts=3).id
+    task_id = engine.tasks.enqueue("dtq.flaky", {"fail_times": 2}, max_attempts=3).id
     run_burst(cfg)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "SUCCEEDED" and task["result"] == {"attempt": 3} and task["attempt"] == 3
     assert [e["attempt"] for e in task["errors"]] == [1, 2]
     assert {e["error"] for e in task["errors"]} == {"dtq_tasks.RetryableError"}
@@ -130,13 +131,13 @@ def test_a_retryable_error_retries_with_backoff_then_succeeds(config: DtqConfig)
 
 def test_retries_exhausted_go_to_the_dlq(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.02)
-    task_id = engine.enqueue("dtq.fail", {"retryable": True, "message": "try later"}, max_attempts=2).id
+    task_id = engine.tasks.enqueue("dtq.fail", {"retryable": True, "message": "try later"}, max_attempts=2).id
     run_burst(cfg)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 2 and len(task["errors"]) == 2
-    (entry,) = engine.dlq_list().items
+    (entry,) = engine.dlq.list().items
     assert entry["task_id"] == task_id and entry["error"] == "try later" and entry["attempt"] == 2
-    assert engine.queue_stats(["default"])[0]["dlq"] == 1
+    assert engine.queues.stats(["default"])[0]["dlq"] == 1
 
 
 @pytest.mark.parametrize(
@@ -147,9 +148,9 @@ def test_retries_exhausted_go_to_the_dlq(config: DtqConfig, redis_client: redis.
 )
 def test_permanent_failures_take_one_attempt(config: DtqConfig, type_: str, payload: Any, error: str) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue(type_, payload, max_attempts=5).id
+    task_id = engine.tasks.enqueue(type_, payload, max_attempts=5).id
     run_burst(cfg)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 1
     assert task["errors"][0]["error"] == error
 
@@ -180,19 +181,19 @@ def test_only_redis_connection_errors_retry_among_os_errors(config: DtqConfig, e
 
     registry.register(f"test.raises.{error}", raises)
     engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.02)
-    task_id = engine.enqueue(f"test.raises.{error}", max_attempts=3).id
+    task_id = engine.tasks.enqueue(f"test.raises.{error}", max_attempts=3).id
     run_burst(cfg)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["attempt"] == attempts
     assert [e["error"] for e in task["errors"]] == [error] * attempts
 
 
 def test_a_payload_that_does_not_decode_is_poison(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("dtq.echo").id
+    task_id = engine.tasks.enqueue("dtq.echo").id
     redis_client.hset(engine.keys.task(task_id), "payload", "{not json")
     run_burst(cfg)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["errors"][0]["error"] == "dtq.PayloadDecodeError"
 
 
@@ -203,36 +204,36 @@ def test_a_corrupt_record_is_quarantined_alone_when_fetched_or_scheduled(
     # the scheduler's batch) for the others: it is dead-lettered as dtq.CorruptRecord, alone.
     engine, cfg = make_engine(config, scheduler_interval_s=0.05)
     delay = 0.2 if delayed else 0
-    ids = [engine.enqueue("dtq.echo", {"n": n}, delay_seconds=delay).id for n in range(3)]
+    ids = [engine.tasks.enqueue("dtq.echo", {"n": n}, delay_seconds=delay).id for n in range(3)]
     redis_client.hset(engine.keys.task(ids[1]), "attempt", "one")
     run_burst(cfg)
-    assert [engine.get_task(t)["status"] for t in ids] == ["SUCCEEDED", "DEAD_LETTERED", "SUCCEEDED"]
-    bad = engine.get_task(ids[1])
+    assert [engine.tasks.get(t)["status"] for t in ids] == ["SUCCEEDED", "DEAD_LETTERED", "SUCCEEDED"]
+    bad = engine.tasks.get(ids[1])
     assert bad["last_error"].startswith("dtq.CorruptRecord: ") and bad["errors"][-1]["error"] == "dtq.CorruptRecord"
     assert redis_client.hget(engine.keys.task(ids[1]), "attempt_corrupt") == "one"  # kept for the operator
-    (entry,) = engine.dlq_list().items
+    (entry,) = engine.dlq.list().items
     assert entry["task_id"] == ids[1] and entry["error_class"] == "dtq.CorruptRecord"
     assert redis_client.hget(engine.keys.stats_counters(), "corrupt_records") == "1"
     [logged] = [r for r in caplog.records if "quarantined as dtq.CorruptRecord" in r.getMessage()]
     assert logged.levelname == "ERROR" and f"task_id={ids[1]}" in logged.getMessage()
     assert ("scheduler could not queue it" if delayed else "could not be claimed") in logged.getMessage()
     # A retry from the DLQ starts the attempt count afresh: it runs.
-    assert engine.retry_dead_letters(DlqSelection(task_ids=(ids[1],)), Actor.cli()) == 1
+    assert engine.dlq.retry(DlqSelection(task_ids=(ids[1],)), Actor.cli()) == 1
     run_burst(cfg)
-    assert engine.get_task(ids[1])["status"] == "SUCCEEDED"
+    assert engine.tasks.get(ids[1])["status"] == "SUCCEEDED"
 
 
 def test_a_dead_letter_whose_task_cannot_be_read_stays_while_the_rest_are_retried(
         config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config)
-    ids = [engine.enqueue("dtq.fail", {"message": f"boom {n}"}).id for n in range(3)]
+    ids = [engine.tasks.enqueue("dtq.fail", {"message": f"boom {n}"}).id for n in range(3)]
     run_burst(cfg)
     redis_client.delete(engine.keys.task(ids[1]))
     redis_client.set(engine.keys.task(ids[1]), "overwritten by hand")  # not a hash any more
-    assert engine.retry_dead_letters(DlqSelection(all=True), Actor.cli()) == 2
-    assert [e["task_id"] for e in engine.dlq_list().items] == [ids[1]]
-    assert engine.discard_dead_letters(DlqSelection(all=True), Actor.cli()) == 1
-    assert engine.dlq_list().items == []
+    assert engine.dlq.retry(DlqSelection(all=True), Actor.cli()) == 2
+    assert [e["task_id"] for e in engine.dlq.list().items] == [ids[1]]
+    assert engine.dlq.discard(DlqSelection(all=True), Actor.cli()) == 1
+    assert engine.dlq.list().items == []
 
 
 class LosesOneReply:
@@ -283,7 +284,7 @@ def test_a_completion_resent_after_a_lost_reply_is_recognised_not_fenced(
     # batch again. That second send is told apart from a fenced completion (a newer attempt's):
     # nothing is counted as fenced or logged as discarded, and nothing is written twice.
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("dtq.fail", {"message": "bad input"}).id
+    task_id = engine.tasks.enqueue("dtq.fail", {"message": "bad input"}).id
     sha = redis_client.script_load(SOURCES["completeTasks"])  # so the first send runs it (no NOSCRIPT)
     proxy = LosesOneReply(cfg.redis_url, sha.encode())
 
@@ -296,9 +297,9 @@ def test_a_completion_resent_after_a_lost_reply_is_recognised_not_fenced(
     with caplog.at_level(logging.INFO, logger="dtq.worker"):
         asyncio.run(scenario())
     assert proxy.lost == 1
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 1 and len(task["errors"]) == 1
-    assert [e["task_id"] for e in engine.dlq_list().items] == [task_id]  # one dead letter, not two
+    assert [e["task_id"] for e in engine.dlq.list().items] == [task_id]  # one dead letter, not two
     assert redis_client.hget(engine.keys.stats_tasks(), "default|dtq.fail|dead_lettered") == "1"
     assert redis_client.hget(engine.keys.stats_counters(), "fenced") is None
     assert f"task_id={task_id} attempt=1 worker_id=resender completion re-sent after a lost reply" in caplog.text
@@ -307,19 +308,19 @@ def test_a_completion_resent_after_a_lost_reply_is_recognised_not_fenced(
 
 def test_with_the_dlq_off_failures_end_failed(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config, dlq_enabled=False)
-    task_id = engine.enqueue("dtq.fail").id
+    task_id = engine.tasks.enqueue("dtq.fail").id
     run_burst(cfg)
-    assert engine.get_task(task_id)["status"] == "FAILED"
+    assert engine.tasks.get(task_id)["status"] == "FAILED"
     assert redis_client.xlen(engine.keys.dlq()) == 0
 
 
 def test_a_handler_timeout_retries_then_dead_letters(config: DtqConfig) -> None:
     engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.02)
-    task_id = engine.enqueue("dtq.sleep", {"seconds": 5}, timeout_seconds=0.2, max_attempts=2).id
+    task_id = engine.tasks.enqueue("dtq.sleep", {"seconds": 5}, timeout_seconds=0.2, max_attempts=2).id
     started = time.monotonic()
     run_burst(cfg)
     assert time.monotonic() - started < 4
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED"
     assert [e["error"] for e in task["errors"]] == ["dtq.HandlerTimeout", "dtq.HandlerTimeout"]
     # The traceback shows where the handler was waiting when it was cut off, not just the message.
@@ -330,11 +331,11 @@ def test_a_handler_timeout_retries_then_dead_letters(config: DtqConfig) -> None:
 
 def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("dtq.sleep_sync", {"seconds": 1.5}, timeout_seconds=0.2, max_attempts=1).id
+    task_id = engine.tasks.enqueue("dtq.sleep_sync", {"seconds": 1.5}, timeout_seconds=0.2, max_attempts=1).id
     started = time.monotonic()
     run_burst(cfg)
     assert time.monotonic() - started < 1.4  # the worker did not wait for the thread
-    error = engine.get_task(task_id)["errors"][0]
+    error = engine.tasks.get(task_id)["errors"][0]
     assert error["error"] == "dtq.HandlerTimeout"
     # The thread's stack at the timeout: the line it was stuck on.
     assert "in sleep_sync\n" in error["traceback"] and "time.sleep(seconds)" in error["traceback"]
@@ -346,7 +347,7 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
     # Detached threads hold their slots until they end; when the last one ends, the consumer
     # must wake up, not wait for a slot event nobody sends (a wedged worker that still beats).
     engine, cfg = make_engine(config)
-    stuck = [engine.enqueue("dtq.sleep_sync", {"seconds": 2}, timeout_seconds=0.1, max_attempts=1).id
+    stuck = [engine.tasks.enqueue("dtq.sleep_sync", {"seconds": 2}, timeout_seconds=0.1, max_attempts=1).id
              for _ in range(2)]
 
     async def scenario() -> str:
@@ -354,7 +355,7 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
             for t in stuck:
                 assert await status_once(engine, t, lambda s: s == "DEAD_LETTERED") == "DEAD_LETTERED"
             assert worker.runner.detached_threads == 2  # both slots held by threads still sleeping
-            echo = engine.enqueue("dtq.echo", {"after": "threads"}).id
+            echo = engine.tasks.enqueue("dtq.echo", {"after": "threads"}).id
             return await status_once(engine, echo, lambda s: s == "SUCCEEDED")  # the threads end in ~1.9 s
 
     assert asyncio.run(scenario()) == "SUCCEEDED"
@@ -370,9 +371,9 @@ def test_an_exception_that_cannot_be_printed_still_fails_its_task(config: DtqCon
 
     registry.register("test.unprintable", raise_unprintable)
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("test.unprintable", {}, max_attempts=2).id
+    task_id = engine.tasks.enqueue("test.unprintable", {}, max_attempts=2).id
     run_burst(cfg, timeout=10)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 1
     assert "Unprintable: str() failed" in task["last_error"]
 
@@ -383,17 +384,17 @@ def test_a_retryable_error_can_say_when_to_retry(config: DtqConfig, redis_client
 
     registry.register("test.rate_limited", rate_limited)
     engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.01)
-    task_id = engine.enqueue("test.rate_limited", {"after": 30}, max_attempts=3).id
+    task_id = engine.tasks.enqueue("test.rate_limited", {"after": 30}, max_attempts=3).id
     before_ms = time.time() * 1000
     run_burst(cfg, max_tasks=1)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "RETRYING"
     due_ms = redis_client.zscore(engine.keys.schedule(), task_id)
     assert before_ms + 29_000 < due_ms < time.time() * 1000 + 30_500  # not the 10 ms backoff
     # The last attempt still dead-letters, whatever the handler asks for.
-    last = engine.enqueue("test.rate_limited", {"after": 30}, max_attempts=1).id
+    last = engine.tasks.enqueue("test.rate_limited", {"after": 30}, max_attempts=1).id
     run_burst(cfg, max_tasks=1)
-    assert engine.get_task(last)["status"] == "DEAD_LETTERED"
+    assert engine.tasks.get(last)["status"] == "DEAD_LETTERED"
 
 
 @pytest.mark.parametrize(("after", "used"), [
@@ -409,12 +410,12 @@ def test_a_claim_held_through_a_stall_is_checked_before_its_handler_starts(confi
     # A worker stopped (SIGSTOP, a blocked loop) between receiving its claim and starting the handler
     # may find that a peer reclaimed the entry and cancelled or finished the task meanwhile.
     engine, cfg = make_engine(config)
-    taken_over = engine.enqueue("test.record", {"n": "taken over"}, queue="elsewhere").id
-    still_ours = engine.enqueue("test.record", {"n": "still ours"}, queue="elsewhere").id
+    taken_over = engine.tasks.enqueue("test.record", {"n": "taken over"}, queue="elsewhere").id
+    still_ours = engine.tasks.enqueue("test.record", {"n": "still ours"}, queue="elsewhere").id
 
     async def scenario() -> None:
         async with running_worker(cfg, queues=["default"]) as worker:
-            engine.cancel(taken_over)  # what a peer's reclaim of a pending cancel leaves behind
+            engine.tasks.cancel(taken_over, Actor.cli())  # what a peer's reclaim of a pending cancel leaves behind
             engine.client.hset(engine.keys.task(still_ours), mapping={
                 "status": "RUNNING", "attempt": 1, "worker_id": worker.worker_id})
             for task_id in (taken_over, still_ours):
@@ -423,18 +424,18 @@ def test_a_claim_held_through_a_stall_is_checked_before_its_handler_starts(confi
 
     asyncio.run(scenario())
     assert RECORDED == [{"n": "still ours"}]  # the cancelled task's handler never started
-    assert engine.get_task(taken_over)["status"] == "CANCELLED"
+    assert engine.tasks.get(taken_over)["status"] == "CANCELLED"
 
 
 def test_a_cancel_that_lands_while_a_stale_claim_is_checked_still_cancels_the_task(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("test.record", {"n": "cancelled"}, queue="elsewhere").id
+    task_id = engine.tasks.enqueue("test.record", {"n": "cancelled"}, queue="elsewhere").id
 
     async def scenario() -> str:
         async with running_worker(cfg, queues=["default"]) as worker:
             engine.client.hset(engine.keys.task(task_id), mapping={
                 "status": "RUNNING", "attempt": 1, "worker_id": worker.worker_id})
-            assert engine.cancel(task_id).status == "RUNNING"  # recorded for the owner's watcher
+            assert engine.tasks.cancel(task_id, Actor.cli()).status == "RUNNING"  # recorded for the owner's watcher
             checking = worker.store.claim_still_ours
 
             async def slow_check(row: Row) -> bool:  # a slow Redis: the watcher acts meanwhile
@@ -477,27 +478,27 @@ def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
 
 def test_a_task_past_its_ttl_expires_without_running(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("test.record", {"x": 1}, ttl_seconds=0.05).id
+    task_id = engine.tasks.enqueue("test.record", {"x": 1}, ttl_seconds=0.05).id
     time.sleep(0.1)  # let the ttl pass before any worker exists
     run_burst(cfg)
-    assert engine.get_task(task_id)["status"] == "EXPIRED" and RECORDED == []
+    assert engine.tasks.get(task_id)["status"] == "EXPIRED" and RECORDED == []
     assert engine.client.hget(engine.keys.stats_tasks(), "default|test.record|expired") == "1"
 
 
 def test_a_delayed_task_past_its_ttl_expires_in_the_scheduler(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("test.record", {"x": 1}, delay_seconds=0.05, ttl_seconds=0.06).id
+    task_id = engine.tasks.enqueue("test.record", {"x": 1}, delay_seconds=0.05, ttl_seconds=0.06).id
     time.sleep(0.1)  # due, and past its ttl, before the scheduler looks
     run_burst(cfg)
-    assert engine.get_task(task_id)["status"] == "EXPIRED" and RECORDED == []
+    assert engine.tasks.get(task_id)["status"] == "EXPIRED" and RECORDED == []
     assert engine.client.hget(engine.keys.stats_tasks(), "default|test.record|expired") == "1"
 
 
 def test_large_results_are_truncated_and_flagged(config: DtqConfig) -> None:
     engine, cfg = make_engine(config, result_max_bytes=100)
-    task_id = engine.enqueue("test.big", {"n": 1000}).id
+    task_id = engine.tasks.enqueue("test.big", {"n": 1000}).id
     run_burst(cfg)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "SUCCEEDED" and task["result_truncated"] is True
     assert isinstance(task["result"], str) and 50 < len(task["result"]) <= 100
 
@@ -531,9 +532,9 @@ def test_a_result_json_cannot_hold_is_stored_through_str(config: DtqConfig, valu
 
     registry.register("test.odd", odd)
     engine, cfg = make_engine(config, visibility_timeout_s=2, heartbeat_interval_s=0.5)
-    task_id = engine.enqueue("test.odd", {}).id
+    task_id = engine.tasks.enqueue("test.odd", {}).id
     run_burst(cfg, timeout=10)
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert (task["status"], task["attempt"], task["result"], len(RECORDED)) == ("SUCCEEDED", 1, stored, 1)
     assert engine.client.get(engine.keys.result(task_id)) == json.dumps(stored)  # valid JSON, no NaN
 
@@ -543,10 +544,10 @@ def test_a_truncated_result_fits_the_limit(config: DtqConfig, text: str) -> None
     # Escaping grows the head (a quote takes two bytes, a control character six): it must still fit.
     registry.register("test.text", lambda payload: text)
     engine, cfg = make_engine(config, result_max_bytes=200)
-    task_id = engine.enqueue("test.text", {}).id
+    task_id = engine.tasks.enqueue("test.text", {}).id
     run_burst(cfg)
     raw = engine.client.get(engine.keys.result(task_id))
-    task = engine.get_task(task_id)
+    task = engine.tasks.get(task_id)
     assert task["status"] == "SUCCEEDED" and task["result_truncated"] is True
     assert 150 < len(raw.encode()) <= 200 and json.loads(raw) == task["result"]
     assert json.dumps(text, ensure_ascii=False).startswith(task["result"])
@@ -555,64 +556,64 @@ def test_a_truncated_result_fits_the_limit(config: DtqConfig, text: str) -> None
 def test_text_utf8_cannot_hold_is_replaced_not_stuck(config: DtqConfig) -> None:
     # It should still record the outcome (with '?' for the lone surrogate), never retry the write forever.
     engine, cfg = make_engine(config)
-    ok = engine.enqueue("test.undecodable", {}).id
-    bad = engine.enqueue("test.undecodable", {"fail": True}).id
+    ok = engine.tasks.enqueue("test.undecodable", {}).id
+    bad = engine.tasks.enqueue("test.undecodable", {"fail": True}).id
     run_burst(cfg)
-    assert engine.get_task(ok)["result"] == "caf?"
-    failed = engine.get_task(bad)
+    assert engine.tasks.get(ok)["result"] == "caf?"
+    failed = engine.tasks.get(bad)
     assert failed["status"] == "DEAD_LETTERED" and failed["last_error"] == "ValueError: bad caf?"
 
 
 def test_high_before_normal_before_low(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
     for priority in ("low", "normal", "high", "low", "high", "normal"):
-        engine.enqueue("test.record", priority, priority=priority)
+        engine.tasks.enqueue("test.record", priority, priority=priority)
     run_burst(cfg, concurrency=1)
     assert RECORDED == ["high", "high", "normal", "normal", "low", "low"]
 
 
 def test_a_paused_queue_is_skipped_until_resumed(config: DtqConfig) -> None:
-    from dtq_core.admin import Actor
+    from dtq_core.engine.audit import Actor
 
     engine, cfg = make_engine(config)
-    engine.enqueue("test.record", "paused-work", queue="slow")
-    engine.enqueue("test.record", "other-work", queue="fast")
-    engine.set_paused("slow", True, Actor.cli())
+    engine.tasks.enqueue("test.record", "paused-work", queue="slow")
+    engine.tasks.enqueue("test.record", "other-work", queue="fast")
+    engine.queues.pause("slow", Actor.cli())
     run_burst(cfg)
     assert RECORDED == ["other-work"]
-    assert engine.queue_stats(["slow"])[0]["waiting"] == 1
-    engine.set_paused("slow", False, Actor.cli())
+    assert engine.queues.stats(["slow"])[0]["waiting"] == 1
+    engine.queues.resume("slow", Actor.cli())
     run_burst(cfg)
     assert RECORDED == ["other-work", "paused-work"]
 
 
 def test_duplicate_entries_are_absorbed_not_run(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("test.record", "once").id
+    task_id = engine.tasks.enqueue("test.record", "once").id
     stream = engine.keys.stream("default", "normal")
     redis_client.xadd(stream, {"task_id": task_id, "attempt": 1})  # e.g. a scheduler split-brain duplicate
     run_burst(cfg, concurrency=1)
     assert RECORDED == ["once"]
     redis_client.xadd(stream, {"task_id": task_id, "attempt": 1})  # and one after it finished
     run_burst(cfg)
-    assert RECORDED == ["once"] and engine.get_task(task_id)["status"] == "SUCCEEDED"
+    assert RECORDED == ["once"] and engine.tasks.get(task_id)["status"] == "SUCCEEDED"
     assert int(redis_client.hget(engine.keys.stats_counters(), "absorbed")) == 2
     assert redis_client.xlen(stream) == 0
 
 
 def test_sync_handlers_run_in_the_pool_and_see_their_context(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
-    task_id = engine.enqueue("test.where", queue="ctx").id
+    task_id = engine.tasks.enqueue("test.where", queue="ctx").id
     run_burst(cfg)
-    result = engine.get_task(task_id)["result"]
+    result = engine.tasks.get(task_id)["result"]
     assert result["thread"].startswith("dtq-handler")
     assert (result["task_id"], result["attempt"], result["queue"]) == (task_id, 1, "ctx")
 
 
 def test_delayed_tasks_run_after_their_delay(config: DtqConfig) -> None:
     engine, cfg = make_engine(config, scheduler_interval_s=0.05)
-    task_id = engine.enqueue("test.record", "later", delay_seconds=0.3).id
-    assert engine.get_task(task_id)["status"] == "PENDING"
+    task_id = engine.tasks.enqueue("test.record", "later", delay_seconds=0.3).id
+    assert engine.tasks.get(task_id)["status"] == "PENDING"
     started = time.monotonic()
     run_burst(cfg)
     assert RECORDED == ["later"] and time.monotonic() - started >= 0.25
@@ -620,8 +621,8 @@ def test_delayed_tasks_run_after_their_delay(config: DtqConfig) -> None:
 
 def test_worker_only_serves_its_queues(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
-    engine.enqueue("test.record", "a", queue="qa")
-    engine.enqueue("test.record", "b", queue="qb")
+    engine.tasks.enqueue("test.record", "a", queue="qa")
+    engine.tasks.enqueue("test.record", "b", queue="qb")
     run_burst(cfg, queues=["qa"])
     assert RECORDED == ["a"]
 
@@ -747,7 +748,7 @@ def test_idempotent_operation_hands_the_first_caller_the_stored_form(live_engine
 
 def test_enqueue_helper_returns_the_task_id(live_engine: Engine) -> None:
     task_id = dtq_tasks.enqueue("dtq.echo", {"a": 1}, queue="helpers", priority="low", max_attempts=2)
-    task = live_engine.get_task(task_id)
+    task = live_engine.tasks.get(task_id)
     assert (task["queue"], task["priority"], task["max_attempts"]) == ("helpers", "low", 2)
 
 
@@ -827,11 +828,11 @@ def test_a_worker_whose_loop_stalled_does_not_reclaim_what_it_is_running(config:
 
     registry.register("test.stall", stall)
     registry.register("test.steady", steady)
-    steady_id = engine.enqueue("test.steady").id
-    stall_id = engine.enqueue("test.stall").id
+    steady_id = engine.tasks.enqueue("test.steady").id
+    stall_id = engine.tasks.enqueue("test.stall").id
     run_burst(cfg)
     for task_id in (steady_id, stall_id):
-        task = engine.get_task(task_id)
+        task = engine.tasks.get(task_id)
         assert task["status"] == "SUCCEEDED" and task["attempt"] == 1 and task["errors"] == [], task
     assert RECORDED == ["steady started"]
     assert not redis_client.hget(engine.keys.stats_counters(), "redeliveries")

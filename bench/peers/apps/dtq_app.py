@@ -17,10 +17,10 @@ engine = Engine(DtqConfig(redis_url=os.environ["BENCH_REDIS_URL"], max_queue_dep
 
 def send(key: str) -> None:
     # What dtq_tasks.enqueue does (it returns the id): no record read back.
-    engine.enqueue("bench.noop", {"k": key}, queue="bench", record=False)
+    engine.tasks.enqueue("bench.noop", {"k": key}, queue="bench", record=False)
 
 
 def send_many(key: str, n: int) -> None:
     for start in range(0, n, 1000):
-        engine.enqueue_many([engine.validate("bench.noop", {"k": key}, queue="bench")
-                             for _ in range(min(1000, n - start))])
+        engine.tasks.enqueue_many([engine.tasks.validate("bench.noop", {"k": key}, queue="bench")
+                                   for _ in range(min(1000, n - start))])

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from dtq_core.engine import get_engine
-from dtq_core.inspect import AUDIT_SOURCES
+from dtq_core.conf import get_engine
+from dtq_core.engine.audit import AUDIT_SOURCES
 from dtq_worker.ops import OperatorCommand, page_limit, short
 
 HEADERS = ("WHEN", "ACTOR", "SOURCE", "ACTION", "TARGET", "COUNT", "OUTCOME", "REQUEST ID")
@@ -29,7 +29,7 @@ class Command(OperatorCommand):
     def do_list(self, *, only_action: str | None, actor: str | None, source: str | None, limit: int, json: bool,
                 **_: Any) -> None:
         engine = get_engine()
-        page = engine.audit_list(action=only_action, actor=actor, source=source, limit=limit)
+        page = engine.audit.list(action=only_action, actor=actor, source=source, limit=limit)
         if json:
             self.emit_json(page.items)
             return

@@ -6,9 +6,10 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from dtq_core.admin import Actor, DlqSelection
-from dtq_core.engine import get_engine
-from dtq_core.inspect import SCAN_BUDGET
+from dtq_core.conf import get_engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq import DlqSelection
+from dtq_core.engine.reads import SCAN_BUDGET
 from dtq_worker.ops import OperatorCommand, page_limit, queue_name, short
 
 HEADERS = ("ENTRY ID", "TASK ID", "QUEUE", "TYPE", "ATTEMPT", "FAILED AT", "ERROR")
@@ -40,7 +41,7 @@ class Command(OperatorCommand):
 
     def do_list(self, *, queue: str | None, type: str | None, q: str | None, limit: int, json: bool,
                 **_: Any) -> None:
-        page = get_engine().dlq_list(queue=queue, type=type, q=q, limit=limit)
+        page = get_engine().dlq.list(queue=queue, type=type, q=q, limit=limit)
         if json:
             self.emit_json(page.items)
             return
@@ -55,7 +56,7 @@ class Command(OperatorCommand):
                               "`dlq retry --all ... --dry-run`)")
 
     def do_show(self, *, entry_id: str, **_: Any) -> None:
-        self.emit_json(get_engine().dlq_entry(entry_id))
+        self.emit_json(get_engine().dlq.get(entry_id))
 
     def do_retry(self, **options: Any) -> None:
         self._act("retry", "retried", **options)
@@ -73,9 +74,9 @@ class Command(OperatorCommand):
         selection = DlqSelection(ids=tuple(ids), queue=queue, type=type, all=all and not ids)
         engine = get_engine()
         if dry_run:
-            self.stdout.write(f"would {verb} {engine.count_dead_letters(selection)} dead letter(s)")
+            self.stdout.write(f"would {verb} {engine.dlq.count_selected(selection)} dead letter(s)")
             return
-        if ids and engine.count_dead_letters(selection) == 0:
+        if ids and engine.dlq.count_selected(selection) == 0:
             raise CommandError(f"no dead letter with id {', '.join(ids[:5])}")
-        method = engine.retry_dead_letters if verb == "retry" else engine.discard_dead_letters
+        method = engine.dlq.retry if verb == "retry" else engine.dlq.discard
         self.stdout.write(f"{done} {method(selection, Actor.cli())} dead letter(s)")

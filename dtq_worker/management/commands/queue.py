@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from dtq_core.admin import Actor
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
+from dtq_core.engine.audit import Actor
 from dtq_worker.ops import OperatorCommand, queue_name
 
 HEADERS = ("QUEUE", "HIGH", "NORMAL", "LOW", "WAITING", "IN FLIGHT", "RETRY", "DLQ", "PAUSED")
@@ -28,7 +28,7 @@ class Command(OperatorCommand):
             sub.add_parser(name, help=text).add_argument("queue", type=queue_name)
 
     def do_list(self, *, json: bool, **_: Any) -> None:
-        stats = get_engine().queue_stats()
+        stats = get_engine().queues.stats()
         if json:
             self.emit_json(stats)
             return
@@ -37,16 +37,16 @@ class Command(OperatorCommand):
                                    "yes" if q["paused"] else "no") for q in stats])
 
     def do_pause(self, *, queue: str, **_: Any) -> None:
-        changed = get_engine().set_paused(queue, True, Actor.cli())
+        changed = get_engine().queues.pause(queue, Actor.cli())
         self.stdout.write(f"queue {queue} paused" if changed else f"queue {queue} was already paused")
 
     def do_resume(self, *, queue: str, **_: Any) -> None:
-        changed = get_engine().set_paused(queue, False, Actor.cli())
+        changed = get_engine().queues.resume(queue, Actor.cli())
         self.stdout.write(f"queue {queue} resumed" if changed else f"queue {queue} was not paused")
 
     def do_delete(self, *, queue: str, **_: Any) -> None:
-        get_engine().delete_queue(queue, Actor.cli())
+        get_engine().queues.delete(queue, Actor.cli())
         self.stdout.write(f"queue {queue} deleted")
 
     def do_purge(self, *, queue: str, **_: Any) -> None:
-        self.stdout.write(f"purged {get_engine().purge(queue, Actor.cli())} waiting task(s) from queue {queue}")
+        self.stdout.write(f"purged {get_engine().queues.purge(queue, Actor.cli())} waiting task(s) from queue {queue}")

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from dtq_core.admin import Actor
 from dtq_core.codec import dumps
-from dtq_core.engine import get_engine
+from dtq_core.conf import get_engine
+from dtq_core.engine.audit import Actor
 from dtq_worker.ops import OperatorCommand, short
 
 SUMMARY = ("id", "type", "queue", "priority", "status", "attempt", "max_attempts", "created_at", "started_at",
@@ -27,7 +27,7 @@ class Command(OperatorCommand):
                        ).add_argument("task_id")
 
     def do_show(self, *, task_id: str, json: bool, **_: Any) -> None:
-        task = get_engine().get_task(task_id)
+        task = get_engine().tasks.get(task_id)
         if json:
             self.emit_json(task)
             return
@@ -43,6 +43,6 @@ class Command(OperatorCommand):
                                   f"{short(err.get('message'), 100)}")
 
     def do_cancel(self, *, task_id: str, **_: Any) -> None:
-        result = get_engine().cancel_as(task_id, Actor.cli())
+        result = get_engine().tasks.cancel(task_id, Actor.cli())
         self.stdout.write(f"task {task_id} cancelled" if result.cancelled
                           else f"task {task_id} is running: cancel requested, its worker will stop it")
