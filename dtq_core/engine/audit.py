@@ -183,7 +183,7 @@ class Audit(Noun):
                                  args=[op.op_id, op.start_id])
                 else:
                     self.finish(op, outcome="refused" if refused else "failed",
-                                      error=exc.code if refused else type(exc).__name__)  # type: ignore[attr-defined]
+                                error=exc.code if refused else type(exc).__name__)  # type: ignore[attr-defined]
             except Exception as second:  # noqa: BLE001 - the original error is the one to raise
                 logger.warning("audit outcome not recorded op_id=%s action=%s: %s", op.op_id, action, second)
             raise
