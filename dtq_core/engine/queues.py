@@ -178,7 +178,7 @@ class Queues(Noun):
             code, *counts = self.scripts(
                 "deleteQueue", keys=[k.queues(), k.paused(), k.paused_info(), k.ready(), *k.streams(queue),
                                      k.wake(queue), k.schedule_counts(), k.running(), k.events(), k.event_seq(),
-                                     k.task_prefix()],
+                                     k.task_prefix(), k.schedule_claims()],
                 args=[queue, Keys.GROUP, now, iso(now)])
             waiting, in_flight, scheduled = (int(c) for c in counts) if counts else (0, 0, 0)
             raise_for_code(code, task_id=None, script="deleteQueue", queue=queue, waiting=waiting,

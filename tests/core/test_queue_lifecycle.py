@@ -147,6 +147,22 @@ def test_delete_refuses_a_queue_with_waiting_scheduled_or_running_tasks(engine: 
     assert [e["action"] for e in engine.audit.list().items] == ["task.cancel", "task.cancel"]
 
 
+def test_delete_refuses_a_queue_whose_due_tasks_the_scheduler_has_claimed(engine: Engine,
+                                                                           redis_client: redis.Redis) -> None:
+    # It should count a due task the leader took from the schedule and has not queued yet: a leader
+    # that died between its two scripts holds such claims until the stale-claim reaper returns them,
+    # and deleting the queue meanwhile would leave those tasks in a queue nobody knows.
+    task_id = engine.tasks.enqueue("dtq.echo", queue="claimed", delay_seconds=1).id
+    k = engine.keys
+    redis_client.set(k.scheduler_lock(), "leader")
+    due = engine.clock.now_ms() + 5000
+    assert engine.scripts("claimDue", keys=[k.schedule(), k.schedule_claims(), k.scheduler_lock(), k.task_prefix()],
+                          args=["leader", due, 10]) == [task_id]
+    with pytest.raises(QueueNotEmpty, match="0 waiting, 0 in flight, 1 scheduled"):
+        engine.queues.delete("claimed", Actor.cli())
+    assert redis_client.sismember(k.queues(), "claimed")
+
+
 @pytest.mark.slow
 def test_a_worker_serving_a_deleted_queue_serves_it_again_once_a_submit_recreates_it(
         engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
