@@ -45,7 +45,10 @@ class RedisAlignedClock:
 
     def align(self, sent_ms: int, redis_ms: int, received_ms: int) -> bool:
         """Take Redis's TIME read between sent_ms and received_ms (our clock); True when the offset
-        moved (by more than round-trip noise)."""
+        moved (by more than round-trip noise). A reading across a step of our own clock (a
+        negative round trip, or one over a second) says nothing reliable and is dropped."""
+        if not 0 <= received_ms - sent_ms <= 1000:
+            return False
         offset = redis_ms - (sent_ms + received_ms) // 2
         if abs(offset - self.offset_ms) <= max(self.NOISE_MS, received_ms - sent_ms):
             return False
