@@ -50,6 +50,7 @@ def write_private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # the mode above applies only to a new file, not a leftover partial one
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text + "\n")
     os.replace(partial, path)
