@@ -29,8 +29,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from .conf import get_engine
 from .connection import UNAVAILABLE_ERRORS
-from .executor import BUCKETS
 from .keys import PRIORITIES, Keys
+from .worker.executor import BUCKETS
 
 logger = logging.getLogger("dtq.metrics")
 

@@ -17,10 +17,10 @@ from dtq_core.connection import async_client
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import CancelRequested, TaskTerminal
-from dtq_core.executor import Completion, Row
 from dtq_core.keys import Keys
 from dtq_core.task import Outcome, Status
-from dtq_core.worker_store import WorkerStore
+from dtq_core.worker.executor import Completion, Row
+from dtq_core.worker.store import WorkerStore
 
 ALL = list(Status)
 

@@ -18,7 +18,7 @@ from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import QueueLimitReached, QueueNotEmpty, QueueNotFound
 from dtq_core.keys import Keys
-from dtq_core.worker_store import WorkerStore
+from dtq_core.worker.store import WorkerStore
 
 from ..conftest import WorkerProcess, wait_for
 

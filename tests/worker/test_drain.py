@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dtq_core.worker import cancel_and_wait
+from dtq_core.worker.runtime import cancel_and_wait
 
 
 def test_a_loop_that_swallows_a_cancel_is_stopped_all_the_same() -> None:

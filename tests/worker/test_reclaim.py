@@ -14,7 +14,7 @@ from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
 from dtq_core.keys import Keys
-from dtq_core.worker_store import WorkerStore
+from dtq_core.worker.store import WorkerStore
 
 
 def _store(config: DtqConfig, worker_id: str) -> WorkerStore:

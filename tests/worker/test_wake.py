@@ -19,7 +19,7 @@ from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
 from dtq_core.scripts import _expand
-from dtq_core.worker_store import WorkerStore
+from dtq_core.worker.store import WorkerStore
 from tests.conftest import wait_for
 
 

@@ -23,10 +23,10 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
-from dtq_core.executor import Row
 from dtq_core.keys import Keys
 from dtq_core.scripts import SOURCES, Scripts
 from dtq_core.worker import Worker
+from dtq_core.worker.executor import Row
 
 from ..conftest import wait_for
 
@@ -452,7 +452,7 @@ def test_a_cancel_that_lands_while_a_stale_claim_is_checked_still_cancels_the_ta
 
 def test_a_timeout_records_the_stack_of_its_own_attempt_only() -> None:
     # A pool thread that has moved on to another attempt must not lend that one's stack.
-    from dtq_core.executor import Execution, _in_thread, _thread_stack
+    from dtq_core.worker.executor import Execution, _in_thread, _thread_stack
 
     row = Row(entry_id="1-1", stream="s", task_id="t", attempt=1, max_attempts=1, type="x", payload="",
               timeout_s=1.0, queue="q", priority="normal")
@@ -767,7 +767,7 @@ def test_idempotent_operation_lease_is_configurable(live_engine: Engine, redis_c
 
 def test_the_timeout_check_cancels_only_attempts_past_their_deadline() -> None:
     # It should cancel an overdue attempt once, and leave running ones and finished ones alone.
-    from dtq_core.executor import Execution, expire_overdue
+    from dtq_core.worker.executor import Execution, expire_overdue
 
     async def scenario() -> tuple[int, int, list[bool]]:
         row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="x", payload="",
@@ -792,7 +792,7 @@ def test_the_timeout_check_cancels_only_attempts_past_their_deadline() -> None:
 
 def test_a_timeout_under_a_second_fires_on_time(engine: Engine, config: DtqConfig) -> None:
     # It should not wait for the 50 ms deadline check: a 20 ms timeout ends a 0.3 s handler.
-    from dtq_core.executor import AttemptRunner, Execution
+    from dtq_core.worker.executor import AttemptRunner, Execution
 
     async def scenario() -> tuple[str, float]:
         row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="dtq.sleep",

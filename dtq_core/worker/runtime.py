@@ -20,15 +20,15 @@ from typing import Any
 
 import redis
 
-from . import faults, registry
-from .clock import Clock, RedisAlignedClock
-from .config import DtqConfig
-from .connection import async_client, eviction_policy_async, eviction_problem
-from .errors import WorkerNameTaken
+from .. import faults, registry
+from ..clock import Clock, RedisAlignedClock
+from ..config import DtqConfig
+from ..connection import async_client, eviction_policy_async, eviction_problem
+from ..errors import WorkerNameTaken
+from ..keys import PRIORITIES, Keys
+from ..task import Outcome
 from .executor import TIMEOUT_CHECK_S, AttemptRunner, Completion, Execution, Row, expire_overdue
-from .keys import PRIORITIES, Keys
-from .task import Outcome
-from .worker_store import WorkerStore
+from .store import WorkerStore
 
 logger = logging.getLogger("dtq.worker")
 

@@ -19,13 +19,13 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from . import faults
-from .clock import Clock, iso
-from .config import DtqConfig
-from .errors import ErrorCode
+from .. import faults
+from ..clock import Clock, iso
+from ..config import DtqConfig
+from ..errors import ErrorCode
+from ..keys import PRIORITIES, Keys
+from ..scripts import SOURCES, Scripts
 from .executor import Completion, Row
-from .keys import PRIORITIES, Keys
-from .scripts import SOURCES, Scripts
 from .wire import Line, pack
 
 COMPLETE_BATCH = 500

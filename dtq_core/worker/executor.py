@@ -1,0 +1,294 @@
+"""Run one attempt of a handler and classify how it ended, as a record for the completion script.
+
+Classification (contract section 5): RetryableError, handler timeouts and Redis connection
+errors (redis-py's ConnectionError and TimeoutError) retry with backoff until max_attempts;
+unknown task types, payload decode errors and every other exception are permanent, builtin
+OSErrors such as FileNotFoundError or a TimeoutError from the handler's own code included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import registry
+from ..clock import Clock
+from ..codec import encode_result, truncate_result, valid_utf8
+from ..config import DtqConfig
+from ..connection import REDIS_CONNECTION_ERRORS, write_refused
+from ..task import Outcome, RetryPolicy, next_attempt_at
+
+BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+TRACEBACK_TAIL = 2000
+
+
+@dataclass(slots=True)
+class Row:
+    """A claimed task, as the fetch/claim scripts return it."""
+
+    entry_id: str
+    stream: str
+    task_id: str
+    attempt: int
+    max_attempts: int
+    type: str
+    payload: str
+    timeout_s: float
+    queue: str
+    priority: str
+    handler: str = ""  # the registered handler that runs it, when not the type's own (Django tasks)
+    received_at: float = field(default_factory=time.monotonic)  # when the claim reached this worker
+
+    @classmethod
+    def from_reply(cls, r: list[Any]) -> Row:
+        return cls(entry_id=r[1], stream=r[2], task_id=r[3], attempt=int(r[4]), max_attempts=int(r[5]),
+                   type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10],
+                   handler=r[11] if len(r) > 11 else "")
+
+
+@dataclass(slots=True)
+class Completion:
+    row: Row
+    outcome: Outcome
+    result_json: str = ""
+    truncated: bool = False
+    error_class: str = ""
+    error_message: str = ""
+    traceback: str = ""
+    retry_due_ms: int = 0
+    duration_s: float = 0.0
+
+    def record(self) -> list[str]:
+        """The completeTasks record: 13 strings (the script compares attempt as a string)."""
+        r = self.row
+        return [r.task_id, str(r.attempt), r.entry_id, r.stream, self.outcome.value, self.result_json,
+                "1" if self.truncated else "0", self.error_class, self.error_message[:2000], self.traceback,
+                str(self.retry_due_ms), f"{self.duration_s:.6f}", bucket_label(self.duration_s)]
+
+
+def bucket_label(seconds: float) -> str:
+    for bound in BUCKETS:
+        if seconds <= bound:
+            return f"le_{bound:g}"
+    return "le_inf"
+
+
+class UnknownTaskType(Exception):
+    pass
+
+
+class PayloadDecodeError(Exception):
+    pass
+
+
+class HandlerTimeout(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Execution:
+    """One in-flight attempt; the cancel watcher and drain act on it through these flags."""
+
+    row: Row
+    task: asyncio.Task[Completion | None] | None = None
+    cancel_requested: bool = False
+    abandoned: bool = False  # drain deadline: leave the entry unacked for a peer
+    detached: bool = field(default=False)
+    deadline: float = float("inf")  # time.monotonic() past which the worker's watchdog cancels it
+    timed_out: bool = False
+    in_thread: bool = False  # a sync handler, run in the pool
+    thread_id: int = 0  # its thread, while it runs
+    thread_frame: Any = None  # its _in_thread frame there, while it runs
+    thread_stack: str = ""  # that thread's stack when the timeout fired: where it was stuck
+
+
+TIMEOUT_CHECK_S = 0.05  # the worker's deadline check: how late a handler timeout may fire
+EXACT_TIMEOUT_BELOW_S = 1.0  # shorter handler timeouts get a timer of their own
+
+
+def expire(ex: Execution) -> bool:
+    """Cancel an attempt for its handler timeout, once; False when it already ended or expired."""
+    if ex.timed_out or ex.task is None or ex.task.done():
+        return False
+    ex.timed_out = True
+    if ex.in_thread:  # the thread runs on, detached: record where it is now, for the error
+        ex.thread_stack = _thread_stack(ex)
+    ex.task.cancel()
+    return True
+
+
+def _thread_stack(ex: Execution) -> str:
+    """The stack of a sync handler's thread, from its _in_thread call down to where it is now."""
+    top = ex.thread_frame
+    frame = sys._current_frames().get(ex.thread_id) if top is not None else None
+    frames = []
+    while frame is not None:  # not finding `top` means the thread has moved on to another attempt
+        frames.append(frame)
+        if frame is top:
+            summary = traceback.StackSummary.extract((f, f.f_lineno) for f in reversed(frames))
+            return "".join(summary.format())
+        frame = frame.f_back
+    return "  (no stack: the handler's thread had not started it yet, or had just returned)\n"
+
+
+def expire_overdue(executions: Iterable[Execution], now: float) -> int:
+    """Cancel the attempts past their handler timeout; return how many.
+
+    One periodic check for every attempt costs less than a timer per attempt (the hot path),
+    at the price of a timeout firing up to one check interval late; timeouts under
+    EXACT_TIMEOUT_BELOW_S, where that would matter, also get a timer (AttemptRunner.run).
+    """
+    return sum(1 for ex in executions if now >= ex.deadline and expire(ex))
+
+
+class AttemptRunner:
+    """Runs attempts: async handlers on the loop, sync ones in the thread pool."""
+
+    def __init__(self, config: DtqConfig, clock: Clock, pool: Executor, worker_id: str,
+                 thread_released: Callable[[], None] = lambda: None) -> None:
+        self.config = config
+        self.clock = clock
+        self.pool = pool
+        self.worker_id = worker_id
+        # Called when a detached thread ends: its slot is free again (the consumer may be waiting).
+        self.thread_released = thread_released
+        self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
+        self.detached_threads = 0
+        # Sync handlers detached at the drain deadline, while their threads run: the worker keeps
+        # their entries (heartbeats) and lets them run to completion, up to their handler timeout.
+        self.abandoned_threads: dict[asyncio.Future[Any], Execution] = {}
+
+    async def run(self, ex: Execution) -> Completion | None:
+        """Run one attempt; None when it was abandoned at the drain deadline."""
+        row = ex.row
+        started = time.perf_counter()
+        ex.deadline = time.monotonic() + row.timeout_s
+        timer = None
+        if row.timeout_s < EXACT_TIMEOUT_BELOW_S:
+            timer = asyncio.get_running_loop().call_later(row.timeout_s, expire, ex)
+        try:
+            result = await self._call(row, ex)
+        except asyncio.CancelledError as cancelled:
+            if ex.abandoned:
+                return None
+            if ex.cancel_requested:
+                return Completion(row, Outcome.CANCELLED, duration_s=time.perf_counter() - started)
+            if ex.timed_out:
+                timeout = HandlerTimeout(f"handler exceeded its timeout of {row.timeout_s:g}s")
+                return self._failed(row, timeout, time.perf_counter() - started,
+                                    frames=ex.thread_stack or "".join(traceback.format_tb(cancelled.__traceback__)))
+            raise
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return self._failed(row, exc, time.perf_counter() - started)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return self._succeeded(row, result, time.perf_counter() - started)
+
+    async def _call(self, row: Row, ex: Execution) -> Any:
+        handler = registry.get(row.handler or row.type)
+        if handler is None:
+            named = f"handler {row.handler!r} of task type {row.type!r}" if row.handler else f"task type {row.type!r}"
+            raise UnknownTaskType(f"no handler registered for {named}")
+        try:
+            payload = json.loads(row.payload) if row.payload else {}
+        except ValueError as exc:
+            raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
+        ctx = registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
+                                   queue=row.queue, type=row.type, worker_id=self.worker_id,
+                                   entry_id=row.entry_id)
+        if handler.is_async:
+            registry.set_current(ctx)  # this Task has its own context copy
+            return await handler.fn(payload)
+        context = contextvars.copy_context()
+        context.run(registry.set_current, ctx)
+        loop = asyncio.get_running_loop()
+        ex.in_thread = True
+        future = loop.run_in_executor(self.pool, context.run, _in_thread, ex, handler.fn, payload)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The thread cannot be interrupted: it runs on detached and its result is dropped.
+            if not future.done():
+                self._detach(future, ex)
+            raise
+
+    def _detach(self, future: asyncio.Future[Any], ex: Execution) -> None:
+        ex.detached = True
+        self.detached_threads += 1
+        if ex.abandoned:
+            self.abandoned_threads[future] = ex
+
+        def done(_: asyncio.Future[Any]) -> None:
+            self.detached_threads -= 1
+            self.abandoned_threads.pop(future, None)
+            self.thread_released()
+            if not future.cancelled():
+                future.exception()  # retrieve, so asyncio does not log "never retrieved"
+
+        future.add_done_callback(done)
+
+    def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
+        encoded, truncated = truncate_result(encode_result(result), self.config.result_max_bytes)
+        return Completion(row, Outcome.SUCCEEDED, result_json=encoded, truncated=truncated, duration_s=duration)
+
+    def _failed(self, row: Row, exc: BaseException, duration: float, *, frames: str = "") -> Completion:
+        """frames: for a timeout (never raised where the handler was), the stack it was cut off in."""
+        # Redis refusing writes (disk full, maxmemory) is an outage, not the task's fault: retry it.
+        retryable = (isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS))
+                     or write_refused(exc)) and not isinstance(exc, (UnknownTaskType, PayloadDecodeError))
+        error_class = error_name(exc)
+        if frames:
+            text = f"Traceback (most recent call last):\n{frames}{''.join(traceback.format_exception_only(exc))}"
+        else:
+            text = "".join(traceback.format_exception(exc))
+        tb = valid_utf8(text[-TRACEBACK_TAIL:])
+        message = valid_utf8(_message(exc)) or error_class
+        if retryable:
+            due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
+                                  now_ms=self.clock.now_ms(), policy=self.policy)
+            retry_after = getattr(exc, "retry_after", None) if isinstance(exc, registry.RetryableError) else None
+            if due is not None and retry_after is not None:
+                due = self.clock.now_ms() + int(retry_after * 1000)
+            return Completion(row, Outcome.RETRY, error_class=error_class, error_message=message,
+                              traceback=tb, retry_due_ms=due or 0, duration_s=duration)
+        return Completion(row, Outcome.FAILED, error_class=error_class, error_message=message,
+                          traceback=tb, duration_s=duration)
+
+
+def _message(exc: BaseException) -> str:
+    # A handler's exception is user code: a __str__ that raises must not leave the task RUNNING.
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - anything its __str__ raises
+        return f"<{type(exc).__name__}: str() failed>"
+
+
+def _in_thread(ex: Execution, fn: Any, payload: Any) -> Any:
+    """A sync handler's call in its pool thread, which a timeout can then find (expire)."""
+    ex.thread_id, ex.thread_frame = threading.get_ident(), sys._getframe()
+    try:
+        return fn(payload)
+    finally:
+        ex.thread_id, ex.thread_frame = 0, None
+
+
+def error_name(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls in (UnknownTaskType, PayloadDecodeError, HandlerTimeout):
+        return f"dtq.{cls.__name__}"
+    if cls is registry.RetryableError:
+        return "dtq_tasks.RetryableError"
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
