@@ -112,6 +112,44 @@ class DtqConfig:
         as a gap in every worker's heartbeats."""
         return min(self.heartbeat_interval_s, self.visibility_timeout_s / 3)
 
+    # The worker's other timings, derived here beside heartbeat_every_s so that they are read and
+    # changed together (dtq_core/worker/ uses only these).
+    @property
+    def beat_gap_s(self) -> float:
+        """Longer than this between two of a worker's heartbeats is a gap (docs/failure-modes.md F7).
+
+        With beats every h, an owner's entries are at most F + h old when a freeze of F ends, and
+        reclaimable once that passes v: the gap threshold must stay at or under v - h (here at
+        most v / 2, as h <= v / 3), and above h by enough to absorb a late beat.
+        """
+        h, v = self.heartbeat_every_s, self.visibility_timeout_s
+        return h + min(max(1.0, h), (v - 2 * h) / 2)
+
+    @property
+    def stale_start_s(self) -> float:
+        """A claim older than this when its handler is about to start is checked first."""
+        return min(1.0, self.visibility_timeout_s / 2)
+
+    @property
+    def reaper_every_s(self) -> float:
+        """How often a worker's reaper looks for entries idle past the visibility timeout."""
+        return max(0.2, min(self.visibility_timeout_s / 4, 5.0))
+
+    @property
+    def stale_claim_check_every_s(self) -> float:
+        """How often the leader returns scheduler claims older than stale_claim_s."""
+        return min(5.0, self.stale_claim_s / 2)
+
+    @property
+    def lost_task_sweep_every_s(self) -> float:
+        """How often the leader requeues running tasks whose stream entry was lost."""
+        return max(0.5, min(self.visibility_timeout_s / 2, 5.0))
+
+    @property
+    def worker_prune_after_s(self) -> float:
+        """A worker registration silent this long is removed from the registry."""
+        return max(300.0, self.visibility_timeout_s * 10)
+
     def as_settings(self) -> dict[str, Any]:
         return {f.name.upper(): getattr(self, f.name) for f in dataclasses.fields(self)}
 

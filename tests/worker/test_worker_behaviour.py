@@ -846,8 +846,8 @@ def test_every_freeze_that_can_age_live_entries_past_the_timeout_shows_as_a_hear
     # past v. Any such freeze (F > v - h) must exceed the gap threshold g, which every worker sees
     # in its own beats (g <= v - h), while a beat a little late is not a gap (g > h). Any h < v
     # passes the config validator, so heartbeats close to the timeout must work too.
-    worker = Worker(dataclasses.replace(config, heartbeat_interval_s=heartbeat_s, visibility_timeout_s=visibility_s))
-    h, g = worker._beat_every_s(), worker._beat_gap_s()
+    timings = dataclasses.replace(config, heartbeat_interval_s=heartbeat_s, visibility_timeout_s=visibility_s)
+    h, g = timings.heartbeat_every_s, timings.beat_gap_s
     assert 0 < h <= heartbeat_s and h <= visibility_s / 3
     assert h < g <= visibility_s - h
     assert g - h >= min(1.0, visibility_s / 6) - 1e-9  # room for a late beat

@@ -1,0 +1,130 @@
+"""Running attempts and writing their completions (docs/failure-modes.md: a handler that times
+out, is cancelled, or starts on a claim a peer took over meanwhile; a completion whose reply was
+lost): the attempts in flight, their handler timeouts and cancel requests, and the completion
+writer, one completeTasks script for everything that finished since its last write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from .. import faults
+from ..task import Outcome
+from .executor import TIMEOUT_CHECK_S, Completion, Execution, Row, expire_overdue
+
+if TYPE_CHECKING:
+    from .runtime import Worker
+
+logger = logging.getLogger("dtq.worker")
+
+
+class ExecutionLoops:
+    """The Worker's attempts, completion writer, handler-timeout check and cancel watcher (a mixin
+    of Worker)."""
+
+    # -- execution ----------------------------------------------------------------------------
+    def _start(self: Worker, row: Row) -> None:
+        ex = Execution(row)
+        self._running[row.entry_id] = ex
+        ex.task = asyncio.get_running_loop().create_task(self._execute(ex))
+
+    async def _execute(self: Worker, ex: Execution) -> None:
+        completion: Completion | None = None
+        try:
+            if self.clock.monotonic() - ex.row.received_at > self.config.stale_start_s:
+                try:
+                    ours = await self._still_ours(ex.row)
+                except asyncio.CancelledError:
+                    if not ex.cancel_requested:
+                        raise  # the drain abandoned it: its entry is left for a peer
+                    completion = Completion(ex.row, Outcome.CANCELLED)  # fenced if it is no longer ours
+                    return
+                if not ours:
+                    return
+            completion = await self.runner.run(ex)
+        finally:
+            self._running.pop(ex.row.entry_id, None)
+            if completion is not None:
+                self._unacked[ex.row.entry_id] = ex.row
+                self._completions.append(completion)
+                self._flush_wanted.set()
+            self._slot_freed.set()
+
+    async def _still_ours(self: Worker, row: Row) -> bool:
+        """Re-check a claim this worker sat on (its process stalled, or its loop was blocked):
+        meanwhile a peer may have reclaimed the entry and run, finished or cancelled the task."""
+        try:
+            ours = await self.store.claim_still_ours(row)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: run it (skipping would cost it an attempt)
+            logger.warning("task_id=%s worker_id=%s attempt=%d claim held %.1fs could not be checked (%s); "
+                           "running it (its completion is fenced if a peer took it over)", row.task_id,
+                           self.worker_id, row.attempt, self.clock.monotonic() - row.received_at, exc)
+            return True
+        if not ours:
+            logger.warning("task_id=%s worker_id=%s attempt=%d was claimed %.1fs ago and has since been taken "
+                           "over (reclaimed, finished or cancelled by a peer); not running it", row.task_id,
+                           self.worker_id, row.attempt, self.clock.monotonic() - row.received_at)
+        return ours
+
+    # -- completion ---------------------------------------------------------------------------
+    async def _flush_loop(self: Worker) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            await self._flush_once()
+
+    async def _flush_once(self: Worker) -> None:
+        async with self._flush_lock:
+            batch, self._completions = self._completions, []
+            if not batch:
+                return
+            try:
+                statuses = await self.store.complete(batch)
+            except BaseException:
+                self._completions[:0] = batch  # keep them; the entries stay pending until written
+                self._flush_wanted.set()
+                raise
+            faults.reach(self.config.test_fault, "after_complete")
+            for completion, status in zip(batch, statuses, strict=True):
+                self._unacked.pop(completion.row.entry_id, None)
+                if isinstance(status, list):  # ["quarantined", new status, reason]: its record is corrupt
+                    logger.error("task_id=%s queue=%s attempt=%d worker_id=%s quarantined as dtq.CorruptRecord "
+                                 "(%s): %s", completion.row.task_id, completion.row.queue, completion.row.attempt,
+                                 self.worker_id, status[1] or "task record unwritable", status[2])
+                elif status == "resent":
+                    logger.info("task_id=%s attempt=%d worker_id=%s completion re-sent after a lost reply: already "
+                                "recorded", completion.row.task_id, completion.row.attempt, self.worker_id)
+                elif status == "fenced":
+                    logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
+                                   completion.row.task_id, completion.row.attempt, self.worker_id)
+                elif status in ("DEAD_LETTERED", "FAILED"):
+                    # The one place a handler failure ends the task: say where it went and why.
+                    logger.warning("task_id=%s queue=%s attempt=%d worker_id=%s %s: %s: %s",
+                                   completion.row.task_id, completion.row.queue, completion.row.attempt,
+                                   self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
+                                   completion.error_class, completion.error_message[:200])
+            self.processed += len(batch)
+            if self.max_tasks is not None and self.processed >= self.max_tasks:
+                self.request_stop()
+
+    # -- heartbeat, reaper, cancel watcher ----------------------------------------------------
+    async def _timeout_loop(self: Worker) -> None:
+        while True:
+            await asyncio.sleep(TIMEOUT_CHECK_S)
+            if self._running:
+                expire_overdue(list(self._running.values()), self.clock.monotonic())
+
+    async def _cancel_watch_loop(self: Worker) -> None:
+        while True:
+            await asyncio.sleep(self.config.cancel_poll_s)
+            running = [ex for ex in self._running.values() if not ex.cancel_requested]
+            if not running:
+                continue
+            flags = await self.store.cancel_flags([ex.row.task_id for ex in running])
+            for ex, flag in zip(running, flags, strict=True):
+                if flag and ex.task is not None and not ex.task.done():
+                    logger.info("task_id=%s worker_id=%s cancelling on request", ex.row.task_id, self.worker_id)
+                    ex.cancel_requested = True
+                    ex.task.cancel()

@@ -1,0 +1,104 @@
+"""Heartbeats, lease renewal and the freeze/gap rule (docs/failure-modes.md: a frozen or
+unreachable Redis, a blocked event loop).
+
+Each heartbeat re-registers the worker and refreshes the idle time of every entry it holds, so no
+peer's reaper takes them. `Liveness` is the pure part: given the times of this worker's own beats,
+whether an entry idle past the visibility timeout may be taken as abandoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from ..clock import Clock, RedisAlignedClock
+from ..config import DtqConfig
+
+if TYPE_CHECKING:
+    from .runtime import Worker
+
+logger = logging.getLogger("dtq.worker")
+
+CLOCK_ALIGN_S = 10.0  # how often a worker re-measures its host's clock against Redis's
+
+
+class Liveness:
+    """The times of this worker's heartbeats (monotonic): a long gap means every worker's in-flight
+    entries aged meanwhile (Redis frozen or unreachable, or this loop blocked), see may_reclaim."""
+
+    def __init__(self, config: DtqConfig, clock: Clock, worker_id: str) -> None:
+        self.config = config
+        self.clock = clock
+        self.worker_id = worker_id
+        self.last_beat: float | None = None
+        self.healthy_since = float("-inf")
+
+    def beat_done(self) -> None:
+        now = self.clock.monotonic()
+        if self.last_beat is not None and now - self.last_beat > self.config.beat_gap_s:
+            self.healthy_since = now
+            logger.warning("worker_id=%s heartbeats resumed after %.1fs without one (Redis frozen or unreachable, "
+                           "or this event loop blocked); reclaiming nothing for %.0fs so that live workers refresh "
+                           "their entries first", self.worker_id, now - self.last_beat,
+                           self.config.visibility_timeout_s)
+        self.last_beat = now
+
+    def may_reclaim(self) -> bool:
+        """Whether an entry idle past the visibility timeout now means its owner is gone.
+
+        While heartbeats cannot be written (Redis frozen or unreachable), every worker's entries
+        age together; right after, the reaper that reconnects first would take the entries of
+        workers that are alive and still running them, and run those tasks a second time. So a
+        reaper reclaims only while its own heartbeats are on time, and only a visibility timeout
+        after they resumed from a gap: live owners have refreshed their entries by then.
+        """
+        now = self.clock.monotonic()
+        return (self.last_beat is not None and now - self.last_beat <= self.config.beat_gap_s
+                and now - self.healthy_since >= self.config.visibility_timeout_s)
+
+    def trusted(self, took_s: float) -> bool:
+        """Whether a reclaim round that took took_s may keep what it claimed: a round that
+        stalled as long as a gap saw entries that aged while it did."""
+        return took_s <= self.config.beat_gap_s and self.may_reclaim()
+
+
+class HeartbeatLoop:
+    """The Worker's heartbeat loop (a mixin of Worker)."""
+
+    async def _heartbeat_loop(self: Worker) -> None:
+        while True:  # beat first: restarted after a failure (see _supervise), it beats at once
+            entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
+            entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
+            # Sync handlers the drain detached still run: their entries stay ours until they end.
+            entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id)
+                        for ex in self.runner.abandoned_threads.values()]
+            await self._align_clock()
+            await self.store.heartbeat(self._info(), entries)
+            self.liveness.beat_done()
+            if self._beat_failed:
+                # Wake every loop backing off after an error: this beat says Redis answers again.
+                self._beat_failed = False
+                self._loading_said = False
+                recovered, self._redis_back = self._redis_back, asyncio.Event()
+                recovered.set()
+            await asyncio.sleep(self.config.heartbeat_every_s)
+
+    async def _align_clock(self: Worker) -> None:
+        """Measure this host's clock against Redis's. Every worker writing and comparing times on
+        Redis's clock keeps a host whose clock is off from promoting delayed tasks and retries
+        early or late, expiring tasks early, or making its peers (or itself) look stale."""
+        clock = self.clock
+        if not isinstance(clock, RedisAlignedClock):
+            return  # a clock given by the caller (tests) is kept as it is
+        if clock.monotonic() - self._aligned_at < CLOCK_ALIGN_S:
+            return  # clocks drift slowly: a heartbeat stays one round trip in between
+        sent = clock.system_ms()
+        seconds, micros = await self.client.time()
+        received = clock.system_ms()
+        if received - sent > 1000:
+            return  # a reading that slow says little
+        self._aligned_at = clock.monotonic()
+        if clock.align(sent, int(seconds) * 1000 + int(micros) // 1000, received) and abs(clock.offset_ms) > 1000:
+            logger.warning("worker_id=%s this host's clock is %+.1fs off Redis's; keeping time by Redis's "
+                           "(run NTP on every host)", self.worker_id, -clock.offset_ms / 1000)
