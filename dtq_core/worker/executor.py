@@ -46,13 +46,14 @@ class Row:
     queue: str
     priority: str
     handler: str = ""  # the registered handler that runs it, when not the type's own (Django tasks)
-    received_at: float = field(default_factory=time.monotonic)  # when the claim reached this worker
+    # When the claim reached this worker (the worker's clock.monotonic(), given by WorkerStore).
+    received_at: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def from_reply(cls, r: list[Any]) -> Row:
+    def from_reply(cls, r: list[Any], received_at: float) -> Row:
         return cls(entry_id=r[1], stream=r[2], task_id=r[3], attempt=int(r[4]), max_attempts=int(r[5]),
                    type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10],
-                   handler=r[11] if len(r) > 11 else "")
+                   handler=r[11] if len(r) > 11 else "", received_at=received_at)
 
 
 @dataclass(slots=True)
@@ -102,8 +103,7 @@ class Execution:
     task: asyncio.Task[Completion | None] | None = None
     cancel_requested: bool = False
     abandoned: bool = False  # drain deadline: leave the entry unacked for a peer
-    detached: bool = field(default=False)
-    deadline: float = float("inf")  # time.monotonic() past which the worker's watchdog cancels it
+    deadline: float = float("inf")  # clock.monotonic() past which the worker's watchdog cancels it
     timed_out: bool = False
     in_thread: bool = False  # a sync handler, run in the pool
     thread_id: int = 0  # its thread, while it runs
@@ -171,7 +171,7 @@ class AttemptRunner:
         """Run one attempt; None when it was abandoned at the drain deadline."""
         row = ex.row
         started = time.perf_counter()
-        ex.deadline = time.monotonic() + row.timeout_s
+        ex.deadline = self.clock.monotonic() + row.timeout_s
         timer = None
         if row.timeout_s < EXACT_TIMEOUT_BELOW_S:
             timer = asyncio.get_running_loop().call_later(row.timeout_s, expire, ex)
@@ -225,7 +225,6 @@ class AttemptRunner:
             raise
 
     def _detach(self, future: asyncio.Future[Any], ex: Execution) -> None:
-        ex.detached = True
         self.detached_threads += 1
         if ex.abandoned:
             self.abandoned_threads[future] = ex

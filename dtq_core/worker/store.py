@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable, Container, Sequence
 from typing import Any
 
@@ -156,7 +155,7 @@ class WorkerStore:
         rows: list[Row] = []
         for r in reply:
             if r[0] == "run":
-                rows.append(Row.from_reply(r))  # received_at: now
+                rows.append(Row.from_reply(r, self.clock.monotonic()))
                 continue
             outcome, entry_id, stream, task_id, reason = r[:5]
             if outcome == "absorbed":
@@ -191,12 +190,12 @@ class WorkerStore:
         if count <= 0 or not streams:
             return []
         min_idle = int(self.config.visibility_timeout_s * 1000)
-        started = time.monotonic()
+        started = self.clock.monotonic()
         deleted, taken = await self.scripts("takeIdleEntries", keys=[self.keys.stream_prefix()],
                                             args=[Keys.GROUP, self.worker_id, min_idle, count,
                                                   *(self.keys.stream_name(stream) for stream in streams)])
         self.deleted_seen += int(deleted)
-        if taken and not trusted(time.monotonic() - started):
+        if taken and not trusted(self.clock.monotonic() - started):
             await self._give_back([(stream, entry_id, task_id) for stream, entry_id, task_id, *_ in taken
                                    if entry_id not in ours])
             return []
