@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -111,6 +112,25 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._stopping = True
         self._stop.set()
         self._slot_freed.set()
+
+    async def serve(self) -> int:
+        """run() as a process's main task: SIGTERM/SIGINT drain (request_stop); a second signal
+        exits at once, leaving what runs to redelivery."""
+        loop = asyncio.get_running_loop()
+        signals_seen = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen > 1:
+                logger.warning("worker_id=%s second signal: exiting now", self.worker_id)
+                os._exit(1)
+            logger.info("worker_id=%s got %s", self.worker_id, signal.Signals(signum).name)
+            self.request_stop()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        return await self.run()
 
     async def run(self) -> int:
         """Run until stopped (or, with burst, until no work is left); return the exit code."""

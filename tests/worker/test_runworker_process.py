@@ -50,14 +50,20 @@ def test_a_second_worker_with_a_live_name_is_refused(engine: Engine,
 
 
 @pytest.mark.parametrize(
-    ("args", "needle"),
-    [(["--queues", "Bad Name"], "--queues"), (["--concurrency", "0"], "--concurrency"),
-     (["--concurrency", "many"], "--concurrency"), (["--name", ""], "--name")],
+    ("args", "needle", "why"),
+    [(["--queues", "Bad Name"], "--queues", "not a queue name: 'Bad Name'"),
+     (["--queues", "mail,dlq"], "--queues", "not a queue name: 'dlq'"),
+     (["--queues", ","], "--queues", "expected comma-separated queue names"),
+     (["--concurrency", "0"], "--concurrency", "expected a whole number from 1 to 10000 (got '0')"),
+     (["--concurrency", "many"], "--concurrency", "expected a whole number from 1 to 10000 (got 'many')"),
+     (["--max-tasks", "-3"], "--max-tasks", "expected a whole number from 1 to 10000 (got '-3')"),
+     (["--name", ""], "--name", "expected 1-200 characters without spaces")],
 )
-def test_bad_arguments_exit_non_zero_with_one_clear_line(args: list[str], needle: str) -> None:
+def test_bad_arguments_exit_non_zero_with_one_clear_line(args: list[str], needle: str, why: str) -> None:
     proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env=worker_env("redis://127.0.0.1:1/0", "dtqtest:x"))
     assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr
+    assert why in proc.stderr
 
 
 def test_an_unimportable_task_module_is_one_line(redis_server: object) -> None:

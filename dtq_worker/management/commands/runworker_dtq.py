@@ -3,11 +3,11 @@ cancel watcher and scheduler candidacy). SIGTERM/SIGINT drain; a second signal e
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import logging
 import os
-import signal
 import sys
 import threading
 from typing import Any
@@ -53,21 +53,27 @@ def show_worker_logs() -> None:
 def queue_list(raw: str) -> list[str]:
     queues = [q.strip() for q in raw.split(",") if q.strip()]
     bad = [q for q in queues if not valid_queue_name(q)]
-    if not queues or bad:
-        raise ValueError(raw)
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a queue name: {bad[0]!r} (names match [a-z0-9][a-z0-9_-]{{0,63}}, "
+                                         f"and dlq and audit are reserved)")
+    if not queues:
+        raise argparse.ArgumentTypeError(f"expected comma-separated queue names (got {raw!r})")
     return queues
 
 
 def positive_int(raw: str) -> int:
-    value = int(raw)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
     if value < 1 or value > 10000:
-        raise ValueError(raw)
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 10000 (got {raw!r})")
     return value
 
 
 def worker_name(raw: str) -> str:
     if not raw or len(raw) > 200 or any(c.isspace() for c in raw):
-        raise ValueError(raw)
+        raise argparse.ArgumentTypeError(f"expected 1-200 characters without spaces (got {raw!r})")
     return raw
 
 
@@ -120,7 +126,7 @@ class Command(BaseCommand):
         gc.collect()
         gc.freeze()
         try:
-            code = asyncio.run(self._run(worker))
+            code = asyncio.run(worker.serve())  # the drain is Worker._drain
         except WorkerNameTaken as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:
@@ -136,20 +142,3 @@ class Command(BaseCommand):
             os._exit(code)
         if code:
             raise SystemExit(code)
-
-    async def _run(self, worker: Worker) -> int:
-        loop = asyncio.get_running_loop()
-        signals_seen = 0
-
-        def on_signal(signum: int) -> None:
-            nonlocal signals_seen
-            signals_seen += 1
-            if signals_seen > 1:
-                logger.warning("worker_id=%s second signal: exiting now", worker.worker_id)
-                os._exit(1)
-            logger.info("worker_id=%s got %s", worker.worker_id, signal.Signals(signum).name)
-            worker.request_stop()
-
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, on_signal, signum)
-        return await worker.run()  # the drain waits for the sync handlers it left (Worker._drain)
