@@ -56,6 +56,10 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
 
 
 class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
+    """One worker process. Each loop lives in the module of the failure modes it handles (the
+    mixins: fetch, execution, liveness, reclaim, leader); this class holds the state they share,
+    and starts, supervises and drains them."""
+
     def __init__(
         self,
         config: DtqConfig,
