@@ -146,6 +146,11 @@ class DtqConfig:
         return max(0.5, min(self.visibility_timeout_s / 2, 5.0))
 
     @property
+    def worker_record_ttl_s(self) -> float:
+        """A worker's registration hash expires this long after its last heartbeat."""
+        return max(60.0, self.visibility_timeout_s * 4)
+
+    @property
     def worker_prune_after_s(self) -> float:
         """A worker registration silent this long is removed from the registry."""
         return max(300.0, self.visibility_timeout_s * 10)

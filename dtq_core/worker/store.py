@@ -316,7 +316,7 @@ class WorkerStore:
         pipe.zadd(k.workers(), {self.worker_id: now})
         pipe.hset(k.worker(self.worker_id), mapping={**info, "heartbeat_at": now, "hostname": socket.gethostname(),
                                                       "pid": os.getpid()})
-        pipe.pexpire(k.worker(self.worker_id), int(max(60, self.config.visibility_timeout_s * 4) * 1000))
+        pipe.pexpire(k.worker(self.worker_id), int(self.config.worker_record_ttl_s * 1000))
         if self.served_types and now - self._types_at >= TYPES_REFRESH_MS:
             await self._register_types(pipe, now)
         if entries:
