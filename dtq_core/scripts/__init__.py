@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from ..worker.wire import exchange_pooled, pack
+from ..wire import exchange_pooled, pack
 
 _INCLUDE = re.compile(r"^-- #include (\w+)$", re.MULTILINE)
 _ROOT = files(__package__)

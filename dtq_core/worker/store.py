@@ -24,8 +24,8 @@ from ..config import DtqConfig
 from ..errors import ErrorCode
 from ..keys import PRIORITIES, Keys
 from ..scripts import SOURCES, Scripts
+from ..wire import Line, pack
 from .executor import Completion, Row
-from .wire import Line, pack
 
 COMPLETE_BATCH = 500
 logger = logging.getLogger("dtq.worker")

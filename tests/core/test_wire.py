@@ -1,4 +1,4 @@
-"""The hot-path calls (dtq_core/worker/wire.py): packing, one deadline per exchange, error replies handed
+"""The hot-path calls (dtq_core.wire): packing, one deadline per exchange, error replies handed
 back in order, and a connection that comes back after a timeout or a script cache flush."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
-from dtq_core.worker.wire import Line, pack
+from dtq_core.wire import Line, pack
 
 
 def test_packing_matches_the_redis_protocol() -> None:
