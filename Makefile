@@ -24,7 +24,7 @@ bootstrap: $(BIN)/.installed
 	@mkdir -p var
 	@$(BIN)/python manage.py migrate --noinput -v 0
 
-# bootstrap plus pytest, ruff and the other tools of requirements-dev.txt.
+# bootstrap plus pytest, ruff, mypy and the other tools of requirements-dev.txt.
 dev: bootstrap $(BIN)/.installed-dev
 
 run: bootstrap
@@ -41,6 +41,7 @@ bench-peers: bootstrap
 
 lint: dev
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 chaos: dev
 	$(BIN)/python -m pytest -p no:xdist tests/failure -k chaos -v -s
