@@ -3,26 +3,31 @@ REST_FRAMEWORK (empty, or tuned for its own API) neither has to carry them nor c
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from drf_spectacular import generators, utils
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import views
-from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 
 from .exceptions import exception_handler
 from .parsers import JSONParser
 
+if TYPE_CHECKING:
+    from rest_framework.permissions import _PermissionClass  # an alias of DRF's stubs only
+
 
 class APIView(views.APIView):
     renderer_classes = (JSONRenderer, BrowsableAPIRenderer)
     parser_classes = (JSONParser,)
-    authentication_classes = (SessionAuthentication,)
-    permission_classes = (AllowAny,)  # reads are open; destructive views set their own (DestructiveMixin)
+    # Typed as DRF's are, for the views that add DestructiveMixin's. Reads are open; destructive
+    # views set their own (DestructiveMixin).
+    authentication_classes: Sequence[type[BaseAuthentication]] = (SessionAuthentication,)
+    permission_classes: Sequence[_PermissionClass] = (AllowAny,)
     schema = AutoSchema()
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Any]:
@@ -53,6 +58,9 @@ def extend_schema(**kwargs: Any) -> Callable[[Any], Any]:
 class SchemaGenerator(generators.SchemaGenerator):
     """dtq's endpoints only, wherever the project mounts them: a project's own DRF views belong in
     its own schema (and may use DRF's default schema class, which drf-spectacular refuses)."""
+
+    # drf-spectacular's endpoints are (path, path_regex, method, view); DRF's stubs type its own triples.
+    endpoints: Any
 
     def _initialise_endpoints(self) -> None:
         super()._initialise_endpoints()

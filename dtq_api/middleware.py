@@ -5,19 +5,26 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.http import HttpRequest, HttpResponse
+
+if TYPE_CHECKING:
+    from rest_framework.request import Request
 
 _SAFE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-def request_id_of(request: HttpRequest) -> str:
+def request_id_of(request: HttpRequest | Request) -> str:
     """The request's id; made here when RequestIdMiddleware is not installed (then no X-Request-ID
     header goes back, which check dtq.W801 says, but audit entries and errors still carry one)."""
-    request = getattr(request, "_request", request)  # DRF's Request: the id lives on Django's
-    if not getattr(request, "request_id", ""):
-        request.request_id = uuid.uuid4().hex  # type: ignore[attr-defined]
-    return request.request_id  # type: ignore[attr-defined]
+    django_request: HttpRequest = getattr(request, "_request", request)  # DRF's: the id lives on Django's
+    request_id: str = getattr(django_request, "request_id", "")
+    if not request_id:
+        request_id = uuid.uuid4().hex
+        # An attribute of dtq's own on Django's request, which its stubs cannot know.
+        django_request.request_id = request_id  # type: ignore[attr-defined]
+    return request_id
 
 
 class RequestIdMiddleware:

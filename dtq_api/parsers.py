@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import parsers
@@ -23,7 +24,7 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JSONParser(parsers.JSONParser):
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         raw = stream.read() if stream is not None else b""
         try:
             data = super().parse(io.BytesIO(raw), media_type, parser_context)

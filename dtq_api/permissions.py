@@ -10,11 +10,12 @@ web page a user opens could purge a queue on a dtq reachable from that user's ma
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from django.http import HttpRequest
-from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,6 +37,9 @@ from .auth import (
     is_staff,
     key_matches,
 )
+
+if TYPE_CHECKING:
+    from rest_framework.permissions import _PermissionClass  # an alias of DRF's stubs only
 
 
 def cross_site_origin(request: HttpRequest) -> str | None:
@@ -86,15 +90,16 @@ class DestructiveOperation(BasePermission):
                 "and sent as the X-API-Key header (DTQ_ALLOW_ANONYMOUS_ADMIN=true opens it to anyone)")
         if request._request.COOKIES:
             # A browser: its cookies say it may be a victim's, so it proves it is on our page.
-            SessionAuthentication().enforce_csrf(request._request)
+            # Django's request, as DRF passes it to CSRFCheck; DRF's stubs name its own Request.
+            SessionAuthentication().enforce_csrf(request._request)  # type: ignore[arg-type]
         return True
 
 
 class DestructiveMixin:
     """Put on a view whose every method is destructive; `permission` names the console's permission."""
 
-    authentication_classes = (ApiKeyAuthentication, SessionAuthentication)
-    permission_classes = (DestructiveOperation,)
+    authentication_classes: Sequence[type[BaseAuthentication]] = (ApiKeyAuthentication, SessionAuthentication)
+    permission_classes: Sequence[_PermissionClass] = (DestructiveOperation,)
     permission: str = ""
 
     def handle_exception(self, exc: Exception) -> Response:

@@ -17,9 +17,10 @@ class SubmitSerializer(serializers.Serializer):
     # null is "not given" for the optional fields (as None is in dtq_tasks.enqueue): payload {},
     # no delay, no ttl, the configured attempts and timeout, no idempotency key.
     payload = serializers.JSONField(required=False, default=dict, allow_null=True)
-    queue = serializers.JSONField(required=False, default="default")
-    priority = serializers.JSONField(required=False, default="normal")
-    delay_seconds = serializers.JSONField(required=False, default=0, allow_null=True)
+    # Any JSON value may be a JSONField's default; DRF's stubs allow only mappings.
+    queue = serializers.JSONField(required=False, default="default")  # type: ignore[arg-type]
+    priority = serializers.JSONField(required=False, default="normal")  # type: ignore[arg-type]
+    delay_seconds = serializers.JSONField(required=False, default=0, allow_null=True)  # type: ignore[arg-type]
     ttl_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
     max_attempts = serializers.JSONField(required=False, default=None, allow_null=True)
     timeout_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
@@ -92,7 +93,9 @@ class TaskSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
     worker_id = serializers.CharField(allow_null=True)
     last_error = serializers.CharField(allow_null=True)
-    errors = serializers.JSONField()
+    # Fields named like attributes of Serializer: DRF moves declared fields off the class; its stubs
+    # see them as overriding the attribute.
+    errors = serializers.JSONField()  # type: ignore[assignment]
     result_truncated = serializers.BooleanField()
     cancel_requested = serializers.BooleanField()
     idempotency_key = serializers.CharField(allow_null=True)
@@ -163,7 +166,7 @@ class AuditEntrySerializer(serializers.Serializer):
     id = serializers.CharField()
     ts = serializers.DateTimeField(allow_null=True)
     actor = serializers.CharField(allow_null=True)
-    source = serializers.CharField(allow_null=True)
+    source = serializers.CharField(allow_null=True)  # type: ignore[assignment]  # as `errors` above
     action = serializers.CharField(allow_null=True)
     target = serializers.CharField(allow_null=True)
     count = serializers.IntegerField(help_text="how many it changed (unfinished: as far as recorded)")

@@ -14,16 +14,14 @@ MAX_SELECTED = 500  # a page holds at most 500 rows; more is a malformed request
 TEXT_MAX = 200
 
 
-def _queue_name(value: str) -> str:
+def _queue_name(value: str) -> None:
     if value and (not QUEUE_NAME_RE.fullmatch(value) or value in RESERVED_QUEUES):
         raise forms.ValidationError("not a queue name")
-    return value
 
 
-def _task_type(value: str) -> str:
+def _task_type(value: str) -> None:
     if value and not TASK_TYPE_RE.fullmatch(value):
         raise forms.ValidationError("not a task type")
-    return value
 
 
 class _Form(forms.Form):

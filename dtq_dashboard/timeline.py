@@ -20,8 +20,8 @@ def task_timeline(task: dict[str, Any]) -> list[dict[str, Any]]:
         add(task.get("due_at"), "Due", "pending")
     if task.get("enqueued_at") and task.get("enqueued_at") != task.get("created_at"):
         add(task.get("enqueued_at"), "Queued", "info")
-    errors = task.get("errors") if isinstance(task.get("errors"), list) else []
-    for err in errors:
+    errors = task.get("errors")
+    for err in errors if isinstance(errors, list) else []:
         if not isinstance(err, dict):
             continue
         add(err.get("at"), f"Attempt {err.get('attempt')} failed", "error",

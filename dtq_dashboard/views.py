@@ -307,7 +307,8 @@ def _dlq_matching_action(request: HttpRequest, actor: Actor, back: str, *, retry
         query = urlencode({"action": "retry" if retry else "discard", **{k: v for k, v in filters.items() if v}})
         return redirect(f"{reverse('dtq_dashboard:dlq-confirm')}?{query}")
     engine = get_engine()
-    selection = DlqSelection(**filters, all=not any(filters.values()))
+    selection = DlqSelection(queue=filters["queue"], type=filters["type"], q=filters["q"],
+                             all=not any(filters.values()))
     count = (engine.dlq.retry if retry else engine.dlq.discard)(selection, actor)
     verb = "Retried" if retry else "Discarded"
     what = ", ".join(f"{k}={v}" for k, v in filters.items() if v) or "everything in the DLQ"

@@ -38,7 +38,7 @@ def _lease(lease_seconds: float | None) -> float:
     return float(lease)
 
 
-def _lookup(raw: str | None) -> tuple[bool, Any]:
+def _lookup(raw: bytes | str | None) -> tuple[bool, Any]:
     if raw is None:
         return False, None
     marker = json.loads(raw)

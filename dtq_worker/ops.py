@@ -10,7 +10,7 @@ import argparse
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
@@ -71,7 +71,7 @@ class OperatorCommand(BaseCommand):
     """Base of `manage.py dlq|queue|task`: subcommands dispatched to `do_<name>` methods."""
 
     # The open-API warning (dtq.W001) is about HTTP; it would only be noise on an operator's terminal.
-    requires_system_checks: ClassVar[list[str]] = []
+    requires_system_checks = []
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
