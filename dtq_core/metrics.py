@@ -40,6 +40,9 @@ MAX_UNREGISTERED_TYPE_LABELS = 100
 MAX_QUEUE_LABELS = 100
 OTHER = "other"
 
+# A tuple of its own: mypy does not follow a starred tuple in an except clause.
+_REDIS_FAILURES: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, redis.RedisError)
+
 # Worker-written counters: field of keys.stats_counters() -> metric name (without _total) and help.
 COUNTERS: dict[str, tuple[str, str]] = {
     "redeliveries": ("dtq_redeliveries", "Entries reclaimed from a silent worker after the visibility timeout."),
@@ -212,8 +215,8 @@ def families(snap: Snapshot | None, *, max_queue_depth: int) -> Iterator[Metric]
     yield info
     tasks = CounterMetricFamily("dtq_tasks", "Attempts finished, by queue, task type and outcome.",
                                 labels=["queue", "type", "outcome"])
-    for labels, value in sorted(snap.tasks.items()):
-        tasks.add_metric(list(labels), value)
+    for labels, count in sorted(snap.tasks.items()):
+        tasks.add_metric(list(labels), count)
     yield tasks
     yield HistogramMetricFamily("dtq_task_duration_seconds", "Handler run time per attempt (cancelled ones excluded).",
                                 buckets=snap.duration_buckets, sum_value=snap.duration_sum)
@@ -238,7 +241,7 @@ class RedisCollector(Collector):
             snap: Snapshot | None = read_snapshot(
                 engine.client, engine.keys, now_ms=engine.clock.now_ms(),
                 alive_window_ms=int(config.visibility_timeout_s * 1000))
-        except (*UNAVAILABLE_ERRORS, redis.RedisError) as exc:
+        except _REDIS_FAILURES as exc:
             # Any Redis failure reports dtq_redis_up 0: a scrape must answer, never 500 or hang.
             logger.warning("metrics scrape could not read Redis: %s: %s", type(exc).__name__, exc)
             snap = None

@@ -16,7 +16,8 @@ from . import metrics as dtq_metrics
 def metrics(request: HttpRequest) -> HttpResponse:
     """Export the process registry; the Redis collector joins it on first use, once per process."""
     dtq_metrics.register()
-    return ExportToDjangoView(request)
+    response: HttpResponse = ExportToDjangoView(request)
+    return response
 
 
 urlpatterns = [path("metrics", metrics, name="metrics")]
