@@ -20,7 +20,9 @@ import redis.asyncio as aioredis
 
 def pack(args: Sequence[object]) -> bytes:
     """One RESP command from its arguments (str, bytes, int or float), packed by hiredis in C."""
-    return hiredis.pack_command(tuple(args))
+    # hiredis's stub takes a 1-tuple (not a tuple of any length) and leaves the result untyped.
+    packed: bytes = hiredis.pack_command(tuple(args))  # type: ignore[arg-type]
+    return packed
 
 
 class Line:

@@ -17,12 +17,14 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 from .. import faults
 from ..clock import Clock, iso
 from ..config import DtqConfig
 from ..errors import ErrorCode
 from ..keys import PRIORITIES, Keys
+from ..replies import text_list
 from ..scripts import SOURCES, Scripts
 from ..wire import Line, pack
 from .executor import Completion, Row
@@ -216,7 +218,7 @@ class WorkerStore:
     async def in_flight_streams(self, limit: int = 5000) -> list[str]:
         """The streams of the RUNNING tasks in the running index (least recently seen first, up to
         `limit` tasks), in priority order: where entries idle past the visibility timeout can be."""
-        ids = await self.client.zrange(self.keys.running(), 0, limit - 1)
+        ids = text_list(await self.client.zrange(self.keys.running(), 0, limit - 1))
         if not ids:
             return []
         pipe = self.client.pipeline(transaction=False)
@@ -314,8 +316,10 @@ class WorkerStore:
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.zadd(k.workers(), {self.worker_id: now})
-        pipe.hset(k.worker(self.worker_id), mapping={**info, "heartbeat_at": now, "hostname": socket.gethostname(),
-                                                      "pid": os.getpid()})
+        # Copied, not unpacked into a literal: redis-py's mapping type takes no dict[str, ...].
+        fields: dict[FieldT, EncodableT] = dict(info.items())
+        fields.update({"heartbeat_at": now, "hostname": socket.gethostname(), "pid": os.getpid()})
+        pipe.hset(k.worker(self.worker_id), mapping=fields)
         pipe.pexpire(k.worker(self.worker_id), int(self.config.worker_record_ttl_s * 1000))
         if self.served_types and now - self._types_at >= TYPES_REFRESH_MS:
             await self._register_types(pipe, now)
@@ -348,7 +352,7 @@ class WorkerStore:
     async def prune_workers(self, older_than_s: float) -> int:
         """Drop registry rows of workers silent for longer than older_than_s."""
         cutoff = self.clock.now_ms() - int(older_than_s * 1000)
-        stale = await self.client.zrangebyscore(self.keys.workers(), "-inf", cutoff)
+        stale = text_list(await self.client.zrangebyscore(self.keys.workers(), "-inf", cutoff))
         if stale:
             pipe = self.client.pipeline(transaction=False)
             pipe.zrem(self.keys.workers(), *stale)
