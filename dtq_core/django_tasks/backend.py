@@ -149,7 +149,7 @@ class DtqBackend(BaseTaskBackend):
         if errors:
             raise InvalidTaskBackend(f"TASKS[{self.alias!r}] is misconfigured: {'; '.join(errors)}")
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[Any, Any]) -> None:
         """Apply Django's checks, then dtq's queue-name rule."""
         super().validate_task(task)
         if not valid_queue_name(task.queue_name):
@@ -162,21 +162,22 @@ class DtqBackend(BaseTaskBackend):
         yield from check_backend(self)
 
     # -- enqueue --------------------------------------------------------------------------------
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         """Queue up the Task on dtq; with ENQUEUE_ON_COMMIT, once the transaction commits."""
         return self._enqueue(task, args, kwargs, on_commit=self.dtq_options.enqueue_on_commit)
 
-    def enqueue_on_commit(self, task: Task, args: Any, kwargs: Any, *, using: str | None = None) -> TaskResult:
+    def enqueue_on_commit(self, task: Task[Any, Any], args: Any, kwargs: Any, *, using: str | None = None
+                          ) -> TaskResult[Any]:
         """Queue up the Task when the current transaction on `using` commits (at once outside one)."""
         return self._enqueue(task, args, kwargs, on_commit=True, using=using)
 
-    def _enqueue(self, task: Task, args: Any, kwargs: Any, *, on_commit: bool, using: str | None = None
-                 ) -> TaskResult:
+    def _enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any, *, on_commit: bool, using: str | None = None
+                 ) -> TaskResult[Any]:
         self.validate_task(task)
         self._raise_for_options()
         submission = self._submission(task, args, kwargs)
         payload = json.loads(submission.payload_json)
-        result = TaskResult(
+        result: TaskResult[Any] = TaskResult(
             task=task, id=submission.task_id, status=TaskResultStatus.READY, enqueued_at=None, started_at=None,
             finished_at=None, last_attempted_at=None, args=payload["args"], kwargs=payload["kwargs"],
             backend=self.alias, errors=[], worker_ids=[],
@@ -188,7 +189,7 @@ class DtqBackend(BaseTaskBackend):
             self._push(submission, result)
         return result
 
-    def _submission(self, task: Task, args: Any, kwargs: Any) -> Submission:
+    def _submission(self, task: Task[Any, Any], args: Any, kwargs: Any) -> Submission:
         try:
             call_args, call_kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         except (TypeError, ValueError) as exc:
@@ -217,7 +218,7 @@ class DtqBackend(BaseTaskBackend):
                 raise InvalidTask(f"run_after must be at most {MAX_DELAY_S // 86400} days ahead") from exc
             raise InvalidTask(exc.message) from exc
 
-    def _push(self, submission: Submission, result: TaskResult) -> None:
+    def _push(self, submission: Submission, result: TaskResult[Any]) -> None:
         (reply,) = self.engine.tasks.enqueue_many([submission])
         if isinstance(reply, (QueueFull, QueueLimitReached)):
             raise reply
@@ -225,7 +226,7 @@ class DtqBackend(BaseTaskBackend):
         task_enqueued.send(sender=type(self), task_result=result)
 
     # -- results --------------------------------------------------------------------------------
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[Any]:
         """Rebuild the TaskResult from Redis; raise TaskResultDoesNotExist for unknown ids."""
         try:
             fields, stored = self.engine.tasks.record(result_id) if isinstance(result_id, str) else ({}, None)
@@ -247,7 +248,7 @@ def _seconds_until(when: datetime) -> float:
     return max(0.0, (when - now).total_seconds())
 
 
-def enqueue_on_commit(task: Task, *args: Any, **kwargs: Any) -> TaskResult:
+def enqueue_on_commit(task: Task[Any, Any], *args: Any, **kwargs: Any) -> TaskResult[Any]:
     """Queue up `task(*args, **kwargs)` when the default database's transaction commits.
 
     Returns the READY TaskResult at once; its id is only known to Redis after the commit.

@@ -10,30 +10,35 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:  # Django >= 6.0 ships the framework itself
-    from django.tasks import default_task_backend, task, task_backends
-    from django.tasks import exceptions as _exceptions
-    from django.tasks import signals as _signals
-    from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-
-    SOURCE = "django.tasks"
-except ImportError:  # Django 5.2: the backport, which imports as django_tasks
-    from django_tasks import default_task_backend, task, task_backends  # type: ignore[no-redef]
-    from django_tasks import exceptions as _exceptions  # type: ignore[no-redef]
-    from django_tasks import signals as _signals  # type: ignore[no-redef]
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import (  # type: ignore[no-redef]
-        Task,
-        TaskContext,
-        TaskError,
-        TaskResult,
-        TaskResultStatus,
-    )
+if TYPE_CHECKING:
+    # Typed as the backport, which the locks install (Django 5.2): two modules cannot both be the
+    # type of one name, and mypy cannot tell which import below succeeds.
+    from django_tasks import default_task_backend, task, task_backends
+    from django_tasks import exceptions as _exceptions
+    from django_tasks import signals as _signals
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 
     SOURCE = "django_tasks"
+else:
+    try:  # Django >= 6.0 ships the framework itself
+        from django.tasks import default_task_backend, task, task_backends
+        from django.tasks import exceptions as _exceptions
+        from django.tasks import signals as _signals
+        from django.tasks.backends.base import BaseTaskBackend
+        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+
+        SOURCE = "django.tasks"
+    except ImportError:  # Django 5.2: the backport, which imports as django_tasks
+        from django_tasks import default_task_backend, task, task_backends
+        from django_tasks import exceptions as _exceptions
+        from django_tasks import signals as _signals
+        from django_tasks.backends.base import BaseTaskBackend
+        from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+
+        SOURCE = "django_tasks"
 
 
 try:  # bytes -> str and friends, exactly as Django does; only the JSON round trip when absent

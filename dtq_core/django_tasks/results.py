@@ -110,7 +110,7 @@ def dtq_priority(priority: int, *, high_min: int, low_max: int) -> str:
     return "normal"
 
 
-def resolve_task(call: Call) -> Task:
+def resolve_task(call: Call) -> Task[Any, Any]:
     """Import the Task at module_path and apply the per-enqueue overrides it was sent with."""
     found = import_string(call.module_path)
     if not isinstance(found, Task):
@@ -169,7 +169,7 @@ def worker_ids(fields: Mapping[str, str]) -> list[str]:
     return [fields["worker_id"]] if fields.get("worker_id") else []
 
 
-def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str) -> TaskResult:
+def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str) -> TaskResult[Any]:
     """Rebuild the TaskResult of a django.task hash (and its stored result, when present)."""
     call = Call.from_payload(json.loads(fields.get("payload") or "{}"))
     task = resolve_task(call)
@@ -182,7 +182,7 @@ def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str)
     elif dtq_status in ("FAILED", "DEAD_LETTERED") and not errors:
         errors.append(TaskError(exception_class_path=f"{TaskFailed.__module__}.{TaskFailed.__qualname__}",
                                 traceback=f"dtq: the task ended {dtq_status}: {fields.get('last_error') or ''}"))
-    result = TaskResult(
+    result: TaskResult[Any] = TaskResult(
         task=task,
         id=fields["id"],
         status=STATUS_MAP.get(dtq_status, TaskResultStatus.READY),

@@ -53,7 +53,7 @@ def prepare(payload: Any) -> Attempt:
     task = results.resolve_task(call)
     ids, first_start, errors, created = _record(ctx)
     now = datetime.now(tz=UTC)
-    result = TaskResult(
+    result: TaskResult[Any] = TaskResult(
         task=task, id=ctx.task_id, status=TaskResultStatus.RUNNING, enqueued_at=results.from_ms(created),
         started_at=results.from_ms(first_start) or now, finished_at=None, last_attempted_at=now,
         args=call.args, kwargs=call.kwargs, backend=call.overrides.get("backend", task.backend),
