@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import cast
 
-from redis.typing import StreamRangeResponse
+from redis.typing import StreamRangeResponse, ZSetRangeResponse
 
 
 def text(reply: bytes | str) -> str:
@@ -25,6 +25,16 @@ def optional_text(reply: bytes | str | None) -> str | None:
 def text_list(reply: Iterable[object]) -> list[str]:
     """A list of strings: ZRANGE without scores, LRANGE, HMGET of fields that exist."""
     return cast("list[str]", reply)  # a list reply, of decoded strings
+
+
+def optional_text_list(reply: list[bytes | str | None]) -> list[str | None]:
+    """HMGET's values, None for a field that does not exist."""
+    return cast("list[str | None]", reply)  # decode_responses=True
+
+
+def scored(reply: ZSetRangeResponse) -> list[tuple[str, float]]:
+    """ZRANGE/ZREVRANGE WITHSCORES (RESP2: redis-py makes each pair a tuple, the score a float)."""
+    return cast("list[tuple[str, float]]", reply)  # withscores=True and decode_responses=True
 
 
 def text_set(reply: set[bytes | str]) -> set[str]:

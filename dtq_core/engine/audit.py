@@ -30,6 +30,7 @@ from typing import Any
 from ..clock import iso
 from ..connection import UNAVAILABLE_ERRORS
 from ..errors import DtqError, ValidationError
+from ..replies import entries, optional_text_list
 from . import reads
 from .plumbing import Noun
 from .reads import Page, page_limit, stream_cursor, stream_fields
@@ -209,14 +210,16 @@ class Audit(Noun):
         scanned, exhausted, last_seen = 0, False, None
         # One match past the page says whether an older page exists (see dlq_list).
         while len(items) <= limit and scanned < reads.SCAN_BUDGET:
-            batch = self.client.xrevrange(self.keys.audit(), upper, "-", count=min(500, reads.SCAN_BUDGET - scanned))
+            batch = entries(self.client.xrevrange(self.keys.audit(), upper, "-",
+                                                  count=min(500, reads.SCAN_BUDGET - scanned)))
             if not batch:
                 exhausted = True
                 break
             scanned += len(batch)
             rows = [(eid, stream_fields(raw)) for eid, raw in batch]
             intents = [f["op_id"] for _, f in rows if f.get("phase") == "start" and f.get("op_id")]
-            open_ops = dict(zip(intents, self.client.hmget(self.keys.audit_open(), intents), strict=True)) \
+            open_ops = dict(zip(intents, optional_text_list(self.client.hmget(self.keys.audit_open(), intents)),
+                                strict=True)) \
                 if intents else {}
             for eid, f in rows:
                 upper, last_seen = "(" + eid, eid

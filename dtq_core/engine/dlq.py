@@ -14,6 +14,7 @@ from typing import Any
 from ..clock import iso
 from ..errors import DeadLetterNotFound, ValidationError
 from ..keys import Keys
+from ..replies import entries
 from . import reads
 from .audit import Actor, Audit, Operation
 from .plumbing import BATCH, Noun, Plumbing
@@ -174,10 +175,10 @@ class DeadLetters(Noun):
     def get(self, entry_id: str) -> dict[str, Any]:
         if not valid_stream_id(entry_id):  # an unparsable id is a 404, not a 500
             raise DeadLetterNotFound(f"dead letter {entry_id!r} not found", entry_id=entry_id)
-        entries = self.client.xrange(self.keys.dlq(), entry_id, entry_id)
-        if not entries:
+        found = entries(self.client.xrange(self.keys.dlq(), entry_id, entry_id))
+        if not found:
             raise DeadLetterNotFound(f"dead letter {entry_id!r} not found", entry_id=entry_id)
-        item = self._item(entries[0][0], stream_fields(entries[0][1]))
+        item = self._item(found[0][0], stream_fields(found[0][1]))
         try:
             item["task"] = self.tasks.get(item["task_id"])
         except LookupError:
@@ -201,7 +202,7 @@ class DeadLetters(Noun):
                window: int = 1000) -> dict[str, Any]:
         """Group the newest `window` dead letters by type, error class and message: one XREVRANGE."""
         window = max(1, min(int(window), reads.SCAN_BUDGET))
-        batch = self.client.xrevrange(self.keys.dlq(), "+", "-", count=window)
+        batch = entries(self.client.xrevrange(self.keys.dlq(), "+", "-", count=window))
         groups: dict[tuple[str, str, str], dict[str, Any]] = {}
         for eid, raw in batch:
             f = stream_fields(raw)

@@ -9,6 +9,7 @@ from typing import Any
 from ..clock import iso
 from ..errors import QueueNotFound, ValidationError, raise_for_code
 from ..keys import PRIORITIES, Keys
+from ..replies import entries, text_set
 from ..task import valid_queue_name
 from .audit import Actor, Audit
 from .plumbing import BATCH, Noun, Plumbing
@@ -32,7 +33,7 @@ class Queues(Noun):
         self.audit = audit
 
     def names(self) -> list[str]:
-        return sorted(self.client.smembers(self.keys.queues()))
+        return sorted(text_set(self.client.smembers(self.keys.queues())))
 
     def stats(self, names: list[str] | None = None) -> list[dict[str, Any]]:
         """Depth per priority, in flight, retry scheduled, DLQ count, paused: one round trip."""
@@ -101,8 +102,8 @@ class Queues(Noun):
             want = limit + 1 - len(rows)
             if want <= 0:
                 break
-            entries = self.client.xrange(self.keys.stream(name, priority), start_id, "+", count=want)
-            rows.extend((priority, eid, stream_fields(f).get("task_id", "")) for eid, f in entries)
+            found = entries(self.client.xrange(self.keys.stream(name, priority), start_id, "+", count=want))
+            rows.extend((priority, eid, stream_fields(f).get("task_id", "")) for eid, f in found)
             start_id = "-"
         more = len(rows) > limit
         rows = rows[:limit]

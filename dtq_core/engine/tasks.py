@@ -23,6 +23,7 @@ from ..errors import (
     raise_for_code,
 )
 from ..keys import PRIORITIES, Keys
+from ..replies import text_list
 from ..submit import Submission, validate
 from ..task import TERMINAL
 from . import reads
@@ -89,7 +90,7 @@ class Tasks(Noun):
     def _served_types(self, *, max_age_s: float) -> frozenset[str]:
         now = time.monotonic()
         if self._types is None or now - self._types[0] > max_age_s:
-            self._types = (now, frozenset(self.client.hkeys(self.keys.task_types())))
+            self._types = (now, frozenset(text_list(self.client.hkeys(self.keys.task_types()))))
         return self._types[1]
 
     def served_types(self) -> frozenset[str]:

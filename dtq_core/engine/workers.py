@@ -6,13 +6,14 @@ import builtins
 from typing import Any
 
 from ..clock import iso
+from ..replies import optional_text, scored
 from .plumbing import Noun
 
 
 class Workers(Noun):
     def list(self) -> builtins.list[dict[str, Any]]:
         """Registered workers with heartbeat age, newest heartbeat first."""
-        rows = self.client.zrevrange(self.keys.workers(), 0, 999, withscores=True)
+        rows = scored(self.client.zrevrange(self.keys.workers(), 0, 999, withscores=True))
         pipe = self.client.pipeline(transaction=False)
         for wid, _ in rows:
             pipe.hgetall(self.keys.worker(wid))
@@ -43,4 +44,4 @@ class Workers(Noun):
         return out
 
     def leader(self) -> str | None:
-        return self.client.get(self.keys.scheduler_lock())
+        return optional_text(self.client.get(self.keys.scheduler_lock()))
