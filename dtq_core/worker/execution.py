@@ -8,29 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from .. import faults
 from ..task import Outcome
 from .executor import TIMEOUT_CHECK_S, Completion, Execution, Row, expire_overdue
-
-if TYPE_CHECKING:
-    from .runtime import Worker
+from .state import WorkerState
 
 logger = logging.getLogger("dtq.worker")
 
 
-class ExecutionLoops:
+class ExecutionLoops(WorkerState):
     """The Worker's attempts, completion writer, handler-timeout check and cancel watcher (a mixin
     of Worker)."""
 
     # -- execution ----------------------------------------------------------------------------
-    def _start(self: Worker, row: Row) -> None:
+    def _start(self, row: Row) -> None:
         ex = Execution(row)
         self._running[row.entry_id] = ex
         ex.task = asyncio.get_running_loop().create_task(self._execute(ex))
 
-    async def _execute(self: Worker, ex: Execution) -> None:
+    async def _execute(self, ex: Execution) -> None:
         completion: Completion | None = None
         try:
             if self.clock.monotonic() - ex.row.received_at > self.config.stale_start_s:
@@ -52,7 +49,7 @@ class ExecutionLoops:
                 self._flush_wanted.set()
             self._slot_freed.set()
 
-    async def _still_ours(self: Worker, row: Row) -> bool:
+    async def _still_ours(self, row: Row) -> bool:
         """Re-check a claim this worker sat on (its process stalled, or its loop was blocked):
         meanwhile a peer may have reclaimed the entry and run, finished or cancelled the task."""
         try:
@@ -69,13 +66,13 @@ class ExecutionLoops:
         return ours
 
     # -- completion ---------------------------------------------------------------------------
-    async def _flush_loop(self: Worker) -> None:
+    async def _flush_loop(self) -> None:
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
             await self._flush_once()
 
-    async def _flush_once(self: Worker) -> None:
+    async def _flush_once(self) -> None:
         async with self._flush_lock:
             batch, self._completions = self._completions, []
             if not batch:
@@ -110,13 +107,13 @@ class ExecutionLoops:
                 self.request_stop()
 
     # -- heartbeat, reaper, cancel watcher ----------------------------------------------------
-    async def _timeout_loop(self: Worker) -> None:
+    async def _timeout_loop(self) -> None:
         while True:
             await asyncio.sleep(TIMEOUT_CHECK_S)
             if self._running:
                 expire_overdue(list(self._running.values()), self.clock.monotonic())
 
-    async def _cancel_watch_loop(self: Worker) -> None:
+    async def _cancel_watch_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.cancel_poll_s)
             running = [ex for ex in self._running.values() if not ex.cancel_requested]

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import redis
 
 from ..keys import PRIORITIES
 from .executor import Row
-
-if TYPE_CHECKING:
-    from .runtime import Worker
+from .state import WorkerState
 
 logger = logging.getLogger("dtq.worker")
 
@@ -26,10 +23,10 @@ QUEUE_REFRESH_S = 1.0
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
 
 
-class FetchLoop:
+class FetchLoop(WorkerState):
     """The Worker's consumer loop (a mixin of Worker)."""
 
-    async def _refresh_queues(self: Worker, force: bool = False) -> None:
+    async def _refresh_queues(self, force: bool = False) -> None:
         if not force and self.clock.monotonic() - self._refreshed_at < QUEUE_REFRESH_S:
             return
         known, paused = await self.store.known_and_paused()
@@ -49,7 +46,7 @@ class FetchLoop:
         self._all_stream_set = frozenset(self._all_streams)
         self._refreshed_at = self.clock.monotonic()
 
-    async def _consume(self: Worker) -> None:
+    async def _consume(self) -> None:
         while not self._stopping:
             await self._refresh_queues()
             free = self._free_slots()
@@ -82,7 +79,7 @@ class FetchLoop:
             # out now) before this loop's next fetch: shorter latency on an idle worker.
             await asyncio.sleep(0)
 
-    async def _fetch(self: Worker, free: int) -> list[Row] | None:
+    async def _fetch(self, free: int) -> list[Row] | None:
         """Claim up to `free` entries, waiting for work when there is none; None ends a burst."""
         if not self.burst:
             # After a fetch that came up short, whatever arrives later rings a wake list: wait
@@ -106,7 +103,7 @@ class FetchLoop:
         await asyncio.sleep(0.05)
         return []
 
-    async def _burst_done(self: Worker) -> bool:
+    async def _burst_done(self) -> bool:
         """Burst mode ends when nothing waits, runs, or falls due within BURST_HORIZON_S."""
         if self._running or self._unacked or self._completions:
             return False

@@ -11,20 +11,18 @@ Every worker is a candidate; the lock's TTL hands leadership over when its holde
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .runtime import Worker
+from .state import WorkerState
 
 logger = logging.getLogger("dtq.worker")
 
 PROMOTE_BATCH = 500  # what one promoteDue call moves at most: a full batch means more may be due
 
 
-class LeaderLoop:
+class LeaderLoop(WorkerState):
     """The Worker's scheduler loop (a mixin of Worker)."""
 
-    async def _scheduler_loop(self: Worker) -> None:
+    async def _scheduler_loop(self) -> None:
         last_stale_check = last_sweep = 0.0
         while not self._stopping:
             if await self._lead_once():
@@ -36,7 +34,7 @@ class LeaderLoop:
                     await self._lost_tasks_once()
             await self._pause(self.config.scheduler_interval_s)
 
-    async def _lead_once(self: Worker) -> bool:
+    async def _lead_once(self) -> bool:
         """Take or renew the leader lock; as the leader, promote what is due. True when leader."""
         leader = await self.store.acquire_or_renew_lock(self.is_leader)
         if leader != self.is_leader:
@@ -46,17 +44,17 @@ class LeaderLoop:
             await self._promote_once()
         return leader
 
-    async def _promote_once(self: Worker) -> None:
+    async def _promote_once(self) -> None:
         while await self.store.promote_due(PROMOTE_BATCH) >= PROMOTE_BATCH:
             pass
 
-    async def _stale_claims_once(self: Worker) -> None:
+    async def _stale_claims_once(self) -> None:
         returned = await self.store.requeue_stale_claims()
         if returned > 0:
             logger.warning("worker_id=%s returned %d stale scheduler claim(s) to the schedule",
                            self.worker_id, returned)
 
-    async def _lost_tasks_once(self: Worker) -> None:
+    async def _lost_tasks_once(self) -> None:
         recovered = await self.store.recover_lost_tasks()
         if recovered > 0:
             logger.warning("worker_id=%s requeued %d running task(s) whose stream entry was lost",

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from ..clock import Clock, RedisAlignedClock
 from ..config import DtqConfig
-
-if TYPE_CHECKING:
-    from .runtime import Worker
+from .state import WorkerState
 
 logger = logging.getLogger("dtq.worker")
 
@@ -63,10 +60,10 @@ class Liveness:
         return took_s <= self.config.beat_gap_s and self.may_reclaim()
 
 
-class HeartbeatLoop:
+class HeartbeatLoop(WorkerState):
     """The Worker's heartbeat loop (a mixin of Worker)."""
 
-    async def _heartbeat_loop(self: Worker) -> None:
+    async def _heartbeat_loop(self) -> None:
         while True:  # beat first: restarted after a failure (see _supervise), it beats at once
             entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
             entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
@@ -84,7 +81,7 @@ class HeartbeatLoop:
                 recovered.set()
             await asyncio.sleep(self.config.heartbeat_every_s)
 
-    async def _align_clock(self: Worker) -> None:
+    async def _align_clock(self) -> None:
         """Measure this host's clock against Redis's. Every worker writing and comparing times on
         Redis's clock keeps a host whose clock is off from promoting delayed tasks and retries
         early or late, expiring tasks early, or making its peers (or itself) look stale."""

@@ -9,10 +9,8 @@ of queues; whether a round may reclaim at all is the freeze/gap rule (liveness.L
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .runtime import Worker
+from .state import WorkerState
 
 logger = logging.getLogger("dtq.worker")
 
@@ -20,10 +18,10 @@ SWEEP_STREAMS = 30  # streams per reaper round looked at beyond those with tasks
 PRUNE_EVERY_S = 30.0  # how often the reaper drops registrations of long-gone workers
 
 
-class ReaperLoop:
+class ReaperLoop(WorkerState):
     """The Worker's reaper loop (a mixin of Worker)."""
 
-    async def _reaper_loop(self: Worker) -> None:
+    async def _reaper_loop(self) -> None:
         last_prune = 0.0
         while not self._stopping:
             await self._pause(self.config.reaper_every_s)
@@ -34,7 +32,7 @@ class ReaperLoop:
                 last_prune = self.clock.monotonic()
                 await self.store.prune_workers(self.config.worker_prune_after_s)
 
-    async def _reap_once(self: Worker) -> None:
+    async def _reap_once(self) -> None:
         """One round: claim entries idle past the visibility timeout, up to the free slots."""
         free = self._free_slots()
         if free > 0 and self.liveness.may_reclaim():  # a draining worker takes no reclaimed work either
@@ -50,7 +48,7 @@ class ReaperLoop:
                            "lost-task sweep requeues their tasks", self.worker_id, self.store.deleted_seen)
             self.store.deleted_seen = 0
 
-    async def _reap_streams(self: Worker) -> list[str]:
+    async def _reap_streams(self) -> list[str]:
         """The streams the reaper looks at this round, so that its cost does not grow with the
         number of queues:
 

@@ -1,0 +1,69 @@
+"""What the Worker's loops share. Each loop (fetch.py, execution.py, liveness.py, reclaim.py,
+leader.py) is a mixin of Worker (runtime.py) working on the Worker's state; this base declares
+that state once, with its types, so each mixin is checked on its own. Worker.__init__ and
+Worker.run set it; nothing here runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    import redis.asyncio as aioredis
+
+    from ..clock import Clock
+    from ..config import DtqConfig
+    from ..keys import Keys
+    from .executor import AttemptRunner, Completion, Execution, Row
+    from .liveness import Liveness
+    from .store import WorkerStore
+
+
+class WorkerState:
+    config: DtqConfig
+    keys: Keys
+    fixed_queues: list[str] | None
+    concurrency: int
+    worker_id: str
+    burst: bool
+    max_tasks: int | None
+    clock: Clock
+    processed: int
+    is_leader: bool
+    state: str
+    liveness: Liveness
+    # Set by Worker.run, before any loop starts.
+    client: aioredis.Redis
+    store: WorkerStore
+    pool: ThreadPoolExecutor
+    runner: AttemptRunner
+
+    _aligned_at: float
+    _running: dict[str, Execution]
+    _unacked: dict[str, Row]
+    _completions: list[Completion]
+    _queues: list[str]
+    _serving: list[str] | None
+    _drained: bool
+    _all_streams: list[str]
+    _all_stream_set: frozenset[str]
+    _refreshed_at: float
+    _sweep_at: int
+    _stopping: bool
+    _stop: asyncio.Event
+    _beat_failed: bool
+    _loading_said: bool
+    _redis_back: asyncio.Event
+    _slot_freed: asyncio.Event
+    _flush_wanted: asyncio.Event
+    _flush_lock: asyncio.Lock
+    _loops: dict[str, asyncio.Task[None]]
+
+    if TYPE_CHECKING:  # Worker's own and the loops', which they call on each other
+        def request_stop(self) -> None: ...
+        def _info(self) -> dict[str, object]: ...
+        async def _pause(self, seconds: float) -> None: ...
+        def _free_slots(self) -> int: ...
+        def _start(self, row: Row) -> None: ...
