@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .faults import POINTS as FAULT_POINTS
+from .task import valid_queue_name
 
 
 class ConfigError(ValueError):
@@ -47,6 +48,8 @@ class DtqConfig:
     # Destructive API calls with no key and no staff session: refused unless explicitly turned on.
     allow_anonymous_admin: bool = False
     task_modules: tuple[str, ...] = ()
+    # DTQ_QUEUE_PARTITIONS "q=n,...": queues split into n partitions (one hash slot each); others 1.
+    queue_partitions: tuple[tuple[str, int], ...] = ()
     # True: submit accepts task types no worker has registered (they dead-letter when run).
     accept_unknown_types: bool = False
     # Internal knobs (not in the contract) that tests shrink so crash scenarios take seconds.
@@ -91,6 +94,7 @@ class DtqConfig:
                               "always required): unset one of them")
         if not isinstance(self.accept_unknown_types, bool):
             raise ConfigError(f"DTQ_ACCEPT_UNKNOWN_TYPES must be true or false (got {self.accept_unknown_types!r})")
+        _check_partitions(self.queue_partitions)
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
             raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")
 
@@ -103,6 +107,8 @@ class DtqConfig:
             kwargs["task_modules"] = _split_modules(kwargs["task_modules"])
         elif "task_modules" in kwargs:
             kwargs["task_modules"] = tuple(kwargs["task_modules"])
+        if "queue_partitions" in kwargs:
+            kwargs["queue_partitions"] = parse_partitions(kwargs["queue_partitions"])
         return cls(**kwargs)
 
     @property
@@ -155,6 +161,10 @@ class DtqConfig:
         """A worker registration silent this long is removed from the registry."""
         return max(300.0, self.visibility_timeout_s * 10)
 
+    def partitions_of(self, queue: str) -> int:
+        """How many partitions DTQ_QUEUE_PARTITIONS gives the queue (1 when it is not listed)."""
+        return dict(self.queue_partitions).get(queue, 1)
+
     def as_settings(self) -> dict[str, Any]:
         return {f.name.upper(): getattr(self, f.name) for f in dataclasses.fields(self)}
 
@@ -186,6 +196,44 @@ def _check_url(url: str) -> None:
         raise ConfigError(f"DTQ_REDIS_URL's path must be a database number, as in redis://host:6379/0 (got {url!r})")
 
 
+MAX_PARTITIONS = 256
+
+
+def parse_partitions(raw: object) -> tuple[tuple[str, int], ...]:
+    """DTQ_QUEUE_PARTITIONS: "q=n,q=n" (or, from settings.DTQ, a dict or pairs) as sorted pairs."""
+    if isinstance(raw, str):
+        pairs: list[tuple[str, Any]] = []
+        for part in (p.strip() for p in raw.split(",")):
+            if not part:
+                continue
+            queue, sep, n = part.partition("=")
+            if not sep:
+                raise ConfigError(f"DTQ_QUEUE_PARTITIONS must be <queue>=<n>[,<queue>=<n>...] (got {raw!r})")
+            try:
+                pairs.append((queue.strip(), int(n.strip())))
+            except ValueError:
+                raise ConfigError(f"DTQ_QUEUE_PARTITIONS: the partition count of {queue.strip()!r} must be an "
+                                  f"integer (got {n.strip()!r})") from None
+    elif isinstance(raw, dict):
+        pairs = list(raw.items())
+    else:
+        pairs = [tuple(p) for p in raw]  # type: ignore[union-attr]
+    return tuple(sorted(pairs))
+
+
+def _check_partitions(pairs: tuple[tuple[str, int], ...]) -> None:
+    seen: set[str] = set()
+    for queue, n in pairs:
+        if not valid_queue_name(queue):
+            raise ConfigError(f"DTQ_QUEUE_PARTITIONS names an invalid queue {queue!r} "
+                              "(queue names match [a-z0-9][a-z0-9_-]{0,63})")
+        if queue in seen:
+            raise ConfigError(f"DTQ_QUEUE_PARTITIONS lists {queue!r} twice")
+        seen.add(queue)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PARTITIONS:
+            raise ConfigError(f"DTQ_QUEUE_PARTITIONS: {queue!r} must have 1 to {MAX_PARTITIONS} partitions (got {n!r})")
+
+
 def _split_modules(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
@@ -214,6 +262,9 @@ def read_env(get: Callable[[str], str | None]) -> DtqConfig:
             continue
         if f.name == "task_modules":
             kwargs[f.name] = _split_modules(raw)
+            continue
+        if f.name == "queue_partitions":
+            kwargs[f.name] = parse_partitions(raw)
             continue
         default_type = type(f.default)
         try:

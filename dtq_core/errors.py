@@ -134,6 +134,14 @@ class LeaseLost(DtqError):
     code = "LEASE_LOST"
 
 
+class PartitionClosed(DtqError):
+    """A script refused a partition whose owner key does not name the caller's layout (the queue
+    was deleted, or deleted and created again, since the caller read the registry). Internal:
+    the caller reads the registry again and retries; clients never see it."""
+
+    code = "PARTITION_CLOSED"
+
+
 class ErrorCode(IntEnum):
     """The return codes of the Lua scripts, named alike at the top of scripts/includes/common.lua
     (`local CODE = {...}`). Scripts return a code first ({code, ...}) or alone; a negative code is
@@ -150,6 +158,7 @@ class ErrorCode(IntEnum):
     QUEUE_FULL = -6
     QUEUE_LIMIT_REACHED = -7
     LEASE_LOST = -8  # leader scripts: this worker no longer holds the scheduler lock
+    PARTITION_CLOSED = -9  # the partition's owner key does not name the caller's layout
 
 
 def raise_for_code(code: int, *, task_id: str | None, script: str, **details: Any) -> ErrorCode:
@@ -186,6 +195,9 @@ def raise_for_code(code: int, *, task_id: str | None, script: str, **details: An
             f"queue {queue!r} does not exist and {queues} queues do, the limit is "
             f"{limit} (DTQ_MAX_QUEUES): submit to an existing queue, or delete unused ones",
             queue=queue, queues=queues, limit=limit)
+    if code is ErrorCode.PARTITION_CLOSED:
+        raise PartitionClosed(f"{script}: the partition of queue {queue!r} is closed (deleted or re-created)",
+                              queue=queue)
     _raise_lease_lost(script)
 
 

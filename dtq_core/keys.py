@@ -1,11 +1,59 @@
-"""Every Redis key and consumer-group name dtq uses; nothing else formats keys."""
+"""Every Redis key, channel and consumer-group name dtq uses; nothing else formats keys.
+
+The layout (docs/keyspace.md) is built for Redis Cluster and is the same on a single node:
+
+- A queue is split into partitions (DTQ_QUEUE_PARTITIONS; one unless configured). Each partition
+  has a short tag, and every key of the partition is `<prefix>:{<tag>}:...`, so all of them hash
+  to one slot: the partition's streams, task records, results, idempotency keys, schedule, DLQ,
+  indexes and statistics. Every script works on one partition and takes the partition's key
+  prefix (`partition(tag)`) as its only key, or as its first; Lua builds the rest from it with the
+  suffixes in includes/partition.lua, which a test keeps equal to the methods below.
+- A task id starts with its partition's tag (`<tag>-<32 hex>`), so a lookup by id finds the slot.
+- Global keys (the partition registry, task types, workers, the audit trail) are each touched
+  alone, or, for the audit trail, together with a key in the same `{audit}` tag.
+- Channels are not keys (classic pub/sub is not bound to a slot): scripts get their names in ARGV.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+
+TAG_RE = re.compile(r"[a-z0-9]{1,16}")
+# A task id dtq makes: its partition's tag, a dash, 32 hex digits.
+TASK_ID_RE = re.compile(r"(?P<tag>[a-z0-9]{1,16})-[0-9a-f]{32}")
+# A dead letter's id in the API: its partition's tag and its entry id in the partition's DLQ stream.
+DLQ_REF_RE = re.compile(r"(?P<tag>[a-z0-9]{1,16})-(?P<entry>[0-9]{1,20}-[0-9]{1,20})")
+
+
+class NotOurTaskId(ValueError):
+    """A string that is not a task id dtq made (so it names no task)."""
+
+
+def tag_of(task_id: str) -> str:
+    """The partition tag a task id carries; NotOurTaskId for anything else."""
+    match = TASK_ID_RE.fullmatch(task_id)
+    if match is None:
+        raise NotOurTaskId(task_id)
+    return match.group("tag")
+
+
+def is_task_id(value: object) -> bool:
+    return isinstance(value, str) and TASK_ID_RE.fullmatch(value) is not None
+
+
+def dlq_ref(tag: str, entry_id: str) -> str:
+    """The API's id of a dead letter: unique across partitions, and it finds the slot."""
+    return f"{tag}-{entry_id}"
+
+
+def parse_dlq_ref(ref: str) -> tuple[str, str] | None:
+    """(tag, entry id) of a dead letter's API id; None when it is not one."""
+    match = DLQ_REF_RE.fullmatch(ref)
+    return None if match is None else (match.group("tag"), match.group("entry"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,73 +61,117 @@ class Keys:
     prefix: str = "dtq"  # tests use a unique prefix per test
     GROUP: ClassVar[str] = "dtq"  # the consumer group on every queue stream
 
-    def stream(self, queue: str, priority: str) -> str:
-        return f"{self.prefix}:stream:{queue}:{priority}"
+    # -- one partition: every key below lives in the slot of {tag} -----------------------------
+    def partition(self, tag: str) -> str:
+        """The partition's key prefix: the key every partition script is routed by, and from which
+        its Lua builds the partition's other keys."""
+        return f"{self.prefix}:{{{tag}}}:"
 
-    def streams(self, queue: str) -> list[str]:
-        """The queue's streams in the order a worker serves them."""
-        return [self.stream(queue, p) for p in PRIORITIES]
+    def owner(self, tag: str) -> str:
+        """String: the queue this partition belongs to. Present while the partition is in use
+        (serving or draining); a script that adds work refuses a partition without it (the
+        queue was deleted under a submitter's cached layout)."""
+        return f"{self.partition(tag)}queue"
 
-    def stream_prefix(self) -> str:  # a KEY for Lua-built stream keys: prefix .. queue .. ":" .. priority
-        return f"{self.prefix}:stream:"
+    def stream(self, tag: str, queue: str, priority: str) -> str:
+        return f"{self.partition(tag)}stream:{queue}:{priority}"
 
-    def stream_name(self, stream: str) -> str:
-        """A stream key without the stream prefix ("queue:priority"), as scripts that take the
-        prefix as a KEY want it in ARGV."""
-        name = stream.removeprefix(self.stream_prefix())
-        if name == stream:
-            raise ValueError(f"{stream!r} is not a stream key of prefix {self.prefix!r}")
-        return name
-
-    def wake(self, queue: str) -> str:
-        """List idle workers block on (BLPOP) and fetch from in the same round trip; every script
-        that adds an entry to one of the queue's streams leaves one token in it. A hint only: a
-        missed token costs latency (at most the worker's block time), never a task."""
-        return f"{self.prefix}:wake:{queue}"
-
-    def wake_prefix(self) -> str:  # a KEY for Lua-built wake keys: prefix .. queue
-        return f"{self.prefix}:wake:"
-
-    def wake_any(self) -> str:
-        """The one wake list workers serving every queue block on (a queue name cannot be empty,
-        so no queue's list has this name): their idle wait costs the same however many queues
-        exist. Every ring leaves a token here as well as on the queue's own list."""
-        return f"{self.prefix}:wake"
-
-    def ready(self) -> str:
-        """Set of queues that may hold entries no worker has read yet: every script that adds an
-        entry to a queue's stream adds the queue, and a fetch that finds all three of its streams
-        read to the end (or the queue paused) removes it, in the same script. Workers read only
-        the streams of ready queues, so queues without work cost them nothing."""
-        return f"{self.prefix}:queues:ready"
+    def streams(self, tag: str, queue: str) -> list[str]:
+        """The partition's streams in the order a worker serves them."""
+        return [self.stream(tag, queue, p) for p in PRIORITIES]
 
     def task(self, task_id: str) -> str:
-        return f"{self.prefix}:task:{task_id}"
-
-    def task_prefix(self) -> str:  # a KEY for Lua-built task keys
-        return f"{self.prefix}:task:"
+        return f"{self.partition(tag_of(task_id))}task:{task_id}"
 
     def result(self, task_id: str) -> str:
-        return f"{self.prefix}:result:{task_id}"
+        return f"{self.partition(tag_of(task_id))}result:{task_id}"
 
-    def result_prefix(self) -> str:  # a KEY for Lua-built result keys
-        return f"{self.prefix}:result:"
+    def idem(self, tag: str, key: str) -> str:
+        """Submit idempotency key. Scoped to the queue: a key always picks the same partition."""
+        return f"{self.partition(tag)}idem:{key}"
 
-    def idem(self, key: str) -> str:
-        return f"{self.prefix}:idem:{key}"
+    def schedule(self, tag: str) -> str:
+        """Zset of the partition's delayed tasks and due retries, scored by due time (ms)."""
+        return f"{self.partition(tag)}schedule"
 
-    def operation(self, key: str) -> str:
-        """Marker of dtq_tasks.idempotent_operation: kept apart from submit idempotency keys."""
-        return f"{self.prefix}:once:{key}"
+    def schedule_counts(self, tag: str) -> str:
+        """Hash queue -> entries in the partition's schedule, kept by the scripts that add and
+        remove them (one field: a partition holds one queue)."""
+        return f"{self.partition(tag)}schedule:counts"
 
-    def schedule(self) -> str:
-        return f"{self.prefix}:schedule"
+    def schedule_claims(self, tag: str) -> str:
+        """Zset of schedule entries the leader has claimed and not yet queued (by claim time)."""
+        return f"{self.partition(tag)}schedule:claims"
 
-    def schedule_claims(self) -> str:
-        return f"{self.prefix}:schedule:claims"
+    def lock(self, tag: str) -> str:
+        """The partition's scheduler lease: the leader's worker id, with a TTL. Fences every
+        leader script of the partition (its schedule, lost-task recovery)."""
+        return f"{self.partition(tag)}lock"
 
-    def scheduler_lock(self) -> str:
-        return f"{self.prefix}:lock:scheduler"
+    def dlq(self, tag: str) -> str:
+        """Stream of the partition's dead letters, trimmed to DTQ_DLQ_MAXLEN per partition."""
+        return f"{self.partition(tag)}dlq"
+
+    def dlq_counts(self, tag: str) -> str:
+        """Hash queue -> dead letters in the partition's DLQ stream, kept exact by the DLQ scripts."""
+        return f"{self.partition(tag)}dlq:counts"
+
+    def running(self, tag: str) -> str:
+        """Zset of RUNNING task ids by their owner's last sign of life (claim or heartbeat), so the
+        leader can recover tasks whose stream entry was deleted while pending."""
+        return f"{self.partition(tag)}running"
+
+    def recent(self, tag: str) -> str:
+        """Zset of task ids by creation time, for listing recent tasks without SCAN."""
+        return f"{self.partition(tag)}recent"
+
+    def ready(self, tag: str) -> str:
+        """Flag: the partition may hold entries no worker has read yet. Set by every script that
+        adds an entry (which publishes the tag on the wake channel when it was not set), cleared
+        by a fetch that reads the partition's streams to their end."""
+        return f"{self.partition(tag)}ready"
+
+    def paused(self, tag: str) -> str:
+        """String JSON {"by": actor, "at": ms}: the queue is paused (every partition carries it,
+        and the fetch script checks it in the same script as the read)."""
+        return f"{self.partition(tag)}paused"
+
+    def stats_tasks(self, tag: str) -> str:
+        """Hash "queue|type|outcome" -> count, written by the partition's scripts, read by /metrics."""
+        return f"{self.partition(tag)}stats:tasks"
+
+    def stats_duration(self, tag: str) -> str:
+        """Hash of handler-duration histogram buckets."""
+        return f"{self.partition(tag)}stats:duration"
+
+    def stats_counters(self, tag: str) -> str:
+        """Hash of counters (redeliveries, absorbed, dlq trims, corrupt records)."""
+        return f"{self.partition(tag)}stats:counters"
+
+    def throughput(self, tag: str, minute: int) -> str:
+        """Count of the partition's tasks finished in that epoch minute (expires after an hour)."""
+        return f"{self.partition(tag)}stats:done:{minute}"
+
+    def event_seq(self, tag: str) -> str:
+        """Counter that makes event ids unique (the partition's tag is part of the id)."""
+        return f"{self.partition(tag)}events:seq"
+
+    # -- global keys: no script touches one of them together with another key ------------------
+    def queues(self) -> str:
+        """Hash queue -> JSON partition layout {"tags": [...], "draining": [...]}: the registry
+        (dtq_core/partitions.py). Written only by registerQueue-1 and reconcileQueue-1."""
+        return f"{self.prefix}:queues"
+
+    def paused_index(self) -> str:
+        """Hash queue -> JSON {"by", "at"} of the pauses in force: a copy for listings and for
+        workers choosing what to wait on, written after the partitions' own flags (paused(tag)),
+        which are what the fetch script obeys."""
+        return f"{self.prefix}:queues:paused"
+
+    def task_types(self) -> str:
+        """Hash task type -> when a worker serving it last registered (ms). Submit refuses types not
+        in it (once it is not empty); /metrics labels only these types. Written by registerTypes."""
+        return f"{self.prefix}:types"
 
     def workers(self) -> str:
         return f"{self.prefix}:workers"
@@ -87,68 +179,29 @@ class Keys:
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"
 
-    def queues(self) -> str:
-        return f"{self.prefix}:queues"
+    def leader(self) -> str:
+        """The scheduler election: the leader's worker id, with a TTL. Who leads is decided here;
+        the per-partition lease (lock) is what fences the leader's scripts."""
+        return f"{self.prefix}:lock:scheduler"
 
-    def paused(self) -> str:
-        return f"{self.prefix}:queues:paused"
-
-    def paused_info(self) -> str:
-        """Hash queue -> JSON {"by": actor, "at": ms} of the pause in force (what the console shows)."""
-        return f"{self.prefix}:queues:paused:info"
-
-    def task_types(self) -> str:
-        """Hash task type -> when a worker serving it last registered (ms). Submit refuses types not
-        in it (once it is not empty); /metrics labels only these types. Written by registerTypes."""
-        return f"{self.prefix}:types"
-
-    def dlq(self) -> str:
-        return f"{self.prefix}:stream:dlq"
+    def operation(self, key: str) -> str:
+        """Marker of dtq_tasks.idempotent_operation: kept apart from submit idempotency keys."""
+        return f"{self.prefix}:once:{key}"
 
     def audit(self) -> str:
-        return f"{self.prefix}:stream:audit"
+        return f"{self.prefix}:{{audit}}:stream:audit"
 
     def audit_open(self) -> str:
         """Hash op id -> JSON {start, at, done}: operator actions whose intent is in the audit stream
-        and whose outcome is not (running now, or cut short by a crash)."""
-        return f"{self.prefix}:stream:audit:open"
+        and whose outcome is not (running now, or cut short by a crash). Same slot as audit()."""
+        return f"{self.prefix}:{{audit}}:stream:audit:open"
 
+    # -- pub/sub channels (not keys) ------------------------------------------------------------
     def events(self) -> str:
+        """Channel of live task and queue events (the console's feed)."""
         return f"{self.prefix}:events"
 
-    def event_seq(self) -> str:
-        """Counter that makes event ids unique across processes."""
-        return f"{self.prefix}:events:seq"
-
-    def recent(self) -> str:
-        """Zset of task ids by creation time, for listing recent tasks without SCAN."""
-        return f"{self.prefix}:tasks:recent"
-
-    def running(self) -> str:
-        """Zset of RUNNING task ids by their owner's last sign of life (claim or heartbeat), so the
-        leader can recover tasks whose stream entry was deleted while pending."""
-        return f"{self.prefix}:tasks:running"
-
-    def stats_tasks(self) -> str:
-        """Hash "queue|type|outcome" -> count, written by workers, read by /metrics."""
-        return f"{self.prefix}:stats:tasks"
-
-    def stats_duration(self) -> str:
-        """Hash of handler-duration histogram buckets, written by workers."""
-        return f"{self.prefix}:stats:duration"
-
-    def stats_counters(self) -> str:
-        """Hash of cluster-wide counters (redeliveries, absorbed, dlq trims, events dropped)."""
-        return f"{self.prefix}:stats:counters"
-
-    def schedule_counts(self) -> str:
-        """Hash queue -> entries in the schedule, kept by the scripts that add and remove them."""
-        return f"{self.prefix}:schedule:counts"
-
-    def dlq_counts(self) -> str:
-        """Hash queue -> dead letters in the DLQ stream, kept exact by the DLQ scripts."""
-        return f"{self.prefix}:stream:dlq:counts"
-
-    def throughput(self, minute: int) -> str:
-        """Hash queue -> tasks finished in that epoch minute (expires after an hour)."""
-        return f"{self.prefix}:stats:done:{minute}"
+    def wake(self) -> str:
+        """Channel on which a script publishes a partition's tag when the partition becomes ready;
+        idle workers wait on it (one subscription, whatever the topology)."""
+        return f"{self.prefix}:wake"

@@ -20,6 +20,7 @@ from .audit import Audit
 from .dlq import DeadLetters
 from .plumbing import Plumbing
 from .queues import Queues
+from .registry import Registry
 from .schedule import Schedule
 from .tasks import Tasks
 from .workers import Workers
@@ -36,6 +37,7 @@ class Engine:
         self.scripts = Scripts(self.client)
         plumbing = Plumbing(config=config, keys=self.keys, client=self.client, clock=self.clock,
                             scripts=self.scripts)
+        self.registry = Registry(plumbing)
         self.audit = Audit(plumbing)
         self.tasks = Tasks(plumbing, self.audit)
         self.queues = Queues(plumbing, self.audit)

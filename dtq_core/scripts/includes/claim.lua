@@ -1,16 +1,16 @@
 -- Decide what a delivered stream entry means and, when it is runnable, move the task to RUNNING.
 -- Needs: common. Callers run claim_entry under pcall and hand a failure to quarantine_entry.
--- ctx fields (also what quarantine needs): group, worker_id, now_ms, now_iso, retention_ms, task_prefix,
--- dlq_enabled, dlq_maxlen, paused_key, events_key, seq_key, dlq_key, counters_key, running_key,
--- outcomes_key (the per-outcome task counts behind dtq_tasks_total, as completeTasks keeps them).
+-- ctx fields (also what quarantine needs): K (partition_keys of KEYS[1]), group, worker_id, now_ms,
+-- now_iso, retention_ms, dlq_enabled, dlq_maxlen, and the K names as the code below reads them:
+-- task_prefix, paused_key, dlq_key, counters_key, running_key, outcomes_key (the per-outcome task
+-- counts behind dtq_tasks_total, as completeTasks keeps them).
 -- The running index (running_key, a zset of RUNNING task ids scored by the owner's last sign of
 -- life: claim or heartbeat) lets the leader's sweep find RUNNING tasks whose entry vanished.
-local paused_memo = {}
-local function is_paused(ctx, queue)
-  if paused_memo[queue] == nil then
-    paused_memo[queue] = rcall('SISMEMBER', ctx.paused_key, queue) == 1
-  end
-  return paused_memo[queue]
+-- A partition holds one queue, so the partition's pause flag is the queue's.
+local paused_memo = nil
+local function is_paused(ctx)
+  if paused_memo == nil then paused_memo = rcall('EXISTS', ctx.paused_key) == 1 end
+  return paused_memo
 end
 
 local function count_outcome(ctx, queue, ttype, status)
@@ -35,7 +35,7 @@ local function lose_attempt(ctx, tkey, task_id, t)
     rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
     count_outcome(ctx, t.queue, t.type, 'CANCELLED')
-    emit(ctx.events_key, ctx.seq_key, 'task.cancelled', task_id, t.queue, 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
+    emit(ctx.K, 'task.cancelled', task_id, t.queue, 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
     return 'cancelled'
   end
   local msg = 'worker lost during attempt ' .. cur
@@ -43,13 +43,13 @@ local function lose_attempt(ctx, tkey, task_id, t)
   rcall('HINCRBY', ctx.counters_key, 'redeliveries', 1)
   rcall('HSET', tkey, 'errors', errors, 'last_error', 'dtq.WorkerLost: ' .. msg)
   if cur >= tonumber(t.max_attempts) then
-    local st = dead_letter(ctx.task_prefix, task_id, t.queue, t.type, cur, 'dtq.WorkerLost', msg, ctx.now_ms,
-                           ctx.dlq_key, ctx.dlq_enabled, ctx.dlq_maxlen, ctx.counters_key)
+    local st = dead_letter(ctx.K, task_id, t.queue, t.type, cur, 'dtq.WorkerLost', msg, ctx.now_ms,
+                           ctx.dlq_enabled, ctx.dlq_maxlen)
     rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
     rcall('PEXPIRE', tkey, ctx.retention_ms)
     rcall('ZREM', ctx.running_key, task_id)
     count_outcome(ctx, t.queue, t.type, st)
-    emit(ctx.events_key, ctx.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
+    emit(ctx.K, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
          task_id, t.queue, st, cur, ctx.now_ms, ctx.now_iso)
     return 'dead'
   end
@@ -89,10 +89,10 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
     count_outcome(ctx, t.queue, t.type, 'EXPIRED')
-    emit(ctx.events_key, ctx.seq_key, 'task.expired', task_id, t.queue, 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
+    emit(ctx.K, 'task.expired', task_id, t.queue, 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
     return {'expired'}
   end
-  if is_paused(ctx, t.queue) then
+  if is_paused(ctx) then
     -- Reclaimed from a lost worker while paused (a fetch does not read a paused queue at all):
     -- put it back at the tail instead of starting it.
     local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', ea)
@@ -101,7 +101,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     finish_entry(ctx, stream, entry_id)
     if status ~= 'QUEUED' then  -- RUNNING -> QUEUED is a state change: say so
       rcall('HSET', tkey, 'updated_at', ctx.now_ms, 'enqueued_at', ctx.now_ms)
-      emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, t.queue, 'QUEUED', ea - 1, ctx.now_ms, ctx.now_iso)
+      emit(ctx.K, 'task.queued', task_id, t.queue, 'QUEUED', ea - 1, ctx.now_ms, ctx.now_iso)
     end
     return {'deferred'}
   end
@@ -110,7 +110,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
         'cancel_requested', '0')
   rcall('PEXPIRE', tkey, ctx.retention_ms)
   rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
-  emit(ctx.events_key, ctx.seq_key, 'task.started', task_id, t.queue, 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
+  emit(ctx.K, 'task.started', task_id, t.queue, 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
   return {'run', entry_id, stream, task_id, ea, t.max_attempts, t.type, t.payload, t.timeout_s, t.queue, t.priority, t.handler or ''}
 end
 
@@ -126,14 +126,15 @@ local function quarantine_entry(ctx, stream, entry_id, task_id, err)
 end
 
 -- An empty now (ms) means "when this runs": see server_now.
--- The context reads KEYS[1..8] (CLAIM_KEYS) and ARGV[argv_offset .. argv_offset + 6] (CLAIM_ARGS),
--- which every script including this one declares first, in this order.
+-- The context reads the partition prefix KEYS[1] and ARGV[argv_offset .. argv_offset + 6]
+-- (CLAIM_ARGS), which every script including this one declares first, in this order.
 local function claim_context(argv_offset)
+  local K = partition_keys(KEYS[1])
   local now_ms, now_iso = ARGV[argv_offset + 2], ARGV[argv_offset + 3]
   if now_ms == '' then now_ms, now_iso = server_now() end
-  return {group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = now_ms,
+  return {K = K, group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = now_ms,
           now_iso = now_iso, retention_ms = ARGV[argv_offset + 4],
           dlq_enabled = ARGV[argv_offset + 5], dlq_maxlen = ARGV[argv_offset + 6],
-          paused_key = KEYS[1], events_key = KEYS[2], seq_key = KEYS[3], dlq_key = KEYS[4],
-          counters_key = KEYS[5], running_key = KEYS[6], outcomes_key = KEYS[7], task_prefix = KEYS[8]}
+          paused_key = K.paused, dlq_key = K.dlq, counters_key = K.stats_counters, running_key = K.running,
+          outcomes_key = K.stats_tasks, task_prefix = K.task_prefix}
 end

@@ -5,7 +5,8 @@ local rcall = redis.call
 -- code is a refusal that changed nothing; raise_for_code turns it into its DtqError.
 local CODE = {OK = 0, EXISTING = 1, CANCEL_SIGNALLED = 2, TASK_NOT_FOUND = -1, TASK_TERMINAL = -2,
               CANCEL_REQUESTED = -3, QUEUE_NOT_FOUND = -4, QUEUE_NOT_EMPTY = -5, QUEUE_FULL = -6,
-              QUEUE_LIMIT_REACHED = -7, LEASE_LOST = -8}
+              QUEUE_LIMIT_REACHED = -7, LEASE_LOST = -8,
+              PARTITION_CLOSED = -9}
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, DEAD_LETTERED = true, CANCELLED = true, EXPIRED = true}
 
@@ -47,11 +48,29 @@ local function server_now()
   return string.format('%.0f', ms), iso_ms(ms)
 end
 
--- Publish one event on the pub/sub channel; the INCR makes event_id unique across processes.
-local function emit(channel, seq_key, etype, task_id, queue, status, attempt, now_ms, now_iso)
-  local seq = rcall('INCR', seq_key)
-  rcall('PUBLISH', channel, cjson.encode({
-    event_id = now_ms .. '-' .. seq, type = etype, task_id = task_id or cjson.null,
+-- The keys of one queue partition, built from its prefix (KEYS[1] of every partition script:
+-- "<prefix>:{<tag>}:"), so every key a script touches is in the partition's slot. The suffixes
+-- are dtq_core.keys.Keys's (tests/core/test_keyspace.py keeps the two equal). Channels are not
+-- keys: their names are built from the global prefix in front of the tag.
+local function partition_keys(p)
+  local global, tag = string.match(p, '^(.*):{([^}]*)}:$')
+  if not tag then return error('not a partition key prefix: ' .. tostring(p), 0) end
+  return {prefix = p, tag = tag, owner = p .. 'queue',
+          task_prefix = p .. 'task:', result_prefix = p .. 'result:', idem_prefix = p .. 'idem:',
+          stream_prefix = p .. 'stream:', schedule = p .. 'schedule', schedule_claims = p .. 'schedule:claims',
+          lock = p .. 'lock', dlq = p .. 'dlq', running = p .. 'running', recent = p .. 'recent',
+          ready = p .. 'ready', paused = p .. 'paused', stats_tasks = p .. 'stats:tasks',
+          stats_duration = p .. 'stats:duration', stats_counters = p .. 'stats:counters',
+          throughput_prefix = p .. 'stats:done:', event_seq = p .. 'events:seq',
+          events_channel = global .. ':events', wake_channel = global .. ':wake'}
+end
+
+-- Publish one event on the events channel; the partition's tag and counter make event_id unique
+-- across processes and partitions.
+local function emit(K, etype, task_id, queue, status, attempt, now_ms, now_iso)
+  local seq = rcall('INCR', K.event_seq)
+  rcall('PUBLISH', K.events_channel, cjson.encode({
+    event_id = now_ms .. '-' .. K.tag .. '-' .. seq, type = etype, task_id = task_id or cjson.null,
     queue = queue or cjson.null, status = status or cjson.null,
     attempt = tonumber(attempt) or 0, ts = now_iso}))
 end
@@ -89,18 +108,15 @@ local function schedule_rem(schedule_key, task_id, queue)
   end
 end
 
--- Wake one idle worker for a queue that just got an entry. The queue joins the ready set (workers
--- read only the streams of ready queues) and one token waits on the queue's own wake list (for
--- workers started with --queues) and one on the shared list (workers serving every queue block
--- on that alone, so their idle wait costs the same however many queues exist). At most one token
--- waits per list, so bursts cost no memory and a busy cluster leaves at most one stale token per
--- list (a wasted fetch); a woken worker whose batch fills rings again.
-local function ring(wake_key, ready_key, shared_wake_key, queue)
-  rcall('SADD', ready_key, queue)
-  for _, key in ipairs({wake_key, shared_wake_key}) do
-    -- pcall: a wake key overwritten by hand must not fail the submit (workers then poll).
-    if redis.pcall('LLEN', key) == 0 then rcall('LPUSH', key, '1') end
-  end
+-- The partition just got an entry: mark it ready (workers read only ready partitions) and, when
+-- it was not, publish its tag on the wake channel, where idle workers wait. A busy partition
+-- stays ready, so a burst publishes once; a fetch that reads the partition to its end clears
+-- the flag in the same script, and the next entry publishes again. A lost message (a worker
+-- reconnecting) costs that worker a full sweep, never a task: see dtq_core/worker/wake.py.
+local function ring(K)
+  -- pcall: a ready key overwritten by hand must not fail the submit (workers then sweep).
+  local set = redis.pcall('SET', K.ready, '1', 'NX')
+  if set and type(set) == 'table' and set.ok then rcall('PUBLISH', K.wake_channel, K.tag) end
 end
 
 -- The field of the per-outcome task counts (dtq_tasks_total): "queue|type|status".
@@ -117,7 +133,8 @@ end
 
 -- Trim the DLQ to its cap, oldest first, keeping the per-queue counts exact. A trimmed entry's
 -- task stays DEAD_LETTERED but no longer points at the entry (nothing is left to retry or discard).
-local function trim_dlq(dlq_key, maxlen, counters_key, task_prefix, now_ms)
+local function trim_dlq(K, maxlen, now_ms)
+  local dlq_key, task_prefix = K.dlq, K.task_prefix
   local excess = rcall('XLEN', dlq_key) - tonumber(maxlen)
   if excess <= 0 then return end
   for _, entry in ipairs(rcall('XRANGE', dlq_key, '-', '+', 'COUNT', excess)) do
@@ -131,19 +148,18 @@ local function trim_dlq(dlq_key, maxlen, counters_key, task_prefix, now_ms)
       end
     end
   end
-  rcall('HINCRBY', counters_key, 'dlq_trimmed', excess)
+  rcall('HINCRBY', K.stats_counters, 'dlq_trimmed', excess)
 end
 
 -- Move a task to the DLQ (or FAILED when the DLQ is off); returns the new status.
-local function dead_letter(task_prefix, task_id, queue, ttype, attempt, err_class, message, now_ms,
-                           dlq_key, dlq_enabled, dlq_maxlen, counters_key)
-  local tkey = task_prefix .. task_id
+local function dead_letter(K, task_id, queue, ttype, attempt, err_class, message, now_ms, dlq_enabled, dlq_maxlen)
+  local tkey, dlq_key = K.task_prefix .. task_id, K.dlq
   if dlq_enabled == '1' then
     local eid = rcall('XADD', dlq_key, '*', 'task_id', task_id,
                       'queue', queue, 'type', ttype, 'attempt', attempt,
                       'error_class', err_class, 'error', message, 'failed_at', now_ms)
     rcall('HINCRBY', dlq_key .. ':counts', queue, 1)
-    trim_dlq(dlq_key, dlq_maxlen, counters_key, task_prefix, now_ms)
+    trim_dlq(K, dlq_maxlen, now_ms)
     rcall('HSET', tkey, 'status', 'DEAD_LETTERED', 'dlq_entry_id', eid)
     return 'DEAD_LETTERED'
   end
@@ -165,13 +181,13 @@ end
 -- decode is kept aside as errors_corrupt and starts again empty, an attempt that is not a
 -- number as attempt_corrupt (attempt 0), so the record reads (and a retry from the DLQ runs)
 -- normally. Counted as corrupt_records (dtq_corrupt_records_total).
--- q: task_prefix, now_ms, now_iso, retention_ms, dlq_key, dlq_enabled, dlq_maxlen, counters_key,
--- running_key, outcomes_key, events_key, seq_key. Returns the new status, or nil when the task
+-- q: K (partition_keys), now_ms, now_iso, retention_ms, dlq_enabled, dlq_maxlen. Returns the new status, or nil when the task
 -- could not be written either (no hash, or a key of another type): the caller still settles
 -- its entry, so nothing loops.
 local function quarantine(q, task_id, reason)
-  rcall('HINCRBY', q.counters_key, 'corrupt_records', 1)
-  local tkey = q.task_prefix .. tostring(task_id)
+  local K = q.K
+  rcall('HINCRBY', K.stats_counters, 'corrupt_records', 1)
+  local tkey = K.task_prefix .. tostring(task_id)
   local ok, status = pcall(function()
     local t = read_task(tkey, 'status', 'queue', 'type', 'attempt', 'errors')
     if not t.status then return nil end
@@ -185,14 +201,14 @@ local function quarantine(q, task_id, reason)
       rcall('HSET', tkey, 'errors_corrupt', raw)
       raw = '[]'
     end
-    local st = dead_letter(q.task_prefix, task_id, queue, ttype, attempt, 'dtq.CorruptRecord', reason, q.now_ms,
-                           q.dlq_key, q.dlq_enabled, q.dlq_maxlen, q.counters_key)
+    local st = dead_letter(K, task_id, queue, ttype, attempt, 'dtq.CorruptRecord', reason, q.now_ms,
+                           q.dlq_enabled, q.dlq_maxlen)
     rcall('HSET', tkey, 'errors', push_error(raw, attempt, 'dtq.CorruptRecord', reason, '', q.now_iso),
           'last_error', 'dtq.CorruptRecord: ' .. reason, 'finished_at', q.now_ms, 'updated_at', q.now_ms)
     rcall('PEXPIRE', tkey, q.retention_ms)
-    rcall('ZREM', q.running_key, task_id)
-    rcall('HINCRBY', q.outcomes_key, outcome_field(queue, ttype, st), 1)
-    emit(q.events_key, q.seq_key, st == 'FAILED' and 'task.failed' or 'task.dead_lettered', task_id, queue, st,
+    rcall('ZREM', K.running, task_id)
+    rcall('HINCRBY', K.stats_tasks, outcome_field(queue, ttype, st), 1)
+    emit(K, st == 'FAILED' and 'task.failed' or 'task.dead_lettered', task_id, queue, st,
          attempt, q.now_ms, q.now_iso)
     return st
   end)
