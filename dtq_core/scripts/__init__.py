@@ -15,6 +15,7 @@ from importlib.resources import files
 from typing import Any
 
 import redis
+from redis.crc import key_slot
 
 from ..wire import exchange_pooled, pack
 
@@ -41,10 +42,18 @@ class ScriptKeyCountError(TypeError):
     """A script was called with another number of keys than its file name declares."""
 
 
+class CrossSlotKeys(TypeError):
+    """A script was called with keys in more than one hash slot (Redis Cluster refuses the call,
+    and a single node would hide the mistake until then)."""
+
+
 def check_keys(name: str, keys: Sequence[str]) -> None:
-    """Raise unless `keys` has exactly as many keys as script `name` declares."""
+    """Raise unless `keys` has exactly as many keys as script `name` declares, all in one slot
+    (most scripts take one key, a partition's prefix, and build the rest inside that slot)."""
     if len(keys) != NUMKEYS[name]:
         raise ScriptKeyCountError(f"script {name}-{NUMKEYS[name]} takes {NUMKEYS[name]} keys, got {len(keys)}")
+    if len(keys) > 1 and len({key_slot(str(k).encode()) for k in keys}) > 1:
+        raise CrossSlotKeys(f"script {name} called with keys in different hash slots: {list(keys)}")
 
 
 class Scripts:
