@@ -33,10 +33,18 @@ class Line:
     the next use.
     """
 
-    def __init__(self, client: aioredis.Redis) -> None:
-        pool = client.connection_pool
-        self._conn = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
+    def __init__(self, client: aioredis.Redis | None = None, *, connection: Any = None) -> None:
+        if connection is None:
+            assert client is not None
+            pool = client.connection_pool
+            connection = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
+        self._conn = connection
         self._lock = asyncio.Lock()  # one exchange at a time, or replies would cross
+
+    @classmethod
+    def to(cls, connection_class: Any, connection_kwargs: dict[str, Any]) -> Line:
+        """A Line to one node of a cluster (its connection class and arguments, from redis-py)."""
+        return cls(connection=connection_class(**{**connection_kwargs, "socket_timeout": None}))
 
     async def exchange(self, commands: Sequence[bytes], timeout_s: float) -> list[Any]:
         """Replies in order; an error reply comes back as its exception, not raised."""

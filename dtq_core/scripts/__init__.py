@@ -17,7 +17,8 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from ..wire import exchange_pooled, pack
+from ..routing import Routed, exchange_routed, is_cluster
+from ..wire import pack
 
 _INCLUDE = re.compile(r"^-- #include (\w+)$", re.MULTILINE)
 _ROOT = files(__package__)
@@ -56,6 +57,15 @@ def check_keys(name: str, keys: Sequence[str]) -> None:
         raise CrossSlotKeys(f"script {name} called with keys in different hash slots: {list(keys)}")
 
 
+def _queued_commands(pipe: Any) -> list[tuple[Any, ...]]:
+    """The arguments of the commands a pipeline holds, in order. redis-py's cluster pipeline keeps
+    them in its execution strategy (redis-py is pinned in requirements.txt)."""
+    strategy = getattr(pipe, "_execution_strategy", None)
+    if strategy is not None:
+        return [tuple(command.args) for command in strategy._command_queue]
+    return [tuple(command[0]) for command in pipe.command_stack]
+
+
 class Scripts:
     """Named scripts bound to one client (sync or asyncio; redis-py picks the right Script)."""
 
@@ -65,7 +75,55 @@ class Scripts:
 
     def __call__(self, name: str, *, keys: list[str], args: list[object], client: Any = None) -> Any:
         check_keys(name, keys)
+        if client is not None and is_cluster(self._client):
+            # redis-py refuses EVALSHA in a cluster pipeline by name, not by routing: the generic
+            # command routes by its first key like any other. NOSCRIPT: see execute().
+            return client.execute_command("EVALSHA", self._fns[name].sha, len(keys), *keys, *args)
         return self._fns[name](keys=keys, args=args, client=client)
+
+    def execute(self, pipe: Any, *, raise_on_error: bool = True) -> list[Any]:
+        """Run a pipeline that holds script calls (blocking clients). A script its node does not
+        know (a promoted replica after a failover, SCRIPT FLUSH) did not run: load every script
+        and send that call again, alone."""
+        stack = _queued_commands(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:
+            self.load_all()
+            for i in missing:
+                try:
+                    replies[i] = self._client.execute_command(*stack[i])
+                except redis.exceptions.ResponseError as exc:
+                    replies[i] = exc
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return list(replies)
+
+    async def aexecute(self, pipe: Any, *, raise_on_error: bool = True) -> list[Any]:
+        """execute() for asyncio clients."""
+        stack = _queued_commands(pipe)
+        replies = await pipe.execute(raise_on_error=False)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:
+            for source in SOURCES.values():
+                await self._client.script_load(source)
+            for i in missing:
+                try:
+                    replies[i] = await self._client.execute_command(*stack[i])
+                except redis.exceptions.ResponseError as exc:
+                    replies[i] = exc
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return list(replies)
+
+    def load_all(self) -> None:
+        """Load every script (on a cluster, on every master)."""
+        for source in SOURCES.values():
+            self._client.script_load(source)
 
     def command(self, name: str, *, keys: Sequence[str], args: Sequence[object]) -> bytes:
         """One EVALSHA packed by hiredis, for callers that pipeline their own commands (the
@@ -73,14 +131,18 @@ class Scripts:
         check_keys(name, keys)
         return pack(["EVALSHA", self._fns[name].sha, len(keys), *keys, *args])
 
+    def routed(self, name: str, *, keys: Sequence[str], args: Sequence[object]) -> Routed:
+        """command() with its routing key (KEYS[1]), for dtq_core.routing's exchanges."""
+        return str(keys[0]) if keys else "", self.command(name, keys=keys, args=args)
+
     def call_direct(self, name: str, *, keys: list[str], args: list[object]) -> Any:
         """EVALSHA packed by hiredis and sent on a pooled connection (blocking clients only): the
         same call as __call__ without redis-py's per-command wrappers, for the submit path."""
-        command = self.command(name, keys=keys, args=args)
-        (reply,) = exchange_pooled(self._client.connection_pool, [command])
+        command = self.routed(name, keys=keys, args=args)
+        (reply,) = exchange_routed(self._client, [command])
         if isinstance(reply, redis.exceptions.NoScriptError):
             self._client.script_load(SOURCES[name])  # Redis restarted or SCRIPT FLUSH: it did not run
-            (reply,) = exchange_pooled(self._client.connection_pool, [command])
+            (reply,) = exchange_routed(self._client, [command])
         if isinstance(reply, Exception):
             raise reply
         return reply
