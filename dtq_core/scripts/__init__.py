@@ -15,6 +15,7 @@ from importlib.resources import files
 from typing import Any
 
 import redis
+import redis.asyncio.cluster as aiocluster
 from redis.crc import key_slot
 
 from ..routing import Routed, exchange_routed, is_cluster
@@ -57,6 +58,11 @@ def check_keys(name: str, keys: Sequence[str]) -> None:
         raise CrossSlotKeys(f"script {name} called with keys in different hash slots: {list(keys)}")
 
 
+async def _awaitable(value: Any) -> Any:
+    """An asyncio caller awaits a pipelined script call (redis-py's AsyncScript is a coroutine)."""
+    return value
+
+
 def _queued_commands(pipe: Any) -> list[tuple[Any, ...]]:
     """The arguments of the commands a pipeline holds, in order. redis-py's cluster pipeline keeps
     them in its execution strategy (redis-py is pinned in requirements.txt)."""
@@ -78,7 +84,8 @@ class Scripts:
         if client is not None and is_cluster(self._client):
             # redis-py refuses EVALSHA in a cluster pipeline by name, not by routing: the generic
             # command routes by its first key like any other. NOSCRIPT: see execute().
-            return client.execute_command("EVALSHA", self._fns[name].sha, len(keys), *keys, *args)
+            queued = client.execute_command("EVALSHA", self._fns[name].sha, len(keys), *keys, *args)
+            return _awaitable(queued) if isinstance(self._client, aiocluster.RedisCluster) else queued
         return self._fns[name](keys=keys, args=args, client=client)
 
     def execute(self, pipe: Any, *, raise_on_error: bool = True) -> list[Any]:
