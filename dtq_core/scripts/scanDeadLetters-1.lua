@@ -1,14 +1,15 @@
 --[[
-  One step of a filtered walk down the DLQ, newest first: read up to COUNT entries below a bound
-  and keep those that match, here in Redis, so a search through thousands of dead letters does
-  not ship every entry and payload to the client. Read-only.
+  One step of a filtered walk down one partition's DLQ, newest first: read up to COUNT entries
+  below a bound and keep those that match, here in Redis, so a search through thousands of dead
+  letters does not ship every entry and payload to the client. Read-only. The caller merges the
+  partitions' steps (dtq_core/engine/dlq_walk.py).
   Text matching is exactly Python's `needle in text.lower()` for an ASCII needle: besides A-Z,
   the only characters Python lowercases to ASCII are U+0130 (to "i" + U+0307) and U+212A (to
   "k"), mapped here first. A needle with other characters is matched by the caller, which asks
   for the payloads of the entries that pass the other filters instead.
   Input:
-    KEYS[1] DLQ stream   KEYS[2] task key prefix (prefix .. task id)
-    ARGV[1] upper bound for XREVRANGE ('+' or '(' .. entry id)   ARGV[2] COUNT
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition): its DLQ and task records
+    ARGV[1] upper bound for XREVRANGE ('+', an entry id, or '(' .. entry id)   ARGV[2] COUNT
     ARGV[3] queue ('' = any)   ARGV[4] type ('' = any)   ARGV[5] lower-case ASCII needle ('' = none)
     ARGV[6] return payloads (1/0)   ARGV[7] stop after this many matches
     ARGV[8] stop after this many bytes of text looked at or returned: large payloads must not
@@ -18,8 +19,9 @@
     list of {entry id, flat fields, payload ('' unless asked for)}
 ]]
 -- #include common
+local K = partition_keys(KEYS[1])
 local queue, ttype, needle = ARGV[3], ARGV[4], ARGV[5]
-local want_payload, task_prefix, wanted = ARGV[6] == '1', KEYS[2], tonumber(ARGV[7])
+local want_payload, task_prefix, wanted = ARGV[6] == '1', K.task_prefix, tonumber(ARGV[7])
 local byte_budget, bytes = tonumber(ARGV[8]), 0
 
 local function lower(text)
@@ -35,7 +37,7 @@ local function payload_of(fields)
   return rcall('HGET', task_prefix .. (field(fields, 'task_id') or ''), 'payload') or ''
 end
 
-local entries = rcall('XREVRANGE', KEYS[1], ARGV[1], '-', 'COUNT', ARGV[2])
+local entries = rcall('XREVRANGE', K.dlq, ARGV[1], '-', 'COUNT', ARGV[2])
 local matches, examined, last = {}, 0, ''
 for _, entry in ipairs(entries) do
   examined, last = examined + 1, entry[1]
