@@ -41,7 +41,7 @@ class Engine:
         self.audit = Audit(plumbing)
         self.tasks = Tasks(plumbing, self.audit)
         self.queues = Queues(plumbing, self.audit)
-        self.dlq = DeadLetters(plumbing, self.audit, self.tasks)
+        self.dlq = DeadLetters(plumbing, self.audit, self.tasks, self.registry)
         self.schedule = Schedule(plumbing)
         self.workers = Workers(plumbing)
 
