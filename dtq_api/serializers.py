@@ -53,7 +53,8 @@ class BatchSerializer(serializers.Serializer):
 class DlqSelectionSerializer(serializers.Serializer):
     """Documentation of a bulk DLQ body; dtq_core.engine.dlq.DlqSelection.from_body does the checking."""
 
-    ids = serializers.ListField(child=serializers.CharField(), required=False, max_length=10000)
+    ids = serializers.ListField(child=serializers.CharField(), required=False, max_length=10000,
+                                help_text="dead-letter ids, as the DLQ listing gives them (entry_id)")
     task_ids = serializers.ListField(child=serializers.CharField(), required=False, max_length=10000)
     queue = serializers.CharField(required=False, max_length=200)
     type = serializers.CharField(required=False, max_length=200)
@@ -100,7 +101,7 @@ class TaskSerializer(serializers.Serializer):
     cancel_requested = serializers.BooleanField()
     idempotency_key = serializers.CharField(allow_null=True)
     request_id = serializers.CharField(allow_null=True)
-    dlq_entry_id = serializers.CharField(required=False)
+    dlq_entry_id = serializers.CharField(required=False, help_text="the id of its dead letter (while in the DLQ)")
     dlq_discarded_at = serializers.CharField(required=False, help_text="when its dead letter was discarded")
     retried_from_dlq_at = serializers.CharField(required=False, help_text="when it was last retried from the DLQ")
     dlq_trimmed_at = serializers.CharField(required=False,
@@ -148,7 +149,7 @@ class DeleteResultSerializer(serializers.Serializer):
 
 
 class DlqItemSerializer(serializers.Serializer):
-    entry_id = serializers.CharField()
+    entry_id = serializers.CharField(help_text="the dead letter's id: its partition's tag and its DLQ stream entry id")
     task_id = serializers.CharField(allow_null=True)
     queue = serializers.CharField(allow_null=True)
     type = serializers.CharField(allow_null=True)

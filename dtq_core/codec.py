@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from .clock import iso
+from .keys import dlq_ref, is_task_id, tag_of
 
 TIME_FIELDS = ("created_at", "updated_at", "enqueued_at", "started_at", "finished_at", "due_at", "expires_at")
 INT_FIELDS = ("attempt", "max_attempts")
@@ -94,7 +95,11 @@ def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, An
     for name in TIME_FIELDS:
         out[name] = iso(fields.get(name) or None)
     if fields.get("dlq_entry_id"):
-        out["dlq_entry_id"] = fields["dlq_entry_id"]
+        # The hash holds the entry id in its partition's DLQ stream; the API names a dead letter by
+        # keys.dlq_ref, which carries the partition (the task id's tag) too.
+        task_id = fields.get("id") or ""
+        out["dlq_entry_id"] = (dlq_ref(tag_of(task_id), fields["dlq_entry_id"]) if is_task_id(task_id)
+                               else fields["dlq_entry_id"])
     if fields.get("handler"):  # run by another type's handler (Django tasks: django.task / django.atask)
         out["handler"] = fields["handler"]
     # What became of its dead letter: an operator's discard or retry, or the DLQ cap's trim.

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 from django import forms
 
 from dtq_core.engine.audit import AUDIT_SOURCES
+from dtq_core.keys import DLQ_REF_RE
 from dtq_core.task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE, Status
 
-ENTRY_ID_RE = re.compile(r"\d{1,20}-\d{1,20}")
+ENTRY_ID_RE = DLQ_REF_RE  # a dead letter's id: its partition's tag and its entry id
 MAX_SELECTED = 500  # a page holds at most 500 rows; more is a malformed request
 TEXT_MAX = 200
 
@@ -50,7 +49,7 @@ class DlqMatchingForm(DlqFilterForm):
 
 
 class DlqIdsForm(_Form):
-    """Retry/Discard selected rows (or one row): DLQ stream entry ids."""
+    """Retry/Discard selected rows (or one row): dead-letter ids (keys.dlq_ref)."""
 
     def __init__(self, data: object) -> None:
         super().__init__(data)  # type: ignore[arg-type]

@@ -26,10 +26,10 @@ class Command(OperatorCommand):
         listing.add_argument("--limit", type=page_limit, default=50, help="at most this many (1-500, default 50)")
         listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
         show = sub.add_parser("show", help="one dead letter with its task")
-        show.add_argument("entry_id")
+        show.add_argument("entry_id", metavar="ID", help="a dead-letter id, as `dlq list` shows it")
         for name, verb in (("retry", "requeue with a fresh attempt budget"), ("discard", "drop for good")):
             act = sub.add_parser(name, help=f"{verb}: entry ids, or --all (narrowed by --queue/--type)")
-            act.add_argument("ids", nargs="*", metavar="ID", help="DLQ entry ids")
+            act.add_argument("ids", nargs="*", metavar="ID", help="dead-letter ids, as `dlq list` shows them")
             act.add_argument("--all", action="store_true", help="every dead letter matching the filters")
             self._filters(act)
             act.add_argument("--dry-run", action="store_true", help="print how many would be touched; change nothing")
