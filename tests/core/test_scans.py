@@ -1,9 +1,11 @@
 """Filtered walks run in Redis (scanDeadLetters, scanRecentTasks): every page, followed by its
 cursor, gives exactly what a plain Python filter over the whole DLQ or task index gives, in order,
-with no duplicates, including where a page ends on the scan budget or inside one millisecond."""
+with no duplicates, including where a page ends on the scan budget or inside one millisecond.
+The DLQ is read over several partitions (queue qa has three) and merged newest first."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from typing import Any
@@ -15,14 +17,30 @@ from hypothesis import strategies as st
 
 from dtq_core.engine import Engine, reads
 from dtq_core.engine.audit import Actor
+from dtq_core.keys import dlq_ref
 
 from ..api.support import drain
+from ..dead_letters import plant_dead_letters
 
 # Error texts and payload notes with the characters where Python's lower() and Lua's differ:
 # U+0130 and U+212A (the Kelvin sign) lower-case to ASCII in Python; É, Ä and ß do not in Lua.
 TEXTS = ["Card DECLINED by issuer", "SMTP refused: 550", "\u0130stanbul gateway down", "5 \u212aelvin overheat",
          "échec: ÉCHEC total", "Timeout after 30s", "naïve Straße", "ÄRGER mit \"quotes\" and \\slashes"]
 ALPHABET = "aAiIkK\u212a\u0130\u0307éÉßsS: \"\\0"
+
+
+@pytest.fixture
+def dlq_engine(engine: Engine) -> Engine:
+    """The engine with queue qa in three partitions, so DLQ reads merge partitions."""
+    config = dataclasses.replace(engine.config, queue_partitions=(("qa", 3),))
+    return Engine(config, client=engine.client, clock=engine.clock)
+
+
+def _planted(engine: Engine) -> None:
+    """The dead letters _dead_letters makes, written straight into their partitions."""
+    for i, (error, note) in enumerate(itertools.product(TEXTS, TEXTS[::3])):
+        plant_dead_letters(engine, 1, queue="qa" if i % 2 else "qb", type="no.such.type" if i % 5 == 0 else "dtq.fail",
+                           message=error, payload={"message": error, "note": note})
 
 
 def _dead_letters(engine: Engine) -> None:
@@ -47,17 +65,29 @@ def _all_pages(fetch: Any, limit: int) -> list[str]:
     raise AssertionError("the cursor never ran out")
 
 
+def _dlq_entries(engine: Engine, client: redis.Redis) -> list[tuple[str, dict[str, str]]]:
+    """Every partition's dead letters as (id, fields), in the merged order: newest first by entry
+    id time, then partition tag, then sequence number."""
+    rows = []
+    for layout in engine.registry.layouts(fresh=True).values():
+        for tag in layout.all_tags:
+            for eid, f in client.xrevrange(engine.keys.dlq(tag)):
+                ms, seq = map(int, eid.split("-"))
+                rows.append(((ms, tag, seq), dlq_ref(tag, eid), f))
+    return [(ref, f) for _, ref, f in sorted(rows, key=lambda row: row[0], reverse=True)]
+
+
 def _dlq_reference(engine: Engine, client: redis.Redis, *, queue: str | None, type: str | None,
                    q: str | None) -> list[str]:
     out = []
-    for eid, f in client.xrevrange(engine.keys.dlq()):
+    for ref, f in _dlq_entries(engine, client):
         payload = client.hget(engine.keys.task(f["task_id"]), "payload") or ""
         if (queue and f["queue"] != queue) or (type and f["type"] != type):
             continue
         needle = (q or "").lower()
         if needle and needle not in (f["error"] + " " + f["error_class"]).lower() and needle not in payload.lower():
             continue
-        out.append(eid)
+        out.append(ref)
     return out
 
 
@@ -79,25 +109,34 @@ def _script_calls(client: redis.Redis) -> int:
     return int(stats.get("calls", 0)) - int(stats.get("failed_calls", 0))
 
 
-def test_dlq_search_matches_pythons_lower_for_any_needle(engine: Engine, redis_client: redis.Redis,
+def test_dlq_search_matches_pythons_lower_for_any_needle(dlq_engine: Engine, redis_client: redis.Redis,
                                                          small_budget: None) -> None:
-    _dead_letters(engine)
-    assert engine.dlq.count() == len(TEXTS) * 3
+    _planted(dlq_engine)
+    assert dlq_engine.dlq.count() == len(TEXTS) * 3
+    totals = {None: len(TEXTS) * 3, "qa": len(TEXTS) * 3 // 2, "qb": len(TEXTS) * 3 // 2}
     substrings = st.sampled_from(TEXTS).flatmap(
         lambda t: st.tuples(st.integers(0, len(t) - 1), st.integers(1, 6)).map(lambda ab: t[ab[0]:ab[0] + ab[1]]))
     cased = substrings.flatmap(lambda s: st.sampled_from([s, s.upper(), s.lower(), s.swapcase()]))
     needles = st.one_of(cased, st.text(alphabet=ALPHABET, min_size=1, max_size=3)).filter(bool)
 
     @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(needle=needles, queue=st.sampled_from([None, "qa"]), type=st.sampled_from([None, "dtq.fail"]),
-           budget=st.sampled_from([5, 24, 30]))
+    @given(needle=needles, queue=st.sampled_from([None, "qa", "qb"]), type=st.sampled_from([None, "dtq.fail"]),
+           budget=st.sampled_from([5, 12, 24, 30]))
     def check(needle: str, queue: str | None, type: str | None, budget: int) -> None:
-        expected = _dlq_reference(engine, redis_client, queue=queue, type=type, q=needle)
-        assert _dlq_pages(engine, queue=queue, type=type, q=needle) == expected
-        # The bulk-action preview counts the same matches within the newest `budget` entries.
-        newest = {eid for eid, _ in redis_client.xrevrange(engine.keys.dlq(), count=budget)}
-        assert engine.dlq.match_count(queue=queue, type=type, q=needle, budget=budget) == {
-            "count": len(newest.intersection(expected)), "exact": budget >= len(TEXTS) * 3}
+        expected = _dlq_reference(dlq_engine, redis_client, queue=queue, type=type, q=needle)
+        assert _dlq_pages(dlq_engine, queue=queue, type=type, q=needle) == expected
+        # The bulk-action preview counts the same matches within the newest `budget` entries
+        # (shared among the partitions read), and says whether that was all of them.
+        preview = dlq_engine.dlq.match_count(queue=queue, type=type, q=needle, budget=budget)
+        assert preview["exact"] == (budget >= totals[queue])
+        if preview["exact"]:
+            assert preview["count"] == len(expected)
+        elif queue == "qb":  # one partition: exactly its newest `budget` entries
+            newest = {ref for ref, f in _dlq_entries(dlq_engine, redis_client) if f["queue"] == "qb"}
+            newest = set(sorted(newest, key=lambda ref: tuple(map(int, ref.split("-")[1:])))[-budget:])
+            assert preview["count"] == len(newest.intersection(expected))
+        else:
+            assert preview["count"] <= len(expected)
 
     check()
 
@@ -105,22 +144,22 @@ def test_dlq_search_matches_pythons_lower_for_any_needle(engine: Engine, redis_c
 @pytest.mark.parametrize(("needle", "finds"), [
     ("declined", True), ("KELVIN", True), ("istanbul", False), ("i\u0307stanbul", True), ("échec", True),
     ("STRASSE", False), ("straße", True), ("\\\\slashes", True), ("cus_nothing", False)])
-def test_dlq_search_finds_what_an_operator_types(engine: Engine, redis_client: redis.Redis, needle: str,
+def test_dlq_search_finds_what_an_operator_types(dlq_engine: Engine, redis_client: redis.Redis, needle: str,
                                                  finds: bool) -> None:
     # "KELVIN" finds the Kelvin sign and "İstanbul" lower-cases to "i̇stanbul", as in Python; a
     # JSON payload holds a backslash doubled.
-    _dead_letters(engine)
-    found = _dlq_pages(engine, q=needle)
-    assert found == _dlq_reference(engine, redis_client, queue=None, type=None, q=needle)
+    _planted(dlq_engine)
+    found = _dlq_pages(dlq_engine, q=needle)
+    assert found == _dlq_reference(dlq_engine, redis_client, queue=None, type=None, q=needle)
     assert bool(found) is finds
 
 
-def test_dlq_filters_page_across_the_scan_budget(engine: Engine, redis_client: redis.Redis,
+def test_dlq_filters_page_across_the_scan_budget(dlq_engine: Engine, redis_client: redis.Redis,
                                                  small_budget: None) -> None:
-    _dead_letters(engine)
+    _planted(dlq_engine)
     for queue, type in itertools.product([None, "qa", "qb", "nope"], [None, "dtq.fail", "no.such.type"]):
-        expected = _dlq_reference(engine, redis_client, queue=queue, type=type, q=None)
-        assert _dlq_pages(engine, queue=queue, type=type) == expected, (queue, type)
+        expected = _dlq_reference(dlq_engine, redis_client, queue=queue, type=type, q=None)
+        assert _dlq_pages(dlq_engine, queue=queue, type=type) == expected, (queue, type)
 
 
 def _tasks_reference(engine: Engine, client: redis.Redis, **filters: str | None) -> list[str]:
@@ -185,27 +224,24 @@ def test_a_cursor_is_offered_only_when_an_older_match_exists(engine: Engine, red
         assert sizes == _full_pages_then_the_rest(total, limit), (queue, status, ttype)
 
 
-def test_a_non_ascii_search_reads_the_dlq_in_few_calls(engine: Engine, redis_client: redis.Redis) -> None:
+def test_a_non_ascii_search_reads_the_dlq_in_few_calls(dlq_engine: Engine, redis_client: redis.Redis) -> None:
     # Matched in Python, the needle must not make the script stop at `limit` candidates each call.
-    _dead_letters(engine)
+    _planted(dlq_engine)
     before = _script_calls(redis_client)
-    page = engine.dlq.list(q="ünmatched", limit=1)
+    page = dlq_engine.dlq.list(q="ünmatched", limit=1)
     assert page.items == [] and page.next_cursor is None
-    assert _script_calls(redis_client) - before == 1  # 24 entries: one call of up to 500
+    assert _script_calls(redis_client) - before == 4  # 24 entries in four partitions: one call each
 
 
-def test_large_payloads_split_a_search_into_calls_of_about_a_megabyte(engine: Engine,
+def test_large_payloads_split_a_search_into_calls_of_about_a_megabyte(dlq_engine: Engine,
                                                                       redis_client: redis.Redis) -> None:
     big = "x" * 400_000
-    subs = [engine.tasks.validate("dtq.fail", {"message": "boom", "blob": big + str(i)}, max_attempts=1)
-            for i in range(6)]
-    engine.tasks.enqueue_many(subs)
-    drain(engine.config)
+    ids = [plant_dead_letters(dlq_engine, 1, payload={"message": "boom", "blob": big + str(i)})[0] for i in range(6)]
     before = _script_calls(redis_client)
-    assert [i["task_id"] for i in engine.dlq.list(q="xxx5").items] == [subs[5].task_id]
-    assert [i["task_id"] for i in engine.dlq.list(q="nowhere").items] == []
+    assert [i["task_id"] for i in dlq_engine.dlq.list(q="xxx5").items] == [ids[5]]
+    assert [i["task_id"] for i in dlq_engine.dlq.list(q="nowhere").items] == []
     # Each call stops once it has looked at 1 MB: three 400 KB payloads, so two calls per search.
     assert _script_calls(redis_client) - before == 2 + 2
     before = _script_calls(redis_client)
-    assert len(engine.tasks.list(type="dtq.fail").items) == 6  # records carry their payloads
+    assert len(dlq_engine.tasks.list(type="dtq.fail").items) == 6  # records carry their payloads
     assert _script_calls(redis_client) - before == 2
