@@ -1,4 +1,6 @@
-"""GET /api/v1/dlq[/<entry>], POST /api/v1/dlq/<entry>/retry|discard and the bulk /dlq/retry|discard."""
+"""GET /api/v1/dlq[/<entry>], POST /api/v1/dlq/<entry>/retry|discard and the bulk /dlq/retry|discard.
+
+A dead letter's id is keys.dlq_ref: its partition's tag and its entry id in that partition's DLQ."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from rest_framework.test import APIClient
 
 import dtq_tasks
 from dtq_core.engine import Engine
+from dtq_core.keys import parse_dlq_ref
 
 from .support import assert_error, drain, make_dead_letters
 
@@ -24,11 +27,22 @@ def entry_of(engine: Engine, task_id: str) -> str:
     return engine.tasks.get(task_id)["dlq_entry_id"]
 
 
+def newest_first(ids: list[str]) -> list[str]:
+    """Dead-letter ids in the DLQ's order: newest entry id time first, then partition tag."""
+    def key(ref: str) -> tuple[int, str, int]:
+        parsed = parse_dlq_ref(ref)
+        assert parsed is not None, ref
+        ms, seq = parsed[1].split("-")
+        return int(ms), parsed[0], int(seq)
+
+    return sorted(ids, key=key, reverse=True)
+
+
 def test_list_shows_dead_letters_newest_first_with_filters(api: APIClient, live_engine: Engine) -> None:
     mail = make_dead_letters(live_engine, 3, queue="mail", message="smtp refused")
     make_dead_letters(live_engine, 2, queue="sms", type="no.such.type")
     items = api.get("/api/v1/dlq").json()["results"]
-    assert len(items) == 5 and [i["entry_id"] for i in items] == sorted((i["entry_id"] for i in items), reverse=True)
+    assert len(items) == 5 and [i["entry_id"] for i in items] == newest_first([i["entry_id"] for i in items])
     assert {i["task_id"] for i in api.get("/api/v1/dlq?queue=mail").json()["results"]} == set(mail)
     assert {i["type"] for i in api.get("/api/v1/dlq?type=no.such.type").json()["results"]} == {"no.such.type"}
     found = api.get("/api/v1/dlq?q=SMTP").json()["results"]
@@ -47,20 +61,26 @@ def test_list_pages_with_a_cursor(api: APIClient, live_engine: Engine) -> None:
     assert len(seen) == 7 == len(set(seen))
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=9999", "cursor=abc", "cursor=1-2-3", "q=" + "x" * 201,
-                                   "cursor=0-0", "cursor=99999999999999999999-0"])
+@pytest.mark.parametrize("query", ["limit=0", "limit=9999", "cursor=abc", "cursor=1-2-3-4", "q=" + "x" * 201,
+                                   "cursor=0-0", "cursor=1-0", "cursor=abc-0-0", "cursor=abc-99999999999999999999-0",
+                                   "cursor=ABC-1-0"])
 def test_list_refuses_bad_parameters(api: APIClient, query: str) -> None:
     assert_error(api.get(f"/api/v1/dlq?{query}"), 400, "VALIDATION_ERROR")
 
 
 def test_one_entry_shows_its_task(api: APIClient, live_engine: Engine) -> None:
     [task_id] = make_dead_letters(live_engine, 1)
-    entry = api.get(f"/api/v1/dlq/{entry_of(live_engine, task_id)}").json()
+    entry_id = entry_of(live_engine, task_id)
+    # The id names the partition (the task id's tag) and the entry in its DLQ stream.
+    assert parse_dlq_ref(entry_id) is not None and entry_id.split("-")[0] == task_id.split("-")[0]
+    entry = api.get(f"/api/v1/dlq/{entry_id}").json()
+    assert entry["entry_id"] == entry_id and api.get("/api/v1/dlq").json()["results"][0]["entry_id"] == entry_id
     assert entry["task_id"] == task_id and entry["task"]["status"] == "DEAD_LETTERED"
     assert entry["error_class"] and entry["attempt"] == 1
 
 
-@pytest.mark.parametrize("entry_id", ["1-0", "abc", "99999999999999999999999-1", "99999999999999999999-1"])
+@pytest.mark.parametrize("entry_id", ["abc-1-0", "1-0", "abc", "abc-99999999999999999999999-1",
+                                      "abc-99999999999999999999-1", "ABC-1-0"])
 def test_an_unknown_entry_is_404_for_every_action(api: APIClient, entry_id: str) -> None:
     assert_error(api.get(f"/api/v1/dlq/{entry_id}"), 404, "DLQ_ENTRY_NOT_FOUND")
     assert_error(api.post(f"/api/v1/dlq/{entry_id}/retry"), 404, "DLQ_ENTRY_NOT_FOUND")
@@ -106,7 +126,7 @@ def test_bulk_retry_by_ids_task_ids_filters_and_all(api: APIClient, live_engine:
     a = make_dead_letters(live_engine, 4, queue="a")
     b = make_dead_letters(live_engine, 3, queue="b", type="no.such.type")
     assert post(api, "/api/v1/dlq/retry", {"ids": [entry_of(live_engine, a[0]), entry_of(live_engine, a[1]),
-                                                   "1-0"]}).json() == {"count": 2}
+                                                   "abc-1-0"]}).json() == {"count": 2}
     assert post(api, "/api/v1/dlq/retry", {"task_ids": [a[2], "missing"]}).json() == {"count": 1}
     assert post(api, "/api/v1/dlq/retry", {"queue": "b", "type": "no.such.type"}).json() == {"count": 3}
     assert {live_engine.tasks.get(t)["status"] for t in a[:3] + b} == {"QUEUED"}
@@ -137,7 +157,8 @@ def test_bulk_actions_touch_only_the_snapshot(live_engine: Engine) -> None:
 
 
 @pytest.mark.parametrize("body", [{}, {"all": False}, {"ids": []}, {"queue": ""}, {"colour": "red"}, [],
-                                  {"ids": "1-0"}, {"ids": [1]}, {"ids": ["not-an-id"]}, {"all": "yes"},
+                                  {"ids": "1-0"}, {"ids": [1]}, {"ids": ["not-an-id"]}, {"ids": ["1-0"]},
+                                  {"all": "yes"}, {"ids": ["abc-99999999999999999999-0"]},
                                   {"ids": ["1-0"], "all": True}, {"ids": ["1-0"], "task_ids": ["x"]},
                                   {"task_ids": [""]}, {"queue": 5}, {"ids": ["1-0"] * 10001}])
 def test_bulk_refuses_an_empty_or_malformed_selection(api: APIClient, body: Any) -> None:
@@ -153,6 +174,6 @@ def test_bulk_refuses_malformed_json_and_wrong_methods(api: APIClient) -> None:
 
 def test_dlq_endpoints_answer_503_when_redis_is_down(settings: Any) -> None:
     api = APIClient()
-    for response in (api.get("/api/v1/dlq"), api.get("/api/v1/dlq/1-0"), api.post("/api/v1/dlq/1-0/retry"),
+    for response in (api.get("/api/v1/dlq"), api.get("/api/v1/dlq/abc-1-0"), api.post("/api/v1/dlq/abc-1-0/retry"),
                      post(api, "/api/v1/dlq/retry", {"all": True}), post(api, "/api/v1/dlq/discard", {"all": True})):
         assert_error(response, 503, "REDIS_UNAVAILABLE")

@@ -46,10 +46,11 @@ def test_dlq_list_prints_a_table_and_json_with_filters(live_engine: Engine) -> N
 
 
 def test_dlq_list_says_when_it_stopped_looking_rather_than_claiming_more_matches(live_engine: Engine) -> None:
+    [tag] = live_engine.registry.ensure("mail").tags
     pipe = live_engine.client.pipeline(transaction=False)
     for i in range(5200):  # more than a listing examines, none of them of the type asked for
-        pipe.xadd(live_engine.keys.dlq(), {"task_id": f"t{i}", "queue": "mail", "type": "dtq.fail", "attempt": 1,
-                                           "error_class": "E", "error": "x", "failed_at": 1})
+        pipe.xadd(live_engine.keys.dlq(tag), {"task_id": f"{tag}-{i:032x}", "queue": "mail", "type": "dtq.fail",
+                                              "attempt": 1, "error_class": "E", "error": "x", "failed_at": 1})
     pipe.execute()
     err = StringIO()
     call_command("dlq", "list", "--type", "mail.send", stdout=StringIO(), stderr=err)
@@ -61,8 +62,9 @@ def test_dlq_show_prints_the_entry_and_its_task(live_engine: Engine) -> None:
     [task_id] = make_dead_letters(live_engine, 1)
     entry = json.loads(run("dlq", "show", live_engine.tasks.get(task_id)["dlq_entry_id"]))
     assert entry["task_id"] == task_id and entry["task"]["status"] == "DEAD_LETTERED"
-    with pytest.raises(CommandError, match="not found"):
-        run("dlq", "show", "1-0")
+    for missing in ("abc-1-0", "1-0"):  # well-formed but gone, and not a dead letter's id at all
+        with pytest.raises(CommandError, match="not found"):
+            run("dlq", "show", missing)
 
 
 def test_dlq_retry_by_id_and_all_with_filters_is_audited_as_the_os_user(live_engine: Engine) -> None:
@@ -93,10 +95,11 @@ def test_dlq_discard_all_and_its_dry_run(live_engine: Engine) -> None:
 
 @pytest.mark.parametrize(("args", "message", "exit_code"), [
     (("dlq", "retry"), "say which dead letters", 2),  # usage errors exit 2, as argparse's do
-    (("dlq", "retry", "1-0", "--all"), "not both", 2),
+    (("dlq", "retry", "abc-1-0", "--all"), "not both", 2),
     (("dlq", "discard", "--queue", "a"), "say which dead letters", 2),
     (("dlq", "retry", "not-an-id"), "is not a DLQ entry id", 1),
-    (("dlq", "retry", "1-0"), "no dead letter with id 1-0", 1),
+    (("dlq", "retry", "1-0"), "is not a DLQ entry id", 1),  # a stream entry id without its partition
+    (("dlq", "retry", "abc-1-0"), "no dead letter with id abc-1-0", 1),
     (("dlq", "retry", "--all", "--type", "\udcff"), "argument type: .* is not valid UTF-8", 2),
 ])
 def test_dlq_actions_refuse_bad_input(live_engine: Engine, args: tuple[str, ...], message: str,
@@ -225,7 +228,7 @@ def test_a_database_redis_does_not_have_exits_1_naming_the_variable(redis_server
         assert "Traceback" not in proc.stderr and "hunter2" not in proc.stderr
 
 
-@pytest.mark.parametrize("args", [("dlq", "show", "1-0"), ("dlq", "retry", "--all"), ("dlq", "discard", "1-0"),
+@pytest.mark.parametrize("args", [("dlq", "show", "abc-1-0"), ("dlq", "retry", "--all"), ("dlq", "discard", "abc-1-0"),
                                   ("queue", "list"), ("queue", "purge", "q"), ("task", "show", "abc"),
                                   ("task", "cancel", "abc")])
 def test_every_command_says_when_redis_is_down(args: tuple[str, ...]) -> None:

@@ -43,7 +43,7 @@ def test_each_action_writes_intent_then_outcome_with_one_operation_id(live_engin
 
 def test_a_bulk_action_that_fails_mid_way_is_recorded_as_failed(live_engine: Engine) -> None:
     (task_id,) = make_dead_letters(live_engine, 1)
-    entry_id = live_engine.client.hget(live_engine.keys.task(task_id), "dlq_entry_id")
+    entry_id = live_engine.tasks.get(task_id)["dlq_entry_id"]
     # An operator whose Redis user may write the audit trail but not the DLQ (a misconfigured
     # ACL): the intent is recorded, then Redis refuses the retry itself.
     user = f"audit-only-{live_engine.keys.prefix.rpartition(':')[2]}"

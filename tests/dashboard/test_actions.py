@@ -197,7 +197,7 @@ def test_bad_filters_on_matching_actions_change_nothing(live_engine: Engine, dea
 def test_retrying_entries_already_gone_says_so(live_engine: Engine, dead_letters: Any,
                                                login: Callable[[str], Client]) -> None:
     ids = dead_letters(1)
-    response = login("operator").post("/dlq/retry", {"ids": [*ids, "1-0"]})
+    response = login("operator").post("/dlq/retry", {"ids": [*ids, "abc-1-0"]})  # a well-formed id, gone
     assert any("Retried 1 of 2 selected dead letters (1 already gone or expired)" in m for m in _messages(response))
 
 

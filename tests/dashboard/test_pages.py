@@ -253,14 +253,17 @@ def test_the_error_groups_say_when_more_exist_than_are_shown(client: Client,
 
 
 def _dead_letters_in_redis(engine: Engine, kinds: list[tuple[str, int]]) -> None:
-    """Dead letters written straight into the DLQ, oldest kind first (thousands, in one round trip)."""
+    """Dead letters written straight into queue emails' DLQ, oldest kind first (thousands, in one
+    round trip)."""
+    [tag] = engine.registry.ensure("emails").tags
     pipe = engine.client.pipeline(transaction=False)
     now = engine.clock.now_ms()
     for kind, n in kinds:
         for i in range(n):
-            pipe.xadd(engine.keys.dlq(), {"task_id": f"{kind}-{i}", "queue": "emails", "type": kind, "attempt": 1,
-                                          "error_class": "RuntimeError", "error": f"{kind} broke", "failed_at": now})
-        pipe.hincrby(engine.keys.dlq_counts(), "emails", n)
+            pipe.xadd(engine.keys.dlq(tag), {"task_id": f"{tag}-{i:032x}", "queue": "emails", "type": kind,
+                                             "attempt": 1, "error_class": "RuntimeError", "error": f"{kind} broke",
+                                             "failed_at": now})
+        pipe.hincrby(engine.keys.dlq_counts(tag), "emails", n)
     pipe.execute()
 
 
@@ -292,7 +295,8 @@ def test_a_leader_that_stopped_heartbeating_is_flagged_and_dlq_evictions_are_sho
         assert "not heartbeating" in client.get(path).content.decode(), path
     redis_client.zadd(live_engine.keys.workers(), {"w-frozen": live_engine.clock.now_ms()})
     assert "not heartbeating" not in client.get("/workers/").content.decode()
-    redis_client.hset(live_engine.keys.stats_counters(), "dlq_trimmed", 1234)
+    [tag] = live_engine.registry.ensure("emails").tags  # the DLQ cap evicts per partition
+    redis_client.hset(live_engine.keys.stats_counters(tag), "dlq_trimmed", 1234)
     assert "1,234 evicted by the cap" in client.get("/dlq/").content.decode()
 
 
