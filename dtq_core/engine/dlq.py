@@ -217,7 +217,7 @@ class DeadLetters(Noun):
             pipe = self.client.pipeline(transaction=False)
             for tag, chunk in sent:
                 self.scripts(script, keys=[self.keys.partition(tag)], args=[*args_of(tag), *chunk], client=pipe)
-            op.advance(sum(changed(call, reply) for call, reply in zip(sent, pipe.execute(), strict=True)))
+            op.advance(sum(changed(call, reply) for call, reply in zip(sent, self.scripts.execute(pipe), strict=True)))
 
     def retry(self, selection: DlqSelection, actor: Actor) -> int:
         """Requeue the matching dead letters with a fresh attempt budget; return how many.

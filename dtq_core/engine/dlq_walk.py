@@ -158,7 +158,7 @@ class Walker:
                     lane.upper, count, self.filters.queue or "", self.filters.type or "",
                     needle if in_redis else "", 0 if in_redis else 1, wanted, reads.SCAN_CALL_BYTES])
                 asked.append((lane, count))
-            for (lane, count), reply in zip(asked, pipe.execute(), strict=True):
+            for (lane, count), reply in zip(asked, self.scripts.execute(pipe), strict=True):
                 examined, last, found, read = reply
                 scanned += int(examined)
                 if last:
