@@ -107,10 +107,6 @@ class Walk:
     frontier: Position | None  # every entry at or above it was examined; None: every entry was
     lanes_left: list[tuple[str, str]]  # (tag, bound) of partitions not read to their end
 
-    @property
-    def exhausted(self) -> bool:
-        return self.frontier is None
-
 
 @dataclass(kw_only=True, slots=True)
 class Walker:
