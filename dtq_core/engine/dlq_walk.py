@@ -150,6 +150,8 @@ class Walker:
             asked = []
             for lane, count in zip(needed, counts, strict=True):
                 wanted = min(limit - lane.matched, share) if in_redis else count
+                if not (self.filters.type or needle):  # (a partition holds one queue) each entry matches:
+                    count = min(count, wanted)  # read no more than the page can show
                 self.scripts("scanDeadLetters", keys=[self.keys.partition(lane.tag)], client=pipe, args=[
                     lane.upper, count, self.filters.queue or "", self.filters.type or "",
                     needle if in_redis else "", 0 if in_redis else 1, wanted, reads.SCAN_CALL_BYTES])
