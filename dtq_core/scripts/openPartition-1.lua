@@ -14,12 +14,13 @@
 local K = partition_keys(KEYS[1])
 local current = rcall('GET', K.owner)
 if current == ARGV[1] then return CODE.OK end
-if current and current ~= 'deleted|' .. ARGV[1] and string.sub(current, 1, 8) ~= 'deleted|' then
-  return CODE.PARTITION_CLOSED  -- a live partition of another layout: never taken over
+-- A live partition of another layout is never taken over; a tombstone of this very layout means
+-- the queue was deleted after this caller read it. A tombstone of an older layout is reused.
+if current and (string.sub(current, 1, 8) ~= 'deleted|' or current == 'deleted|' .. ARGV[1]) then
+  return CODE.PARTITION_CLOSED
 end
-if current == 'deleted|' .. ARGV[1] then return CODE.PARTITION_CLOSED end
 rcall('SET', K.owner, ARGV[1])
 for _, priority in ipairs({'high', 'normal', 'low'}) do
-  pcall(rcall, 'XGROUP', 'CREATE', K.stream_prefix .. ARGV[2] .. ':' .. priority, ARGV[3], '0', 'MKSTREAM')
+  pcall(rcall, 'XGROUP', 'CREATE', stream_key(K, ARGV[2], priority), ARGV[3], '0', 'MKSTREAM')
 end
 return CODE.OK

@@ -65,6 +65,11 @@ local function partition_keys(p)
           events_channel = global .. ':events', wake_channel = global .. ':wake'}
 end
 
+-- A stream of the partition: one of its queue's priorities (dtq_core.keys.Keys.stream).
+local function stream_key(K, queue, priority)
+  return K.stream_prefix .. queue .. ':' .. priority
+end
+
 -- Publish one event on the events channel; the partition's tag and counter make event_id unique
 -- across processes and partitions.
 local function emit(K, etype, task_id, queue, status, attempt, now_ms, now_iso)
