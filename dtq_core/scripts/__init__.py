@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 
+from ..replication import NO_WAIT, Replication
 from ..wire import exchange_pooled, pack
 
 _INCLUDE = re.compile(r"^-- #include (\w+)$", re.MULTILINE)
@@ -48,10 +49,14 @@ def check_keys(name: str, keys: Sequence[str]) -> None:
 
 
 class Scripts:
-    """Named scripts bound to one client (sync or asyncio; redis-py picks the right Script)."""
+    """Named scripts bound to one client (sync or asyncio; redis-py picks the right Script).
 
-    def __init__(self, client: Any) -> None:
+    replication: what call_direct's writes wait for (DTQ_REDIS_MIN_REPLICAS; replication.py).
+    """
+
+    def __init__(self, client: Any, replication: Replication = NO_WAIT) -> None:
         self._client = client
+        self.replication = replication
         self._fns = {name: client.register_script(src) for name, src in SOURCES.items()}
 
     def __call__(self, name: str, *, keys: list[str], args: list[object], client: Any = None) -> Any:
@@ -66,14 +71,17 @@ class Scripts:
 
     def call_direct(self, name: str, *, keys: list[str], args: list[object]) -> Any:
         """EVALSHA packed by hiredis and sent on a pooled connection (blocking clients only): the
-        same call as __call__ without redis-py's per-command wrappers, for the submit path."""
-        command = self.command(name, keys=keys, args=args)
-        (reply,) = exchange_pooled(self._client.connection_pool, [command])
+        same call as __call__ without redis-py's per-command wrappers, for acknowledged writes
+        (submit, an operator action's outcome). With DTQ_REDIS_MIN_REPLICAS, the WAIT rides in
+        the same exchange, and too few replicas raise ReplicationTimeout once the write is made."""
+        commands = [self.command(name, keys=keys, args=args), *self.replication.commands()]
+        reply, *acked = exchange_pooled(self._client.connection_pool, commands)
         if isinstance(reply, redis.exceptions.NoScriptError):
             self._client.script_load(SOURCES[name])  # Redis restarted or SCRIPT FLUSH: it did not run
-            (reply,) = exchange_pooled(self._client.connection_pool, [command])
+            reply, *acked = exchange_pooled(self._client.connection_pool, commands)
         if isinstance(reply, Exception):
             raise reply
+        self.replication.split([reply, *acked])
         return reply
 
     def sha(self, name: str) -> str:
