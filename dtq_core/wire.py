@@ -50,6 +50,10 @@ class Line:
                 async with asyncio.timeout(timeout_s):
                     if conn.is_connected and await _closed_or_dirty(conn):
                         await conn.disconnect()  # Redis restarted, or closed it idle: open a new one
+                    if not conn.is_connected:
+                        # connect() itself, not the plain socket connect that sending would make: a
+                        # Sentinel-managed connection asks the sentinels for the master in it.
+                        await conn.connect()
                     await conn.send_packed_command(commands, check_health=False)
                     for _ in commands:
                         try:
