@@ -7,6 +7,7 @@ the directories are the caller's (tmp_path_factory removes them).
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -16,7 +17,7 @@ from typing import Any
 
 import redis
 
-from .redis_server import RedisServer, free_port
+from .redis_server import RedisServer
 
 HOST = "127.0.0.1"
 # Replication without a 5 s wait for more replicas before a full sync, so a replica attached (or
@@ -24,6 +25,19 @@ HOST = "127.0.0.1"
 REPLICATION_ARGS = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
 DOWN_AFTER_MS = 1000  # a master silent this long is down (sentinel's default is 30 s)
 FAILOVER_TIMEOUT_MS = 3000
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports, all chosen before any is used: one at a time, a port picked for a
+    server that has not bound it yet could be handed out again."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((HOST, 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def poll(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -107,14 +121,15 @@ class SentinelSetup:
         return self
 
     def _start(self) -> None:
-        master = RedisServer(self.directory / "redis-0", appendonly=False, args=REPLICATION_ARGS)
-        self.servers = [master, *(RedisServer(self.directory / f"redis-{i}", appendonly=False,
+        ports = free_ports(6)
+        master = RedisServer(self.directory / "redis-0", appendonly=False, args=REPLICATION_ARGS, port=ports[0])
+        self.servers = [master, *(RedisServer(self.directory / f"redis-{i}", appendonly=False, port=ports[i],
                                               args=[*REPLICATION_ARGS, "--replicaof", HOST, str(master.port)])
                                   for i in (1, 2))]
         for server in self.servers:
             server.start(wait=False)
         ids = [uuid.uuid4().hex + uuid.uuid4().hex[:8] for _ in range(3)]  # 40 hex digits, as sentinel's
-        self.sentinels = [SentinelProcess(self.directory / f"sentinel-{i}", free_port(), ids[i]) for i in range(3)]
+        self.sentinels = [SentinelProcess(self.directory / f"sentinel-{i}", ports[3 + i], ids[i]) for i in range(3)]
         # Told who the replicas and the other sentinels are, sentinels need not discover them
         # (INFO every 10 s, hellos every 2 s): ready, and able to agree on a failover, at once.
         for me in self.sentinels:
@@ -207,13 +222,14 @@ class ClusterSetup:
         return self
 
     def _start(self) -> None:
+        ports = free_ports(12)
         for i in range(6):
             directory = self.directory / f"node-{i}"
             # The bus port is the data port + 10000 unless named: name a free one (a port from the
             # ephemeral range plus 10000 can be past 65535).
-            self.servers.append(RedisServer(directory, appendonly=False, args=[
+            self.servers.append(RedisServer(directory, appendonly=False, port=ports[i], args=[
                 *REPLICATION_ARGS, "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
-                "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS), "--cluster-port", str(free_port())]))
+                "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS), "--cluster-port", str(ports[6 + i])]))
         for server in self.servers:
             server.start(wait=False)
         for server in self.servers:
