@@ -35,7 +35,7 @@ from .permissions import DestructiveMixin
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "VALIDATION_ERROR or MALFORMED_JSON", 404: "not found",
-    503: "REDIS_UNAVAILABLE or REDIS_WRITE_FAILED"}.items()}
+    503: "REDIS_UNAVAILABLE, REDIS_WRITE_FAILED or REDIS_REPLICATION_TIMEOUT"}.items()}
 DESTRUCTIVE_ERRORS = {
     **ERRORS,
     401: OpenApiResponse(s.ErrorSerializer, description="API_KEY_REQUIRED or AUTHENTICATION_REQUIRED"),

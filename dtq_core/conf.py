@@ -12,6 +12,7 @@ import environ
 from django.conf import settings
 
 from .config import ConfigError, DtqConfig, read_env
+from .connection import CLUSTER_NOT_YET, topology
 from .engine import Engine
 
 _config: DtqConfig | None = None
@@ -22,9 +23,12 @@ def read_environment() -> DtqConfig:
     """Read and validate every DTQ_* variable; raises ConfigError naming the first bad one."""
     env = environ.Env()
     try:
-        return read_env(lambda name: env.str(name, default=None))
+        config = read_env(lambda name: env.str(name, default=None))
     except environ.ImproperlyConfigured as exc:  # "$OTHER" pointing at a variable that is not set
         raise ConfigError(str(exc)) from None
+    if topology(config) == "cluster":  # a valid URL, but the engine cannot run there yet: stop at start
+        raise ConfigError(CLUSTER_NOT_YET)
+    return config
 
 
 def get_config() -> DtqConfig:

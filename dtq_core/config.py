@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from .faults import POINTS as FAULT_POINTS
+from .redis_url import RedisUrlError, parse
 from .task import valid_queue_name
 
 
@@ -52,6 +52,10 @@ class DtqConfig:
     queue_partitions: tuple[tuple[str, int], ...] = ()
     # True: submit accepts task types no worker has registered (they dead-letter when run).
     accept_unknown_types: bool = False
+    # An acknowledged write (submit, completion, operator action) waits until this many replicas
+    # have it (WAIT), at most redis_wait_timeout_ms; 0: no wait (docs/deployment.md).
+    redis_min_replicas: int = 0
+    redis_wait_timeout_ms: int = 1000
     # Internal knobs (not in the contract) that tests shrink so crash scenarios take seconds.
     scheduler_lock_ttl_s: float = 10.0
     stale_claim_s: float = 60.0
@@ -71,7 +75,7 @@ class DtqConfig:
             "result_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen", "audit_maxlen",
             "max_attempts", "retry_base_s", "retry_max_s", "task_timeout_s", "payload_max_bytes",
             "scheduler_lock_ttl_s", "stale_claim_s", "scheduler_interval_s", "cancel_poll_s",
-            "redis_timeout_s",
+            "redis_timeout_s", "redis_wait_timeout_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -79,6 +83,9 @@ class DtqConfig:
         for name in numeric:  # no dtq duration, size or count means anything below 0
             if getattr(self, name) < 0:
                 raise ConfigError(f"{env_name(name)} must be 0 or more (got {getattr(self, name)})")
+        for name in ("redis_min_replicas", "redis_wait_timeout_ms"):  # sent to Redis's WAIT as they are
+            if not float(getattr(self, name)).is_integer():
+                raise ConfigError(f"{env_name(name)} must be a whole number (got {getattr(self, name)})")
         if self.heartbeat_interval_s >= self.visibility_timeout_s:
             raise ConfigError(
                 f"DTQ_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s:g}) must be less than "
@@ -184,16 +191,10 @@ def _check_finite(name: str, value: object) -> None:
 
 
 def _check_url(url: str) -> None:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("redis", "rediss", "unix") or (parsed.scheme != "unix" and not parsed.hostname):
-        raise ConfigError(f"DTQ_REDIS_URL is not a redis:// or rediss:// or unix:// URL (got {url!r})")
     try:
-        parsed.port  # noqa: B018 - raises ValueError for a non-numeric port
-    except ValueError:
-        raise ConfigError(f"DTQ_REDIS_URL has an invalid port (got {url!r})") from None
-    if parsed.scheme != "unix" and "db=" not in parsed.query and not re.fullmatch(r"/?[0-9]{0,9}/?", parsed.path):
-        # redis-py would quietly use database 0 for "redis://host/abc".
-        raise ConfigError(f"DTQ_REDIS_URL's path must be a database number, as in redis://host:6379/0 (got {url!r})")
+        parse(url)
+    except RedisUrlError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 MAX_PARTITIONS = 256

@@ -1,14 +1,28 @@
 """Redis clients. Request paths fail fast (short timeouts, no retries) so a Redis that is down
-or frozen turns into 503 REDIS_UNAVAILABLE within 2 s, never a hang."""
+or frozen turns into 503 REDIS_UNAVAILABLE within 2 s, never a hang.
+
+DTQ_REDIS_URL names one Redis, a master behind Sentinel or a Redis Cluster (redis_url.py). With
+Sentinel every client's pool asks the sentinels for the master each time it opens a connection,
+and drops a connection the old master closes or answers READONLY on (redis-py's
+SentinelConnectionPool): after a failover the first call may fail, the next ones reach the new
+master. wire.py's raw connections come from the same pools, so they follow it too.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
+import redis.asyncio.sentinel as aiosentinel
+import redis.cluster
+import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .config import DtqConfig
+from .config import ConfigError, DtqConfig
+from .redis_url import RedisTarget, Topology, parse, topology_of
 
 # Every error that means "Redis is not answering" rather than "the command was wrong".
 UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
@@ -33,13 +47,20 @@ WRONG_DATABASE = "DTQ_REDIS_URL names a database this Redis does not have (DB in
 
 def write_refused(exc: BaseException) -> bool:
     """Redis answers but refuses writes: its disk is full or failing (MISCONF: the AOF or RDB
-    write failed) or it is at maxmemory (OOM). Transient for the caller, like an outage."""
+    write failed), it is at maxmemory (OOM), or fewer replicas than its min-replicas-to-write are
+    connected (NOREPLICAS). Nothing was written; transient for the caller, like an outage."""
     if isinstance(exc, redis.exceptions.OutOfMemoryError):  # redis-py strips its "OOM " prefix
         return True
     if not isinstance(exc, redis.exceptions.ResponseError):
         return False
     reply = str(exc).split("caused error: ", 1)[-1].lstrip("('\"")  # a pipeline's wraps Redis's reply
-    return reply.startswith("MISCONF")
+    return reply.startswith(("MISCONF", "NOREPLICAS"))
+
+
+def demoted(exc: BaseException) -> bool:
+    """A write reached a replica (READONLY): a master demoted by a failover, still reached through
+    a connection made before it (or through an address that has not moved to the new master)."""
+    return isinstance(exc, redis.exceptions.ReadOnlyError)
 
 
 def refusal(exc: BaseException) -> str:
@@ -54,30 +75,109 @@ def wrong_database(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.ResponseError) and "DB index is out of range" in str(exc)
 
 
+def topology(config: DtqConfig) -> Topology:
+    """"single", "sentinel" or "cluster": what DTQ_REDIS_URL names."""
+    return topology_of(config.redis_url)
+
+
+# The engine's keys are not laid out for a cluster yet (a script's keys span hash slots); the
+# cluster clients below exist for the work that moves them (issue 19).
+CLUSTER_NOT_YET = ("DTQ_REDIS_URL names a Redis Cluster (redis+cluster://), which dtq's engine cannot run on yet: "
+                   "use redis:// or redis+sentinel://")
+
+
+def request_timeout_s(config: DtqConfig) -> float:
+    """How long a request-path call waits for a reply: DTQ_REDIS_TIMEOUT_S, plus the WAIT that an
+    acknowledged write may add with DTQ_REDIS_MIN_REPLICAS (else every WAIT would time out first)."""
+    wait_s = config.redis_wait_timeout_ms / 1000 if config.redis_min_replicas else 0.0
+    return config.redis_timeout_s + wait_s
+
+
 def sync_client(config: DtqConfig) -> redis.Redis:
-    return redis.Redis.from_url(
-        config.redis_url,
-        decode_responses=True,
-        socket_timeout=config.redis_timeout_s,
-        socket_connect_timeout=config.redis_timeout_s,
-        retry=Retry(NoBackoff(), 0),
-        retry_on_error=[],
-        health_check_interval=0,
-        max_connections=256,
-    )
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": request_timeout_s(config),
+        "socket_connect_timeout": config.redis_timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+        "retry_on_error": [],
+        "health_check_interval": 0,
+        "max_connections": 256,
+    }
+    target = parse(config.redis_url)
+    if target.topology == "sentinel":
+        sentinels = redis.sentinel.Sentinel(list(target.nodes), sentinel_kwargs=_sentinel_options(target, config))
+        client: redis.Redis = sentinels.master_for(target.service_name, redis_class=redis.Redis,
+                                                   **options, **_master_options(target))
+        return client
+    if target.topology == "cluster":
+        raise ConfigError(CLUSTER_NOT_YET)
+    return redis.Redis.from_url(config.redis_url, **options)
 
 
 def async_client(config: DtqConfig, *, read_timeout_s: float) -> aioredis.Redis:
     """A client for the worker; read_timeout_s must exceed its longest blocking read."""
-    return aioredis.Redis.from_url(
-        config.redis_url,
-        decode_responses=True,
-        socket_timeout=read_timeout_s,
-        socket_connect_timeout=max(config.redis_timeout_s, 2.0),
-        retry=Retry(NoBackoff(), 0),
-        retry_on_error=[],
-        max_connections=64,
-    )
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": read_timeout_s,
+        "socket_connect_timeout": max(config.redis_timeout_s, 2.0),
+        "retry": Retry(NoBackoff(), 0),
+        "retry_on_error": [],
+        "max_connections": 64,
+    }
+    target = parse(config.redis_url)
+    if target.topology == "sentinel":
+        sentinels = aiosentinel.Sentinel(list(target.nodes), sentinel_kwargs=_sentinel_options(target, config))
+        client: aioredis.Redis = sentinels.master_for(target.service_name, redis_class=aioredis.Redis,
+                                                      **options, **_master_options(target))
+        return client
+    if target.topology == "cluster":
+        raise ConfigError(CLUSTER_NOT_YET)
+    return aioredis.Redis.from_url(config.redis_url, **options)
+
+
+def _sentinel_options(target: RedisTarget, config: DtqConfig) -> dict[str, Any]:
+    """How dtq talks to the sentinels themselves: short timeouts, no retries (the next sentinel in
+    the list is the retry), no password (the URL's password is the master's)."""
+    return {"socket_timeout": config.redis_timeout_s, "socket_connect_timeout": config.redis_timeout_s,
+            "retry": Retry(NoBackoff(), 0), "ssl": target.ssl}
+
+
+def _master_options(target: RedisTarget) -> dict[str, Any]:
+    options: dict[str, Any] = {"db": target.db, "username": target.username, "password": target.password}
+    if target.ssl:
+        options["ssl"] = True  # SentinelConnectionPool picks its SSL connection class from it
+    return options
+
+
+def cluster_client(config: DtqConfig) -> redis.cluster.RedisCluster:
+    """A blocking client for the Redis Cluster a redis+cluster:// URL names (its seed nodes).
+
+    Timeouts as sync_client's; redis-py's own cluster retries are kept, as they are what follows
+    MOVED/ASK redirections and a promoted replica.
+    """
+    target = _cluster_target(config)
+    return redis.cluster.RedisCluster(
+        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in target.nodes],
+        decode_responses=True, socket_timeout=request_timeout_s(config),
+        socket_connect_timeout=config.redis_timeout_s, username=target.username, password=target.password,
+        ssl=target.ssl)
+
+
+def async_cluster_client(config: DtqConfig, *, read_timeout_s: float) -> aiocluster.RedisCluster:
+    """The asyncio counterpart of cluster_client, with the worker's timeouts (see async_client)."""
+    target = _cluster_target(config)
+    return aiocluster.RedisCluster(
+        startup_nodes=[aiocluster.ClusterNode(host, port) for host, port in target.nodes],
+        decode_responses=True, socket_timeout=read_timeout_s,
+        socket_connect_timeout=max(config.redis_timeout_s, 2.0), username=target.username,
+        password=target.password, ssl=target.ssl)
+
+
+def _cluster_target(config: DtqConfig) -> RedisTarget:
+    target = parse(config.redis_url)
+    if target.topology != "cluster":
+        raise ConfigError(f"DTQ_REDIS_URL is not a redis+cluster:// URL (a {target.topology} Redis)")
+    return target
 
 
 # -- maxmemory-policy ---------------------------------------------------------------------------

@@ -112,6 +112,13 @@ class RedisWriteRefused(RedisTrouble):
     code = "REDIS_WRITE_FAILED"
 
 
+class ReplicationTimeout(RedisTrouble):
+    """Fewer replicas than DTQ_REDIS_MIN_REPLICAS confirmed a write within DTQ_REDIS_WAIT_TIMEOUT_MS
+    (WAIT). Unlike a refusal, the write was made on the master: it may or may not survive a failover."""
+
+    code = "REDIS_REPLICATION_TIMEOUT"
+
+
 class WorkerNameTaken(DtqError):
     code = "WORKER_NAME_TAKEN"
 

@@ -9,8 +9,13 @@ the same trouble gives the same code, status and words everywhere:
 - LOADING (restarted on existing data): REDIS_UNAVAILABLE; the same message, state "Redis is
   loading its dataset into memory"
 - the URL's database does not exist: REDIS_UNAVAILABLE; WRONG_DATABASE both ways
-- MISCONF (disk) or OOM (maxmemory): REDIS_WRITE_FAILED; message "Redis refused the write; try
-  again shortly (<Redis's reply>)", state "Redis refuses writes (<Redis's reply>)"
+- MISCONF (disk), OOM (maxmemory) or NOREPLICAS (min-replicas-to-write): REDIS_WRITE_FAILED;
+  message "Redis refused the write; try again shortly (<Redis's reply>)", state "Redis refuses
+  writes (<Redis's reply>)"
+- READONLY (a write reached a master demoted by a failover): REDIS_UNAVAILABLE, as an outage; the
+  connection is dropped, so the next call finds the new master
+- fewer replicas than DTQ_REDIS_MIN_REPLICAS confirmed a write (replication.py raises it):
+  REDIS_REPLICATION_TIMEOUT
 
 All with HTTP status 503. Anything else (a WRONGTYPE, a script's own error) is not Redis
 trouble: translate() says None and the caller lets it propagate. The CLI's line is one_line().
@@ -23,11 +28,12 @@ from contextlib import contextmanager
 
 import redis
 
-from .connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, refusal, write_refused, wrong_database
+from .connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, demoted, refusal, write_refused, wrong_database
 from .errors import RedisTrouble, RedisUnavailable, RedisWriteRefused
 
 UNREACHABLE, LOADING, WRONG_DB, WRITE_REFUSED = "unreachable", "loading", "wrong_database", "write_refused"
-KINDS = (UNREACHABLE, LOADING, WRONG_DB, WRITE_REFUSED)
+REPLICATION = "replication"  # too few replicas confirmed a write (replication.py)
+KINDS = (UNREACHABLE, LOADING, WRONG_DB, WRITE_REFUSED, REPLICATION)
 
 UNAVAILABLE = "Redis is unavailable"
 RETRY = "try again shortly"
@@ -40,7 +46,7 @@ def translate(exc: BaseException) -> RedisTrouble | None:
         return exc
     if isinstance(exc, redis.exceptions.BusyLoadingError):  # restarted on existing data: transient
         return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=LOADING, state=LOADING_STATE, cause=str(exc))
-    if isinstance(exc, UNAVAILABLE_ERRORS):
+    if isinstance(exc, UNAVAILABLE_ERRORS) or demoted(exc):  # a demoted master: a failover under way
         return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=UNREACHABLE, state=UNAVAILABLE, cause=str(exc))
     if write_refused(exc):
         # Not a bad request and not our bug: the client should retry once the operator frees disk

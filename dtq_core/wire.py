@@ -5,6 +5,9 @@ For the worker, a Line: a connection of its own. redis-py's asyncio path (pool c
 wrapper, a task per timed write, a timeout per read, repacking every argument) cost more
 worker CPU than the fetch and completion scripts themselves; a Line keeps the connection and one
 timeout per exchange. For the blocking client (submit), exchange_pooled on a pooled connection.
+
+Both take their connections from the client's pool (its connection class and arguments), so with
+a redis+sentinel:// URL they are Sentinel-managed: each connect asks the sentinels for the master.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ class Line:
                 async with asyncio.timeout(timeout_s):
                     if conn.is_connected and await _closed_or_dirty(conn):
                         await conn.disconnect()  # Redis restarted, or closed it idle: open a new one
+                    if not conn.is_connected:
+                        # connect() itself, not the plain socket connect that sending would make: a
+                        # Sentinel-managed connection asks the sentinels for the master in it.
+                        await conn.connect()
                     await conn.send_packed_command(commands, check_health=False)
                     for _ in commands:
                         try:
@@ -64,6 +71,8 @@ class Line:
             except BaseException:
                 await conn.disconnect(nowait=True)
                 raise
+            if _demoted(replies):
+                await conn.disconnect()
         return replies
 
     async def close(self) -> None:
@@ -79,6 +88,14 @@ async def _closed_or_dirty(conn: Any) -> bool:
         return True
 
 
+def _demoted(replies: list[Any]) -> bool:
+    """A write answered READONLY: the connection reached a master that a failover demoted. It is
+    dropped, so the next exchange connects anew and finds the new master (through Sentinel, or
+    the URL's address once it follows the master). A Sentinel-managed connection drops itself
+    and raises a ConnectionError instead."""
+    return any(isinstance(reply, redis.exceptions.ReadOnlyError) for reply in replies)
+
+
 def exchange_pooled(pool: redis.ConnectionPool, commands: Sequence[bytes]) -> list[Any]:
     """The blocking client's counterpart of Line.exchange, on a connection borrowed from the
     pool (request threads share it), under the connection's own socket timeout."""
@@ -91,6 +108,8 @@ def exchange_pooled(pool: redis.ConnectionPool, commands: Sequence[bytes]) -> li
                 replies.append(conn.read_response())
             except redis.exceptions.ResponseError as exc:
                 replies.append(exc)
+        if _demoted(replies):
+            conn.disconnect()
         return replies
     except BaseException:
         conn.disconnect()

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET
 from dtq_api.middleware import request_id_of
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, RedisTrouble, TaskNotFound, ValidationError
-from dtq_core.redis_errors import LOADING, WRITE_REFUSED, WRONG_DB, redis_trouble
+from dtq_core.redis_errors import LOADING, REPLICATION, WRITE_REFUSED, WRONG_DB, redis_trouble
 
 from .models import ACTION_PERMISSIONS
 from .permissions import can_act, can_view_console
@@ -41,6 +41,10 @@ def unavailable(request: HttpRequest, trouble: RedisTrouble | None = None) -> Ht
     elif trouble is not None and trouble.kind == WRITE_REFUSED:
         title = "Redis refuses writes"
         detail = f"{trouble.state}. Nothing was changed; try again once Redis takes writes (check /ready)."
+    elif trouble is not None and trouble.kind == REPLICATION:  # DTQ_REDIS_MIN_REPLICAS: the write was made
+        title = "Redis replicas did not confirm the change"
+        detail = (f"{trouble.state}. The change was made on the master, but a failover could still undo it; "
+                  "check that it shows, and do it again if it does not.")
     elif trouble is not None and trouble.kind == LOADING:
         detail = (f"{trouble.state}. Nothing was read or changed; this page works again as soon as it "
                   "has (check /ready).")

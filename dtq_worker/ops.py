@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -21,6 +20,7 @@ from dtq_core.conf import get_config
 from dtq_core.engine.reads import MAX_PAGE
 from dtq_core.errors import DtqError
 from dtq_core.redis_errors import one_line, translate
+from dtq_core.redis_url import redacted as redacted_url
 from dtq_core.task import valid_queue_name
 
 
@@ -34,13 +34,8 @@ class OneLineParser(CommandParser):
 
 
 def redacted(url: str) -> str:
-    """Drop the password from a Redis URL before printing it."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """Drop the password from a Redis URL before printing it (sentinel and cluster URLs too)."""
+    return redacted_url(url)
 
 
 def implicit_redis() -> str | None:

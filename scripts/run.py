@@ -32,7 +32,7 @@ STATE_DIR = Path(os.environ.get("DTQ_LOCAL_STATE_DIR") or ROOT / "var")  # as dt
 REDIS_DIR = Path(os.environ.get("DTQ_LOCAL_REDIS_DIR") or STATE_DIR / "redis")
 
 from dtq_core.conf import read_environment  # noqa: E402 - needs ROOT on sys.path
-from dtq_core.config import ConfigError  # noqa: E402
+from dtq_core.config import ConfigError, DtqConfig  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -90,7 +90,9 @@ def wait_for_redis(url: str, proc: subprocess.Popen[bytes] | None, stopping: Cal
     would only have them fail."""
     import redis
 
-    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    from dtq_core.connection import sync_client  # a redis+sentinel:// URL too
+
+    client = sync_client(DtqConfig(redis_url=url, redis_timeout_s=2))
     deadline = time.monotonic() + 10  # to open its port; loading has no deadline
     loading_since = next_progress = 0.0
     try:

@@ -15,6 +15,7 @@ from ..clock import Clock, SystemClock
 from ..config import DtqConfig
 from ..connection import eviction_policy, sync_client
 from ..keys import Keys
+from ..replication import Replication
 from ..scripts import Scripts
 from .audit import Audit
 from .dlq import DeadLetters
@@ -34,9 +35,10 @@ class Engine:
         self.keys = Keys(config.key_prefix)
         self.client = client if client is not None else sync_client(config)
         self.clock: Clock = clock or SystemClock()
-        self.scripts = Scripts(self.client)
+        self.replication = Replication.of(config)  # what acknowledged writes wait for
+        self.scripts = Scripts(self.client, self.replication)
         plumbing = Plumbing(config=config, keys=self.keys, client=self.client, clock=self.clock,
-                            scripts=self.scripts)
+                            scripts=self.scripts, replication=self.replication)
         self.registry = Registry(plumbing)
         self.audit = Audit(plumbing)
         self.tasks = Tasks(plumbing, self.audit)

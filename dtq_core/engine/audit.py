@@ -155,12 +155,17 @@ class Audit(Noun):
         return op
 
     def finish(self, op: Operation, *, outcome: str = "finished", error: str = "") -> str:
-        """Write the outcome entry (count, outcome, when it started) and close the operation."""
+        """Write the outcome entry (count, outcome, when it started) and close the operation.
+
+        The action's last write, so the one that waits for replicas (DTQ_REDIS_MIN_REPLICAS): they
+        get the replication stream in order, so having it they have every write before it.
+        """
         now = self.clock.now_ms()
-        return str(self.scripts("finishAudit", keys=[self.keys.audit(), self.keys.audit_open()],
-                                args=[self.config.audit_maxlen, op.op_id, "ts", now, "phase", "end",
-                                      "count", op.done, *self._entry_fields(op), "outcome", outcome,
-                                      "error", error, "started_ts", op.started_ms, "start_id", op.start_id]))
+        return str(self.scripts.call_direct("finishAudit", keys=[self.keys.audit(), self.keys.audit_open()],
+                                            args=[self.config.audit_maxlen, op.op_id, "ts", now, "phase", "end",
+                                                  "count", op.done, *self._entry_fields(op), "outcome", outcome,
+                                                  "error", error, "started_ts", op.started_ms,
+                                                  "start_id", op.start_id]))
 
     @contextmanager
     def operation(self, actor: Actor, action: str, target: str, *, selected: int | None = None,

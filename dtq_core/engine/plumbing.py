@@ -10,6 +10,7 @@ import redis
 from ..clock import Clock
 from ..config import DtqConfig
 from ..keys import Keys
+from ..replication import NO_WAIT, Replication
 from ..scripts import Scripts
 
 BATCH = 500  # entries one bulk-action script call handles, so no call holds Redis for long
@@ -22,6 +23,8 @@ class Plumbing:
     client: redis.Redis
     clock: Clock
     scripts: Scripts
+    # DTQ_REDIS_MIN_REPLICAS: acknowledged writes end with its WAIT (replication.py).
+    replication: Replication = NO_WAIT
 
 
 class Noun:
@@ -33,3 +36,4 @@ class Noun:
         self.client = plumbing.client
         self.clock = plumbing.clock
         self.scripts = plumbing.scripts
+        self.replication = plumbing.replication

@@ -113,7 +113,7 @@ class Tasks(Noun):
         pipe = self.client.pipeline(transaction=False)
         for submission in submissions:
             self._enqueue_script(submission, client=pipe, with_record=False)
-        replies = pipe.execute()
+        replies = self.replication.execute(pipe)  # with DTQ_REDIS_MIN_REPLICAS, WAITs for replicas
         out: builtins.list[Enqueued | QueueFull | QueueLimitReached] = []
         for submission, reply in zip(submissions, replies, strict=True):
             try:

@@ -18,6 +18,7 @@ import redis
 import redis.asyncio.cluster as aiocluster
 from redis.crc import key_slot
 
+from ..replication import NO_WAIT, Replication
 from ..routing import Routed, exchange_routed, is_cluster
 from ..wire import pack
 
@@ -73,10 +74,14 @@ def _queued_commands(pipe: Any) -> list[tuple[Any, ...]]:
 
 
 class Scripts:
-    """Named scripts bound to one client (sync or asyncio; redis-py picks the right Script)."""
+    """Named scripts bound to one client (sync or asyncio; redis-py picks the right Script).
 
-    def __init__(self, client: Any) -> None:
+    replication: what call_direct's writes wait for (DTQ_REDIS_MIN_REPLICAS; replication.py).
+    """
+
+    def __init__(self, client: Any, replication: Replication = NO_WAIT) -> None:
         self._client = client
+        self.replication = replication
         self._fns = {name: client.register_script(src) for name, src in SOURCES.items()}
 
     def __call__(self, name: str, *, keys: list[str], args: list[object], client: Any = None) -> Any:
@@ -144,14 +149,19 @@ class Scripts:
 
     def call_direct(self, name: str, *, keys: list[str], args: list[object]) -> Any:
         """EVALSHA packed by hiredis and sent on a pooled connection (blocking clients only): the
-        same call as __call__ without redis-py's per-command wrappers, for the submit path."""
-        command = self.routed(name, keys=keys, args=args)
-        (reply,) = exchange_routed(self._client, [command])
+        same call as __call__ without redis-py's per-command wrappers, for acknowledged writes
+        (submit, an operator action's outcome). With DTQ_REDIS_MIN_REPLICAS, the WAIT rides in
+        the same exchange (routed with the script, so it goes down the same connection), and too
+        few replicas raise ReplicationTimeout once the write is made."""
+        key, command = self.routed(name, keys=keys, args=args)
+        commands = [(key, command), *((key, wait) for wait in self.replication.commands())]
+        reply, *acked = exchange_routed(self._client, commands)
         if isinstance(reply, redis.exceptions.NoScriptError):
             self._client.script_load(SOURCES[name])  # Redis restarted or SCRIPT FLUSH: it did not run
-            (reply,) = exchange_routed(self._client, [command])
+            reply, *acked = exchange_routed(self._client, commands)
         if isinstance(reply, Exception):
             raise reply
+        self.replication.split([reply, *acked])
         return reply
 
     def sha(self, name: str) -> str:

@@ -24,12 +24,14 @@ from ..clock import Clock, iso
 from ..config import DtqConfig
 from ..errors import ErrorCode
 from ..keys import PRIORITIES, Keys
+from ..replication import WAIT, Replication
 from ..replies import text_list
 from ..scripts import SOURCES, Scripts
 from ..wire import Line, pack
 from .executor import Completion, Row
 
 COMPLETE_BATCH = 500
+REWAITS = 5  # times a worker asks replicas again for completions they did not confirm
 logger = logging.getLogger("dtq.worker")
 
 TYPES_REFRESH_MS = 600_000  # a long-running worker re-registers its task types this often
@@ -44,6 +46,7 @@ class WorkerStore:
         self.keys = Keys(config.key_prefix)
         self.worker_id = worker_id
         self.scripts = Scripts(client)
+        self.replication = Replication.of(config)  # what completions wait for (replication.py)
         self.deleted_seen = 0  # idle pending entries the reclaim found deleted (for the log)
         self.timeout_s = timeout_s  # for one hot-path exchange, on top of any blocking wait
         self.line = Line(client)  # the consumer's fetches, and their blocking waits
@@ -143,13 +146,17 @@ class WorkerStore:
 
     async def _exchange(self, commands: list[tuple[str, bytes]], *, line: Line, wait_s: float = 0.0) -> list[Any]:
         """Send named commands in one write; a script Redis does not know (restarted, or SCRIPT
-        FLUSH) did not run: load it and send that command again on its own. wait_s: how long a
+        FLUSH) did not run: load it and send that command again on its own (with the WAIT that
+        ends the exchange, if one does: it counted replicas before this write). wait_s: how long a
         blocking command among them may wait, on top of the usual timeout."""
         replies = await line.exchange([cmd for _, cmd in commands], wait_s + self.timeout_s)
+        wait = [cmd for name, cmd in commands[-1:] if name == WAIT]
         for i, ((name, cmd), reply) in enumerate(zip(commands, replies, strict=True)):
             if isinstance(reply, redis.exceptions.NoScriptError):
                 await self.client.script_load(SOURCES[name])
-                (replies[i],) = await line.exchange([cmd], self.timeout_s)
+                replies[i], *acked = await line.exchange([cmd, *wait], wait_s + self.timeout_s)
+                if acked:
+                    replies[-1] = acked[0]
         return replies
 
     def _runnable(self, reply: list[Any]) -> list[Row]:
@@ -283,14 +290,44 @@ class WorkerStore:
         """
         if not completions:
             return []
-        replies = await self._exchange([("completeTasks", c) for c in self._complete_commands(completions)],
-                                       line=self.side_line)
+        commands = [("completeTasks", c) for c in self._complete_commands(completions)]
+        wait = [(WAIT, c) for c in self.replication.commands()]  # DTQ_REDIS_MIN_REPLICAS
+        replies = await self._exchange([*commands, *wait], line=self.side_line, wait_s=self.replication.wait_s)
+        if wait:
+            *replies, acked = replies
         statuses: list[Any] = []
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
             statuses += reply
+        if wait:
+            await self._until_replicated(commands, acked, len(completions))
         return statuses
+
+    async def _until_replicated(self, commands: list[tuple[str, bytes]], acked: object, count: int) -> None:
+        """Ask again while fewer replicas than DTQ_REDIS_MIN_REPLICAS confirm the completions.
+
+        Nobody waits for a 503 here, so the worker warns and asks again, a few times with backoff.
+        It sends the completions again with the WAIT, not the WAIT alone: a WAIT counts only the
+        writes of its own connection, which may be a new one by now, and a completion already
+        recorded answers "resent" without changing anything. Still short after that, the worker
+        goes on (an ERROR line): the tasks are done on the master, and if a failover loses that,
+        they run again (at-least-once), while a worker stuck here could not even drain.
+        """
+        wait = [(WAIT, c) for c in self.replication.commands()]
+        for attempt in range(1, REWAITS + 1):
+            if self.replication.enough(acked):
+                return
+            logger.warning("worker_id=%s completions of %d task(s) not confirmed by %d replica(s) within %d ms "
+                           "(WAIT answered %s): sending them again with the WAIT (%d of %d)", self.worker_id, count,
+                           self.replication.replicas, self.replication.timeout_ms, acked, attempt, REWAITS)
+            await asyncio.sleep(min(0.1 * 2 ** attempt, 2.0))
+            acked = (await self._exchange([*commands, *wait], line=self.side_line,
+                                          wait_s=self.replication.wait_s))[-1]
+        if not self.replication.enough(acked):
+            logger.error("worker_id=%s completions of %d task(s) still not confirmed by %d replica(s) (WAIT answered "
+                         "%s): going on; a failover now could lose them, and those tasks would run again",
+                         self.worker_id, count, self.replication.replicas, acked)
 
     async def claim_still_ours(self, row: Row) -> bool:
         """Whether the task still runs this attempt under this entry and this worker."""

@@ -1,0 +1,148 @@
+"""DTQ_REDIS_MIN_REPLICAS: an acknowledged write waits (WAIT, on the write's own connection) until
+that many replicas have it. On a single node with no replica a submit answers 503
+REDIS_REPLICATION_TIMEOUT within the WAIT timeout, having made the write, so a retry with the same
+idempotency key returns that task; with a replica attached (`--replicaof`) submits succeed. A
+master's own min-replicas-to-write refusal (NOREPLICAS) is a 503 too. A worker whose completions
+are not confirmed warns, asks again and goes on."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+import redis
+from rest_framework.test import APIClient
+
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.errors import ReplicationTimeout
+
+from ..conftest import WorkerProcess, wait_for, worker_env
+from ..redis_server import RedisServer
+from ..redis_topologies import HOST, REPLICATION_ARGS, link_up, poll
+
+WAIT_MS = 100
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "master", appendonly=False, args=REPLICATION_ARGS) as server:
+        yield server
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"dtqtest:{uuid4().hex[:12]}"
+
+
+def attach_replica(directory: Path, master: RedisServer) -> RedisServer:
+    replica = RedisServer(directory, appendonly=False, args=["--replicaof", HOST, str(master.port)]).start()
+    poll(lambda: link_up(replica.port), timeout=10, what="the replica in sync")
+    return replica
+
+
+def point_django_at(settings: Any, master: RedisServer, prefix: str, **more: Any) -> None:
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": master.url, "KEY_PREFIX": prefix, "REDIS_MIN_REPLICAS": 1,
+                    "REDIS_WAIT_TIMEOUT_MS": WAIT_MS, "ALLOW_ANONYMOUS_ADMIN": True, **more}
+
+
+def submit(api: APIClient, body: Any, path: str = "/api/v1/tasks") -> Any:
+    return api.post(path, json.dumps(body), content_type="application/json")
+
+
+def test_a_submit_no_replica_confirms_is_a_quick_503_and_its_retry_returns_the_same_task(
+        master: RedisServer, prefix: str, settings: Any, tmp_path: Path) -> None:
+    point_django_at(settings, master, prefix)
+    api = APIClient()
+    started = time.monotonic()
+    refused = submit(api, {"type": "dtq.echo", "payload": {"n": 1}, "idempotency_key": "order-1"})
+    took = time.monotonic() - started
+    assert refused.status_code == 503, refused.content
+    error = refused.json()["error"]
+    assert error["code"] == "REDIS_REPLICATION_TIMEOUT"
+    assert "0 of the 1 replica(s)" in error["message"] and f"within {WAIT_MS} ms" in error["message"]
+    assert "may or may not survive a failover" in error["message"]
+    assert "same idempotency_key does not create a second task" in error["message"]
+    assert took < 1.0, f"the 503 took {took:.2f}s"
+    batch = submit(api, {"tasks": [{"type": "dtq.echo", "idempotency_key": "order-2"}]}, "/api/v1/tasks/batch")
+    assert batch.status_code == 503 and batch.json()["error"]["code"] == "REDIS_REPLICATION_TIMEOUT"
+
+    replica = attach_replica(tmp_path / "replica", master)
+    try:
+        again = submit(api, {"type": "dtq.echo", "payload": {"n": 1}, "idempotency_key": "order-1"})
+        assert again.status_code == 200, again.content  # 200: the task the refused submit made
+        batch = submit(api, {"tasks": [{"type": "dtq.echo", "idempotency_key": "order-2"}]}, "/api/v1/tasks/batch")
+        assert batch.status_code == 200 and batch.json()["results"][0]["created"] is False
+        tasks = api.get("/api/v1/tasks?limit=50").json()["results"]
+        assert sorted(t["idempotency_key"] for t in tasks) == ["order-1", "order-2"]  # one task each
+        assert again.json()["id"] in {t["id"] for t in tasks}
+        fresh = submit(api, {"type": "dtq.echo"})
+        assert fresh.status_code == 201, fresh.content
+        # What the replica has is what was acknowledged.
+        assert redis.Redis(port=replica.port).exists(f"{prefix}:task:{fresh.json()['id']}")
+    finally:
+        replica.stop()
+
+
+def test_an_operator_action_waits_for_replicas_on_its_last_write(master: RedisServer, prefix: str,
+                                                                 tmp_path: Path) -> None:
+    config = DtqConfig(redis_url=master.url, key_prefix=prefix, redis_min_replicas=1, redis_wait_timeout_ms=WAIT_MS)
+    engine = Engine(config)
+    replica = attach_replica(tmp_path / "replica", master)
+    try:
+        task = engine.tasks.enqueue("dtq.echo", queue="ops")
+        assert engine.queues.pause("ops", Actor.cli())
+    finally:
+        replica.stop()
+    # No replica now: the action is made on the master, and reported as not confirmed.
+    with pytest.raises(ReplicationTimeout):
+        engine.tasks.cancel(task.id, Actor.cli())
+    assert engine.tasks.get(task.id)["status"] == "CANCELLED"
+    assert engine.audit.list(limit=1).items[0]["action"] == "task.cancel"
+
+
+def test_noreplicas_from_a_master_with_min_replicas_to_write_is_a_503(tmp_path: Path, prefix: str,
+                                                                      settings: Any) -> None:
+    with RedisServer(tmp_path / "strict", appendonly=False, args=["--min-replicas-to-write", "1"]) as strict:
+        settings.DTQ = {**settings.DTQ, "REDIS_URL": strict.url, "KEY_PREFIX": prefix}
+        api = APIClient()
+        refused = submit(api, {"type": "dtq.echo"})
+        assert refused.status_code == 503, refused.content
+        error = refused.json()["error"]
+        assert error["code"] == "REDIS_WRITE_FAILED"
+        assert error["message"] == ("Redis refused the write; try again shortly (NOREPLICAS Not enough good "
+                                    "replicas to write.)")
+        assert api.get("/ready").status_code == 200  # it answers: only writes are refused
+
+
+def test_a_worker_whose_completions_are_not_confirmed_warns_asks_again_and_goes_on(
+        master: RedisServer, prefix: str, tmp_path: Path) -> None:
+    engine = Engine(DtqConfig(redis_url=master.url, key_prefix=prefix))  # submits without waiting
+    env = worker_env(master.url, prefix, DTQ_REDIS_MIN_REPLICAS=1, DTQ_REDIS_WAIT_TIMEOUT_MS=50)
+    worker = WorkerProcess(["--queues", "default", "--concurrency", "2"], env, tmp_path / "worker.log")
+    try:
+        first = engine.tasks.enqueue("dtq.echo", {"n": 1}).id
+        wait_for(lambda: engine.tasks.get(first)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
+        wait_for(lambda: "still not confirmed by 1 replica(s)" in worker.output(), timeout=30, message=worker.output)
+        log = worker.output()
+        assert "not confirmed by 1 replica(s) within 50 ms (WAIT answered 0): sending them again" in log
+        assert worker.proc.poll() is None, log  # it goes on
+        replica = attach_replica(tmp_path / "replica", master)
+        try:
+            shortfalls = log.count("not confirmed by")
+            second = engine.tasks.enqueue("dtq.echo", {"n": 2}).id
+            wait_for(lambda: engine.tasks.get(second)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
+            assert worker.output().count("not confirmed by") == shortfalls, worker.output()
+            assert redis.Redis(port=replica.port, decode_responses=True).hget(
+                f"{prefix}:task:{second}", "status") == "SUCCEEDED"
+        finally:
+            replica.stop()
+        assert "Traceback" not in worker.output()
+    finally:
+        worker.kill()
