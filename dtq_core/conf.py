@@ -12,7 +12,6 @@ import environ
 from django.conf import settings
 
 from .config import ConfigError, DtqConfig, read_env
-from .connection import CLUSTER_NOT_YET, topology
 from .engine import Engine
 
 _config: DtqConfig | None = None
@@ -26,8 +25,6 @@ def read_environment() -> DtqConfig:
         config = read_env(lambda name: env.str(name, default=None))
     except environ.ImproperlyConfigured as exc:  # "$OTHER" pointing at a variable that is not set
         raise ConfigError(str(exc)) from None
-    if topology(config) == "cluster":  # a valid URL, but the engine cannot run there yet: stop at start
-        raise ConfigError(CLUSTER_NOT_YET)
     return config
 
 

@@ -10,7 +10,7 @@ master. wire.py's raw connections come from the same pools, so they follow it to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -80,11 +80,6 @@ def topology(config: DtqConfig) -> Topology:
     return topology_of(config.redis_url)
 
 
-# The engine's keys are not laid out for a cluster yet (a script's keys span hash slots); the
-# cluster clients below exist for the work that moves them (issue 19).
-CLUSTER_NOT_YET = ("DTQ_REDIS_URL names a Redis Cluster (redis+cluster://), which dtq's engine cannot run on yet: "
-                   "use redis:// or redis+sentinel://")
-
 
 def request_timeout_s(config: DtqConfig) -> float:
     """How long a request-path call waits for a reply: DTQ_REDIS_TIMEOUT_S, plus the WAIT that an
@@ -110,7 +105,9 @@ def sync_client(config: DtqConfig) -> redis.Redis:
                                                    **options, **_master_options(target))
         return client
     if target.topology == "cluster":
-        raise ConfigError(CLUSTER_NOT_YET)
+        # Duck-typed as redis.Redis: the engine uses what both have (keyed commands, pipelines,
+        # scripts through dtq_core.scripts, hot-path exchanges through dtq_core.routing).
+        return cast(redis.Redis, cluster_client(config))
     return redis.Redis.from_url(config.redis_url, **options)
 
 
@@ -131,7 +128,7 @@ def async_client(config: DtqConfig, *, read_timeout_s: float) -> aioredis.Redis:
                                                       **options, **_master_options(target))
         return client
     if target.topology == "cluster":
-        raise ConfigError(CLUSTER_NOT_YET)
+        return cast(aioredis.Redis, async_cluster_client(config, read_timeout_s=read_timeout_s))
     return aioredis.Redis.from_url(config.redis_url, **options)
 
 

@@ -29,16 +29,45 @@ ROOT = Path(__file__).resolve().parent.parent
 settings.SECRET_KEY = "dtq-test-suite-" + "0123456789abcdef" * 4
 
 
+# DTQ_TEST_TOPOLOGY=cluster|sentinel runs the same tests on a local Redis Cluster (3 masters,
+# 3 replicas) or behind Sentinel (a master, 2 replicas, 3 sentinels): `make test` does so for the
+# representative subset listed in Makefile (TOPOLOGY_TESTS). Unset: one redis-server.
+TOPOLOGY = os.environ.get("DTQ_TEST_TOPOLOGY", "single")
+
+
+class TopologyServer:
+    """What tests use of redis_server (its URL), for a cluster or a Sentinel setup."""
+
+    def __init__(self, setup: Any) -> None:
+        self.setup = setup
+        self.url: str = setup.url
+
+
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     # A throwaway redis-server on a free port: never a user's Redis, and tests may kill it.
+    if TOPOLOGY != "single":
+        from .redis_topologies import ClusterSetup, SentinelSetup
+
+        kind = {"cluster": ClusterSetup, "sentinel": SentinelSetup}[TOPOLOGY]
+        setup = kind(tmp_path_factory.mktemp(TOPOLOGY)).start()
+        try:
+            yield TopologyServer(setup)
+        finally:
+            setup.stop()
+        return
     with RedisServer(tmp_path_factory.mktemp("redis"), appendonly=True) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def redis_client(redis_server: RedisServer) -> redis.Redis:
-    return redis.Redis.from_url(redis_server.url, decode_responses=True)
+def redis_client(redis_server: Any) -> redis.Redis:
+    if TOPOLOGY == "single":
+        return redis.Redis.from_url(redis_server.url, decode_responses=True)
+    from dtq_core.connection import cluster_client, sync_client
+
+    config = DtqConfig(redis_url=redis_server.url)
+    return cluster_client(config) if TOPOLOGY == "cluster" else sync_client(config)  # type: ignore[return-value]
 
 
 @pytest.fixture

@@ -4,16 +4,12 @@ each bad one stops every entry point with."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from dtq_core.config import ConfigError, DtqConfig, read_env
-from dtq_core.connection import CLUSTER_NOT_YET, sync_client, topology
+from dtq_core.connection import topology
 from dtq_core.redis_url import parse, redacted
-
-from ..conftest import ROOT
 
 
 @pytest.mark.parametrize(("url", "nodes", "service", "db"), [
@@ -77,12 +73,6 @@ def test_a_bad_url_never_prints_its_password() -> None:
     assert "hunter2" not in str(caught.value) and ":***@" in str(caught.value)
 
 
-def test_the_engine_refuses_a_cluster_url_with_one_line_until_its_keys_are_laid_out_for_one() -> None:
-    with pytest.raises(ConfigError, match="^DTQ_REDIS_URL names a Redis Cluster") as caught:
-        sync_client(DtqConfig(redis_url="redis+cluster://127.0.0.1:1"))
-    assert str(caught.value) == CLUSTER_NOT_YET
-
-
 @pytest.mark.parametrize(("env", "line"), [
     ({"DTQ_REDIS_MIN_REPLICAS": "-1"}, "DTQ_REDIS_MIN_REPLICAS must be 0 or more (got -1)"),
     ({"DTQ_REDIS_MIN_REPLICAS": "one"}, "DTQ_REDIS_MIN_REPLICAS must be an integer (got 'one')"),
@@ -101,12 +91,3 @@ def test_the_replication_settings_default_to_no_wait() -> None:
     assert read_env({"DTQ_REDIS_MIN_REPLICAS": "2"}.get).redis_min_replicas == 2
     with pytest.raises(ConfigError, match="^DTQ_REDIS_MIN_REPLICAS must be a whole number"):
         DtqConfig.from_mapping({"REDIS_MIN_REPLICAS": 1.5})
-
-
-def test_every_entry_point_refuses_a_cluster_url_with_one_line_for_now() -> None:
-    env = {"PATH": "/usr/bin:/bin", "DTQ_REDIS_URL": "redis+cluster://127.0.0.1:1,127.0.0.1:2"}
-    proc = subprocess.run([sys.executable, "manage.py", "runworker_dtq", "--burst"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert [line for line in proc.stderr.splitlines() if line.strip()] == [
-        f"dtq: invalid configuration: {CLUSTER_NOT_YET}"]
