@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export PORT
 
-.PHONY: run test bootstrap dev bench bench-peers redis chaos clean lint
+.PHONY: run test bootstrap dev bench bench-peers bench-cluster redis chaos clean lint
 
 # The runtime lock (what the Docker image installs too); a change to it reinstalls.
 $(BIN)/.installed: requirements.txt
@@ -38,6 +38,9 @@ bench: bootstrap
 
 bench-peers: bootstrap
 	$(BIN)/python -m bench.peers
+
+bench-cluster: bootstrap
+	$(BIN)/python -m bench.bench_cluster
 
 lint: dev
 	$(BIN)/ruff check .

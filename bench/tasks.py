@@ -10,6 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from dtq_core.conf import get_config
+from dtq_core.connection import async_client
 from dtq_tasks import task
 
 _client: aioredis.Redis | None = None
@@ -23,7 +24,11 @@ def _redis() -> aioredis.Redis:
         # well above any --concurrency the bench uses; connections are only opened on demand.
         # No socket timeout, as in redis-py < 8 (arq's and SAQ's): redis-py 8's default (5 s)
         # runs every write of the asyncio client as a task of its own. taskiq's body does the same.
-        _client = aioredis.Redis.from_url(get_config().redis_url, max_connections=1000, socket_timeout=None)
+        config = get_config()
+        if config.redis_url.startswith(("redis+", "rediss+")):  # Sentinel or Cluster: dtq's own factory
+            _client = async_client(config, read_timeout_s=10.0)
+        else:
+            _client = aioredis.Redis.from_url(config.redis_url, max_connections=1000, socket_timeout=None)
     return _client
 
 
