@@ -159,6 +159,12 @@ class DtqConfig:
         return max(0.5, min(self.visibility_timeout_s / 2, 5.0))
 
     @property
+    def partition_reconcile_every_s(self) -> float:
+        """How often the leader compares each queue's partitions with DTQ_QUEUE_PARTITIONS (and
+        forgets drained partitions)."""
+        return max(0.5, min(self.scheduler_lock_ttl_s / 2, 5.0))
+
+    @property
     def worker_record_ttl_s(self) -> float:
         """A worker's registration hash expires this long after its last heartbeat."""
         return max(60.0, self.visibility_timeout_s * 4)

@@ -1,7 +1,8 @@
 --[[
   Compare and delete: drop a lock or lease only while it still holds this caller's value. Used for
-  the scheduler lock on shutdown and for idempotent_operation's lease after fn failed: a lease
-  that expired meanwhile may belong to the next caller, and a GET then DEL would delete theirs.
+  the scheduler election and the partitions' leases on shutdown, and for idempotent_operation's
+  lease after fn failed: a lease that expired meanwhile may belong to the next caller, and a GET
+  then DEL would delete theirs.
   Input:
     KEYS[1] lock or lease  ARGV[1] the value this caller set (worker id, lease marker)
   Output:

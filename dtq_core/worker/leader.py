@@ -1,61 +1,108 @@
 """Scheduler leadership (docs/failure-modes.md: the leader dies, two leaders, a scheduler claim
-left behind, a stream entry lost): one worker at a time holds the leader lock and
+left behind, a stream entry lost). One worker at a time holds the election key (Keys.leader(),
+SET NX PX, renewed every tick) and, while it does, a lease on every registered partition
+(Keys.lock(tag)), which fences that partition's leader scripts exactly as the single scheduler
+lock did. As the leader it
 
 - promotes due delayed tasks and retries to their streams (promote_once),
 - returns scheduler claims a dead leader left between its two scripts (stale_claims_once),
-- requeues running tasks whose stream entry is gone (lost_tasks_once).
+- requeues running tasks whose stream entry is gone (lost_tasks_once),
+- resizes queues to DTQ_QUEUE_PARTITIONS and forgets drained partitions (reconcile.py).
 
-Every worker is a candidate; the lock's TTL hands leadership over when its holder stops renewing.
+Every worker is a candidate; the key's TTL hands leadership over when its holder stops renewing,
+and the leases, renewed in the same pipeline, lapse with it.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ..partitions import parse_registry
+from .reconcile import PartitionReconciler
 from .state import WorkerState
 
 logger = logging.getLogger("dtq.worker")
 
-PROMOTE_BATCH = 500  # what one promoteDue call moves at most: a full batch means more may be due
+PROMOTE_BATCH = 500  # what one claimDue call moves at most: a full batch means more may be due
+REGISTRY_EVERY_S = 1.0  # how often the leader reads the registry for partitions to lease
 
 
 class LeaderLoop(WorkerState):
     """The Worker's scheduler loop (a mixin of Worker)."""
 
+    # Every registered partition (serving and draining), as the leader last read the registry.
+    _partitions: tuple[str, ...] = ()
+    _registry_read_at: float = float("-inf")
+    _reconciler: PartitionReconciler | None = None
+
     async def _scheduler_loop(self) -> None:
-        last_stale_check = last_sweep = 0.0
+        last_stale_check = last_sweep = last_reconcile = 0.0
         while not self._stopping:
             if await self._lead_once():
-                if self.clock.monotonic() - last_stale_check > self.config.stale_claim_check_every_s:
-                    last_stale_check = self.clock.monotonic()
+                now = self.clock.monotonic()
+                if now - last_reconcile > self.config.partition_reconcile_every_s:
+                    last_reconcile = now
+                    await self._reconcile_once()
+                if now - last_stale_check > self.config.stale_claim_check_every_s:
+                    last_stale_check = now
                     await self._stale_claims_once()
-                if self.clock.monotonic() - last_sweep > self.config.lost_task_sweep_every_s:
-                    last_sweep = self.clock.monotonic()
+                if now - last_sweep > self.config.lost_task_sweep_every_s:
+                    last_sweep = now
                     await self._lost_tasks_once()
             await self._pause(self.config.scheduler_interval_s)
 
     async def _lead_once(self) -> bool:
-        """Take or renew the leader lock; as the leader, promote what is due. True when leader."""
-        leader = await self.store.acquire_or_renew_lock(self.is_leader)
+        """Take or renew leadership and the partitions' leases; as the leader, promote what is
+        due. True when leader."""
+        if not self.is_leader and not await self.store.take_leadership():
+            return False
+        leader, due = await self._lead_round()
         if leader != self.is_leader:
             logger.info("worker_id=%s %s scheduler leadership", self.worker_id, "took" if leader else "lost")
             self.is_leader = leader
         if leader:
-            await self._promote_once()
+            await self._promote_once(due)
         return leader
 
-    async def _promote_once(self) -> None:
-        while await self.store.promote_due(PROMOTE_BATCH) >= PROMOTE_BATCH:
-            pass
+    async def _lead_round(self) -> tuple[bool, tuple[str, ...]]:
+        """(still leader, partitions with something due). When the registry read in the round
+        names partitions not leased yet (a new leader, a new queue), a second round leases them
+        at once rather than one tick later."""
+        read = self.clock.monotonic() - self._registry_read_at > REGISTRY_EVERY_S
+        found = await self.store.lead_round(self._partitions, read_registry=read)
+        if found.leader and found.registry is not None and self._learn(found.registry):
+            found = await self.store.lead_round(self._partitions, read_registry=False)
+        return found.leader, found.due
+
+    def _learn(self, registry: dict[str, str]) -> bool:
+        """Take in the registry just read; True when it names partitions this leader did not know."""
+        self._registry_read_at = self.clock.monotonic()
+        partitions = tuple(sorted({tag for layout in parse_registry(registry).values() for tag in layout.all_tags}))
+        new = not set(partitions) <= set(self._partitions)
+        self._partitions = partitions
+        return new
+
+    async def _promote_once(self, due: tuple[str, ...]) -> None:
+        tags = list(due)
+        while tags:
+            claimed = await self.store.promote_due(tags, PROMOTE_BATCH)
+            tags = [tag for tag, count in claimed.items() if count >= PROMOTE_BATCH]
 
     async def _stale_claims_once(self) -> None:
-        returned = await self.store.requeue_stale_claims()
+        returned = sum(n for n in (await self.store.requeue_stale_claims(sorted(self.store.held_leases))).values()
+                       if n > 0)
         if returned > 0:
             logger.warning("worker_id=%s returned %d stale scheduler claim(s) to the schedule",
                            self.worker_id, returned)
 
     async def _lost_tasks_once(self) -> None:
-        recovered = await self.store.recover_lost_tasks()
+        recovered = sum(n for n in (await self.store.recover_lost_tasks(sorted(self.store.held_leases))).values()
+                        if n > 0)
         if recovered > 0:
             logger.warning("worker_id=%s requeued %d running task(s) whose stream entry was lost",
                            self.worker_id, recovered)
+
+    async def _reconcile_once(self) -> None:
+        if self._reconciler is None or self._reconciler.store is not self.store:
+            self._reconciler = PartitionReconciler(self.store, self.config)
+        self._learn(await self._reconciler.run_once())

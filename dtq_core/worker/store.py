@@ -13,10 +13,12 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
 from redis.typing import EncodableT, FieldT
 
 from .. import faults
@@ -24,6 +26,7 @@ from ..clock import Clock, iso
 from ..config import DtqConfig
 from ..errors import ErrorCode
 from ..keys import PRIORITIES, Keys
+from ..partitions import Layout
 from ..replication import WAIT, Replication
 from ..replies import text_list
 from ..scripts import SOURCES, Scripts
@@ -398,42 +401,100 @@ class WorkerStore:
         return len(stale)
 
     # -- scheduler ----------------------------------------------------------------------------
-    async def acquire_or_renew_lock(self, is_leader: bool) -> bool:
-        ttl = int(self.config.scheduler_lock_ttl_s * 1000)
-        if is_leader:
-            renewed = await self.scripts("renewLock", keys=[self.keys.scheduler_lock()], args=[self.worker_id, ttl])
-            if renewed:
-                return True
-        return bool(await self.client.set(self.keys.scheduler_lock(), self.worker_id, nx=True, px=ttl))
+    # The elected leader (worker/leader.py) holds the election key, Keys.leader(), and a lease on
+    # every registered partition, Keys.lock(tag), which fences that partition's leader scripts.
+    held_leases: frozenset[str] = frozenset()  # partitions whose lease the last round holds
+
+    def _lock_ttl_ms(self) -> int:
+        return int(self.config.scheduler_lock_ttl_s * 1000)
+
+    async def take_leadership(self) -> bool:
+        """Stand for election: SET NX PX on the election key. True: this worker leads now."""
+        return bool(await self.client.set(self.keys.leader(), self.worker_id, nx=True, px=self._lock_ttl_ms()))
+
+    async def lead_round(self, tags: Sequence[str], *, read_registry: bool) -> LeadRound:
+        """One pipeline: renew the election, take or renew the lease of every partition in `tags`,
+        see which of them have an entry due, and (read_registry) read the partition registry.
+
+        When the election was lost meanwhile, the leases this round renewed or took are handed
+        back at once, so the new leader need not wait for them to expire.
+        """
+        k, ttl, now = self.keys, self._lock_ttl_ms(), self.clock.now_ms()
+        pipe = self.client.pipeline(transaction=False)
+        await self.scripts("renewLock", keys=[k.leader()], args=[self.worker_id, ttl, 0], client=pipe)
+        for tag in tags:
+            await self.scripts("renewLock", keys=[k.lock(tag)], args=[self.worker_id, ttl, 1], client=pipe)
+        for tag in tags:
+            pipe.zrangebyscore(k.schedule(tag), "-inf", now, start=0, num=1)
+        if read_registry:
+            pipe.hgetall(k.queues())
+        replies = await self.scripts.aexecute(pipe)
+        leader = bool(replies[0])
+        leases, probes = replies[1:1 + len(tags)], replies[1 + len(tags):1 + 2 * len(tags)]
+        held = tuple(tag for tag, reply in zip(tags, leases, strict=True) if reply)
+        if not leader:
+            await self._release(held)
+            held = ()
+        self.held_leases = frozenset(held)
+        due = tuple(tag for tag, reply in zip(tags, probes, strict=True) if reply and tag in self.held_leases)
+        registry = {str(q): str(v) for q, v in replies[-1].items()} if read_registry else None
+        return LeadRound(leader=leader, held=held, due=due, registry=registry)
 
     async def release_lock(self) -> None:
-        await self.scripts("releaseLock", keys=[self.keys.scheduler_lock()], args=[self.worker_id])
+        """Hand back the election and every lease held (on shutdown)."""
+        await self._release(sorted(self.held_leases), election=True)
+        self.held_leases = frozenset()
 
-    async def promote_due(self, limit: int = 500) -> int:
-        """Move due schedule entries into streams; -1 when the lock was lost meanwhile."""
-        k = self.keys
+    async def _release(self, tags: Sequence[str], *, election: bool = False) -> None:
+        if not tags and not election:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        if election:
+            await self.scripts("releaseLock", keys=[self.keys.leader()], args=[self.worker_id], client=pipe)
+        for tag in tags:
+            await self.scripts("releaseLock", keys=[self.keys.lock(tag)], args=[self.worker_id], client=pipe)
+        await self.scripts.aexecute(pipe)
+
+    async def _each_partition(self, name: str, tags: Sequence[str], args: Callable[[str], list[object]]
+                              ) -> PartitionReplies:
+        """Run one leader script on each partition, in one pipeline. A partition whose script
+        failed does not hold up the others: the caller raises the first failure after it has
+        handled their replies."""
+        replies = PartitionReplies()
+        if not tags:
+            return replies
+        pipe = self.client.pipeline(transaction=False)
+        for tag in tags:
+            await self.scripts(name, keys=[self.keys.partition(tag)], args=args(tag), client=pipe)
+        for tag, reply in zip(tags, await self.scripts.aexecute(pipe, raise_on_error=False), strict=True):
+            if isinstance(reply, Exception):
+                replies.failure = replies.failure or reply
+            else:
+                replies.ok[tag] = reply
+        return replies
+
+    async def promote_due(self, tags: Sequence[str], limit: int = 500) -> dict[str, int]:
+        """Move due schedule entries of these partitions into their streams: claimDue on each,
+        then enqueueDue on each that claimed (each step one pipeline). Per partition: how many
+        entries it claimed (limit: more may be due), or -1 when its lease was lost meanwhile."""
         now = self.clock.now_ms()
-        ids = await self.scripts("claimDue", keys=[k.schedule(), k.schedule_claims(), k.scheduler_lock(),
-                                                   k.task_prefix()],
-                                 args=[self.worker_id, now, limit])
-        if ids == ErrorCode.LEASE_LOST:
-            return -1
-        if not ids:
-            return 0
-        faults.reach(self.config.test_fault, "after_claim_due")
-        c = self.config
-        reply = await self.scripts(
-            "enqueueDue", keys=[k.schedule_claims(), k.scheduler_lock(), k.events(), k.event_seq(), k.schedule(),
-                                k.stats_tasks(), k.dlq(), k.stats_counters(), k.running(), k.ready(),
-                                k.wake_any(), k.task_prefix(), k.stream_prefix(), k.wake_prefix()],
-            args=[self.worker_id, now, iso(now), c.task_retention_s * 1000, 1 if c.dlq_enabled else 0, c.dlq_maxlen,
-                  *ids],
-        )
-        if reply == ErrorCode.LEASE_LOST:
-            return -1
-        queued, quarantined = reply
-        self._log_quarantined(quarantined)
-        return int(queued)
+        claimed = await self._each_partition("claimDue", tags, lambda tag: [self.worker_id, now, limit])
+        out = {tag: -1 if reply == ErrorCode.LEASE_LOST else len(reply) for tag, reply in claimed.ok.items()}
+        ids = {tag: text_list(reply) for tag, reply in claimed.ok.items() if out[tag] > 0}
+        if ids:
+            faults.reach(self.config.test_fault, "after_claim_due")
+            c = self.config
+            head: list[object] = [self.worker_id, now, iso(now), c.task_retention_s * 1000,
+                                  1 if c.dlq_enabled else 0, c.dlq_maxlen]
+            queued = await self._each_partition("enqueueDue", list(ids), lambda tag: [*head, *ids[tag]])
+            for tag, reply in queued.ok.items():
+                if reply == ErrorCode.LEASE_LOST:
+                    out[tag] = -1
+                else:
+                    self._log_quarantined(reply[1])
+            queued.raise_failure()
+        claimed.raise_failure()
+        return out
 
     def _log_quarantined(self, flat: Sequence[str]) -> None:
         """Log each task a leader script quarantined ({task id, reason, ...})."""
@@ -441,24 +502,104 @@ class WorkerStore:
             logger.error("task_id=%s worker_id=%s quarantined as dtq.CorruptRecord: %s", task_id, self.worker_id,
                          reason)
 
-    async def recover_lost_tasks(self, limit: int = 500) -> int:
-        """Requeue RUNNING tasks whose entry vanished and whose owner went silent; -1: not leader."""
-        cutoff = self.clock.now_ms() - int(self.config.visibility_timeout_s * 1000)
-        reply = await self.scripts("recoverLostTasks", keys=[*self._claim_keys(), self.keys.scheduler_lock(),
-                                                               self.keys.ready(), self.keys.wake_any(),
-                                                               self.keys.stream_prefix(), self.keys.wake_prefix()],
-                                   args=[*self._claim_args(), cutoff, limit])
-        if reply == ErrorCode.LEASE_LOST:
-            return -1
-        recovered, quarantined = reply
-        self._log_quarantined(quarantined)
-        return int(recovered)
+    async def recover_lost_tasks(self, tags: Sequence[str], limit: int = 500) -> dict[str, int]:
+        """Requeue RUNNING tasks whose entry vanished and whose owner went silent, in each
+        partition: how many per partition, or -1 when its lease was lost."""
+        now, c = self.clock.now_ms(), self.config
+        cutoff = now - int(c.visibility_timeout_s * 1000)
+        # The claim context (includes/claim.lua, claim_context), then the sweep's own arguments.
+        args: list[object] = [Keys.GROUP, self.worker_id, now, iso(now), c.task_retention_s * 1000,
+                              1 if c.dlq_enabled else 0, c.dlq_maxlen, cutoff, limit]
+        replies = await self._each_partition("recoverLostTasks", tags, lambda tag: args)
+        out: dict[str, int] = {}
+        for tag, reply in replies.ok.items():
+            if reply == ErrorCode.LEASE_LOST:
+                out[tag] = -1
+                continue
+            recovered, quarantined = reply
+            self._log_quarantined(quarantined)
+            out[tag] = int(recovered)
+        replies.raise_failure()
+        return out
 
-    async def requeue_stale_claims(self) -> int:
-        k = self.keys
+    async def requeue_stale_claims(self, tags: Sequence[str]) -> dict[str, int]:
+        """Return scheduler claims older than DTQ_STALE_CLAIM_S to each partition's schedule: how
+        many per partition, or -1 when its lease was lost."""
         now = self.clock.now_ms()
         cutoff = now - int(self.config.stale_claim_s * 1000)
-        returned = int(await self.scripts("requeueStaleClaims",
-                                          keys=[k.schedule_claims(), k.schedule(), k.scheduler_lock(), k.task_prefix()],
-                                          args=[cutoff, now, self.worker_id]))
-        return -1 if returned == ErrorCode.LEASE_LOST else returned
+        replies = await self._each_partition("requeueStaleClaims", tags, lambda tag: [cutoff, now, self.worker_id])
+        replies.raise_failure()
+        return {tag: int(reply) for tag, reply in replies.ok.items()}
+
+    # -- partition reconcile (the leader's; dtq_core/worker/reconcile.py decides) ---------------
+    async def read_registry(self) -> dict[str, str]:
+        """The partition registry as stored: queue -> layout JSON."""
+        return {str(q): str(v) for q, v in (await self.client.hgetall(self.keys.queues())).items()}
+
+    async def slot_map(self) -> tuple[Callable[[int], str] | None, list[str]]:
+        """(slot -> master name, master names) on Redis Cluster, for choose_tags; (None, []) else."""
+        client: Any = self.client
+        if not isinstance(client, aiocluster.RedisCluster):
+            return None, []
+        if not client.nodes_manager.slots_cache:
+            await client.initialize()
+        nodes = client.nodes_manager
+        masters = sorted(str(node.name) for node in client.get_primaries())
+        return (lambda slot: str(nodes.get_node_from_slot(slot).name)), masters
+
+    async def open_partitions(self, layout: Layout, tags: Sequence[str]) -> list[str]:
+        """Open partitions for a layout before it is published (openPartition: owner key, consumer
+        groups), paused as its first partition is, so a paused queue stays paused in all of them.
+        Returns the tags that another layout owns (refused: not opened)."""
+        k = self.keys
+        paused = await self.client.get(k.paused(layout.tags[0])) if layout.tags else None
+        pipe = self.client.pipeline(transaction=False)
+        for tag in tags:
+            await self.scripts("openPartition", keys=[k.partition(tag)], args=[layout.owner, layout.queue, Keys.GROUP],
+                               client=pipe)
+        replies = await self.scripts.aexecute(pipe)
+        refused = [tag for tag, reply in zip(tags, replies, strict=True) if int(reply) == ErrorCode.PARTITION_CLOSED]
+        pipe = self.client.pipeline(transaction=False)
+        for tag in tags:
+            if tag not in refused:
+                if paused is None:
+                    pipe.delete(k.paused(tag))
+                else:
+                    pipe.set(k.paused(tag), paused)
+        await pipe.execute()
+        return refused
+
+    async def close_partitions(self, layout: Layout, tags: Sequence[str]) -> list[str]:
+        """Close the partitions of `tags` that hold nothing any more (closePartition); returns
+        them. One whose lease this worker does not hold is left for a later round."""
+        replies = await self._each_partition("closePartition", tags,
+                                             lambda tag: [layout.owner, self.worker_id, Keys.GROUP])
+        replies.raise_failure()
+        return [tag for tag, reply in replies.ok.items() if int(reply) == 1]
+
+    async def replace_layout(self, queue: str, read: str, layout: Layout) -> bool:
+        """Publish a queue's new layout if the registry still holds the one read (reconcileQueue)."""
+        return bool(await self.scripts("reconcileQueue", keys=[self.keys.queues()],
+                                       args=[queue, read, layout.to_json()]))
+
+
+@dataclass(frozen=True, slots=True)
+class LeadRound:
+    """What one round of the scheduler election found (WorkerStore.lead_round)."""
+
+    leader: bool  # this worker still holds the election
+    held: tuple[str, ...]  # partitions whose lease it holds
+    due: tuple[str, ...]  # of those, the ones with a schedule entry due now
+    registry: dict[str, str] | None  # the partition registry, when the round read it
+
+
+@dataclass(slots=True)
+class PartitionReplies:
+    """The replies of one leader script run on several partitions (WorkerStore._each_partition)."""
+
+    ok: dict[str, Any] = field(default_factory=dict)  # tag -> reply
+    failure: Exception | None = None  # the first partition's error, if any
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure

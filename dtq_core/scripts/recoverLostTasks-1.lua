@@ -5,14 +5,10 @@
   no sign of life (claim or heartbeat) since the cutoff and its entry is no longer both in the
   stream and pending. Its lost attempt counts like a crash redelivery: a new entry is queued
   (or the task is dead-lettered when its budget is spent, or cancelled if that was requested).
-  Fenced on the scheduler lock, like the other leader scripts.
+  Works on one partition (its running index); fenced on the partition's lease, like the other
+  leader scripts.
   Input:
-    KEYS[1] paused queues set   KEYS[2] events channel   KEYS[3] event seq
-    KEYS[4] DLQ stream          KEYS[5] stats counters   KEYS[6] running index
-    KEYS[7] per-outcome task counts (stats)   KEYS[8] task key prefix (prefix .. task id)
-    KEYS[9] scheduler lock      KEYS[10] ready queues set   KEYS[11] shared wake list
-    KEYS[12] stream key prefix (prefix .. queue .. ':' .. priority)
-    KEYS[13] wake key prefix (prefix .. queue)
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
     ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
                dlq maxlen
     ARGV[8] cutoff (ms)   ARGV[9] limit
@@ -20,12 +16,12 @@
   in common.lua) and leaves the running index, so the sweep moves on.
   Output:
     {number of tasks recovered (quarantined ones included), {task id, reason, ...} of those
-    quarantined}, or CODE.LEASE_LOST when this worker does not hold the lock
+    quarantined}, or CODE.LEASE_LOST when this worker does not hold the lease
 ]]
 -- #include common
 -- #include claim
 local ctx = claim_context(1)
-if rcall('GET', KEYS[9]) ~= ctx.worker_id then return CODE.LEASE_LOST end
+if rcall('GET', ctx.K.lock) ~= ctx.worker_id then return CODE.LEASE_LOST end
 local recovered, quarantined = 0, {}
 local function recover(task_id)
   local tkey = ctx.task_prefix .. task_id
@@ -33,7 +29,7 @@ local function recover(task_id)
   if t.status ~= 'RUNNING' then
     rcall('ZREM', ctx.running_key, task_id)  -- moved on (or expired) by a path that keeps no index
   else
-    local stream = KEYS[12] .. t.queue .. ':' .. t.priority
+    local stream = ctx.K.stream_prefix .. t.queue .. ':' .. t.priority
     local entry_id = t.entry_id or ''
     local exists = entry_id ~= '' and #rcall('XRANGE', stream, entry_id, entry_id) > 0
     local pel = exists and redis.pcall('XPENDING', stream, ctx.group, entry_id, entry_id, 1)
@@ -51,12 +47,12 @@ local function recover(task_id)
       if lost == 'again' then
         local cur = tonumber(t.attempt)
         local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', cur + 1)
-        ring(KEYS[13] .. t.queue, KEYS[10], KEYS[11], t.queue)
+        ring(ctx.K)
         rcall('HSET', tkey, 'status', 'QUEUED', 'entry_id', new_id, 'enqueued_at', ctx.now_ms,
               'updated_at', ctx.now_ms)
         rcall('PEXPIRE', tkey, ctx.retention_ms)
         rcall('ZREM', ctx.running_key, task_id)
-        emit(ctx.events_key, ctx.seq_key, 'task.queued', task_id, t.queue, 'QUEUED', cur, ctx.now_ms, ctx.now_iso)
+        emit(ctx.K, 'task.queued', task_id, t.queue, 'QUEUED', cur, ctx.now_ms, ctx.now_iso)
       end
       recovered = recovered + 1
     end
