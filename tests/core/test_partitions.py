@@ -182,6 +182,46 @@ def test_a_lost_election_hands_the_leases_back_and_the_new_leader_takes_them(
     assert [redis_client.get(keys.lock(tag)) for tag in tags] == [None, None]
 
 
+def test_stale_claims_and_lost_tasks_are_recovered_in_every_partition(
+        config: DtqConfig, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # It should: a claim a dead leader left, and a RUNNING task whose entry vanished, go back to
+    # work in their own partition, whichever partition they are in; one log line sums them.
+    config = partitioned(config, swept=2)
+    engine, keys = Engine(config), Keys(config.key_prefix)
+    tags = engine.registry.ensure("swept").tags
+    now = int(time.time() * 1000)
+    claimed, lost = {}, {}
+    for tag in tags:
+        claimed[tag] = scheduled(redis_client, keys, tag, "swept", now - 1)
+        redis_client.zrem(keys.schedule(tag), claimed[tag])  # as claimDue leaves it
+        redis_client.hincrby(keys.schedule_counts(tag), "swept", -1)
+        redis_client.zadd(keys.schedule_claims(tag), {claimed[tag]: now - 3_600_000})
+        lost[tag] = f"{tag}-{uuid.uuid4().hex}"
+        redis_client.hset(keys.task(lost[tag]), mapping={
+            "status": "RUNNING", "attempt": 1, "max_attempts": 3, "queue": "swept", "priority": "normal",
+            "type": "dtq.echo", "payload": "{}", "errors": "[]", "entry_id": "1-1", "worker_id": "gone"})
+        redis_client.zadd(keys.running(tag), {lost[tag]: now - 3_600_000})
+    leader = Leader(config, "w1")
+
+    async def scenario() -> None:
+        try:
+            assert await leader._lead_once()
+            await leader._stale_claims_once()
+            await leader._lost_tasks_once()
+            assert await leader._lead_once()  # promotes the returned claims
+        finally:
+            await leader.store.aclose()
+
+    run(scenario)
+    assert "worker_id=w1 returned 2 stale scheduler claim(s) to the schedule" in caplog.text
+    assert "worker_id=w1 requeued 2 running task(s) whose stream entry was lost" in caplog.text
+    for tag in tags:
+        assert sorted(queued_entries(redis_client, keys, tag, "swept")) == sorted([claimed[tag], lost[tag]])
+        assert redis_client.hmget(keys.task(lost[tag]), "status", "attempt") == ["QUEUED", "1"]
+        assert redis_client.zcard(keys.running(tag)) == 0 and redis_client.zcard(keys.schedule_claims(tag)) == 0
+        assert int(redis_client.hget(keys.schedule_counts(tag), "swept")) == 0
+
+
 def test_leader_scripts_are_fenced_by_their_own_partitions_lease(config: DtqConfig, redis_client: redis.Redis) -> None:
     # A worker that holds one partition's lease can do nothing to another partition.
     config = partitioned(config, fenced=2)

@@ -18,6 +18,7 @@ from typing import Any
 import dtq_tasks
 from dtq_core.clock import SystemClock
 from dtq_core.conf import get_engine
+from dtq_core.keys import tag_of
 from dtq_core.registry import current_task
 from dtq_tasks import once
 
@@ -111,11 +112,11 @@ def crash_after_write(payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("outcome") == "retrying":
         due = now + 200
         pipe.hset(engine.keys.task(task_id), mapping={"status": "RETRYING", "due_at": due, "updated_at": now})
-        pipe.zadd(engine.keys.schedule(), {task_id: due})
+        pipe.zadd(engine.keys.schedule(tag_of(task_id)), {task_id: due})
     else:
         pipe.hset(engine.keys.task(task_id), mapping={"status": "SUCCEEDED", "finished_at": now, "updated_at": now})
         pipe.set(engine.keys.result(task_id), json.dumps({"attempt": attempt}))
-    pipe.zrem(engine.keys.running(), task_id)
+    pipe.zrem(engine.keys.running(tag_of(task_id)), task_id)
     pipe.execute()
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable")

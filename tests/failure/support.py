@@ -9,14 +9,15 @@ import shutil
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from dtq_core.keys import Keys
+from dtq_core.keys import Keys, tag_of
+from dtq_core.partitions import Layout, parse_registry
 
 from ..conftest import wait_for
 
@@ -52,14 +53,62 @@ def task(client: redis.Redis, keys: Keys, task_id: str) -> dict[str, str]:
     return client.hgetall(keys.task(task_id))
 
 
+def layouts(client: redis.Redis, keys: Keys) -> dict[str, Layout]:
+    """Every registered queue's partition layout, as the registry holds it now."""
+    return parse_registry(client.hgetall(keys.queues()))
+
+
+def partitions(client: redis.Redis, keys: Keys, queues: Iterable[str] | None = None) -> list[str]:
+    """The tags of every partition (serving and draining) of these queues (None: of every queue)."""
+    found = layouts(client, keys)
+    names = found if queues is None else [q for q in queues if q in found]
+    return [tag for queue in names for tag in found[queue].all_tags]
+
+
+def streams(client: redis.Redis, keys: Keys, queue: str) -> list[str]:
+    """Every stream of the queue, in every partition."""
+    return [stream for tag in partitions(client, keys, [queue]) for stream in keys.streams(tag, queue)]
+
+
 def pending(client: redis.Redis, keys: Keys, queues: Iterable[str]) -> int:
     """Entries pending (delivered, not acknowledged) in the consumer group of every queue stream."""
     total = 0
     for queue in queues:
-        for stream in keys.streams(queue):
+        for stream in streams(client, keys, queue):
             if client.exists(stream):
                 total += int(client.xpending(stream, Keys.GROUP)["pending"])
     return total
+
+
+def total(client: redis.Redis, keys: Keys, key: Callable[[str], str], queues: Iterable[str] | None = None) -> int:
+    """The size of one per-partition zset (keys.running, keys.schedule, keys.schedule_claims...),
+    summed over the queues' partitions (None: every queue's)."""
+    return sum(int(client.zcard(key(tag))) for tag in partitions(client, keys, queues))
+
+
+def schedule_score(client: redis.Redis, keys: Keys, task_id: str) -> float | None:
+    """When the task is due in its partition's schedule (None: not scheduled)."""
+    return client.zscore(keys.schedule(tag_of(task_id)), task_id)
+
+
+def depth(client: redis.Redis, keys: Keys, queue: str) -> int:
+    """Entries in the queue's streams, in every partition."""
+    return sum(int(client.xlen(stream)) for stream in streams(client, keys, queue))
+
+
+def outcomes(client: redis.Redis, keys: Keys) -> dict[str, int]:
+    """The dtq_tasks_total counts ("queue|type|outcome" -> n), summed over every partition."""
+    out: dict[str, int] = {}
+    for tag in partitions(client, keys):
+        for field, n in client.hgetall(keys.stats_tasks(tag)).items():
+            out[field] = out.get(field, 0) + int(n)
+    return out
+
+
+def dead_letters(client: redis.Redis, keys: Keys) -> list[tuple[str, dict[str, str]]]:
+    """Every partition's DLQ entries, oldest first."""
+    entries = [entry for tag in partitions(client, keys) for entry in client.xrange(keys.dlq(tag))]
+    return sorted(entries, key=lambda entry: tuple(int(part) for part in entry[0].split("-")))
 
 
 def execs(client: redis.Redis, keys: Keys, task_id: str | None = None) -> Any:
@@ -75,7 +124,8 @@ def effects(client: redis.Redis, keys: Keys) -> dict[str, int]:
 
 
 def counter(client: redis.Redis, keys: Keys, name: str) -> int:
-    return int(client.hget(keys.stats_counters(), name) or 0)
+    """A worker counter (redeliveries, absorbed, fenced...), summed over every partition."""
+    return sum(int(client.hget(keys.stats_counters(tag), name) or 0) for tag in partitions(client, keys))
 
 
 def registered(client: redis.Redis, keys: Keys, name: str) -> bool:

@@ -15,7 +15,7 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 
 from ..redis_server import RedisServer
-from .support import statuses
+from .support import statuses, streams
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def test_redis_killed_under_submit_load_loses_at_most_the_fsync_window_of_acknow
               f"(submit rate {rate:.0f}/s over {THREADS} threads)")
         # Survivors are whole: still QUEUED, each with its entry in the queue's stream.
         assert all(status in (None, "QUEUED") for status in found)
-        queued = [fields["task_id"] for stream in engine.keys.streams("aof")
+        queued = [fields["task_id"] for stream in streams(client, engine.keys, "aof")
                   for _, fields in client.xrange(stream)]
         lost_ids = {task_id for _, task_id in lost}
         assert {task_id for _, task_id in rows} - lost_ids <= set(queued)

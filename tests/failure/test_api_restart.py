@@ -30,6 +30,8 @@ from tests.browser.server import PASSWORD, ConsoleServer
 from tests.conftest import wait_for
 from tests.redis_server import RedisServer
 
+from .support import depth
+
 pytestmark = pytest.mark.slow
 
 API_KEY = "restart-test-key-0123456789abcdef"
@@ -120,7 +122,7 @@ def test_a_bulk_retry_cut_short_by_a_server_crash_is_audited_unfinished_and_lose
     queued = [s for s, _ in records if s == "QUEUED"]
     dead = [e for s, e in records if s == "DEAD_LETTERED"]
     assert len(queued) + len(dead) == DEAD and len(dead) == left and all(dead)
-    assert dtq.client.xlen(dtq.keys.stream("default", "normal")) == len(queued)
+    assert depth(dtq.client, dtq.keys, "default") == len(queued)
 
     # The restarted API, the console and the CLI all say it started and did not finish.
     api_server.start()
@@ -148,6 +150,6 @@ def test_a_bulk_retry_cut_short_by_a_server_crash_is_audited_unfinished_and_lose
     for task_id in task_ids:
         statuses.hget(dtq.keys.task(task_id), "status")
     assert set(statuses.execute()) == {"QUEUED"}
-    assert dtq.client.xlen(dtq.keys.stream("default", "normal")) == DEAD  # no task queued twice
+    assert depth(dtq.client, dtq.keys, "default") == DEAD  # no task queued twice
     rows = call(api_server, "GET", "/api/v1/audit?action=dlq.retry")["results"]
     assert [(r["outcome"], r["count"]) for r in rows] == [("finished", left), ("unfinished", row["count"])]

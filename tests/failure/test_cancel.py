@@ -13,7 +13,7 @@ from django.test import Client
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import cont, env, execs, pending, started, status, stop
+from .support import cont, depth, env, execs, pending, schedule_score, started, status, stop
 
 # The API cancels below come from a script with no key: the operator's explicit opt-in.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("anonymous_admin")]
@@ -34,8 +34,8 @@ def test_waiting_tasks_are_cancelled_at_once_and_finished_ones_refuse(
     for tid in (pending_id, queued_id):
         code, body = _cancel(client, tid)
         assert code == 202 and body["status"] == "CANCELLED", body
-    assert redis_client.zscore(keys.schedule(), pending_id) is None
-    assert redis_client.xlen(keys.stream("cq", "normal")) == 0  # nothing left for a worker to read
+    assert schedule_score(redis_client, keys, pending_id) is None
+    assert depth(redis_client, keys, "cq") == 0  # nothing left for a worker to read
     # Retries back off up to an hour here, so the RETRYING task stays in the schedule.
     a = start_worker("--name", "a", "--queues", "cq", **env(DTQ_RETRY_BASE_S=3600, DTQ_RETRY_MAX_S=3600))
     done = live_engine.tasks.enqueue("failure.work", queue="cq").id
@@ -44,7 +44,7 @@ def test_waiting_tasks_are_cancelled_at_once_and_finished_ones_refuse(
     wait_for(lambda: status(redis_client, keys, retrying) == "RETRYING", message=a.output())
     code, body = _cancel(client, retrying)
     assert code == 202 and body["status"] == "CANCELLED", body
-    assert redis_client.zscore(keys.schedule(), retrying) is None
+    assert schedule_score(redis_client, keys, retrying) is None
     wait_for(lambda: pending(redis_client, keys, ["cq"]) == 0)
     assert execs(redis_client, keys, queued_id) == 0 and execs(redis_client, keys, pending_id) == 0
     assert status(redis_client, keys, queued_id) == "CANCELLED"

@@ -14,7 +14,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import effects, env, execs, pending, statuses
+from .support import effects, env, execs, pending, statuses, total
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def test_chaos_every_task_succeeds_and_no_side_effect_repeats(
              message=f"{done()}/{TASKS} succeeded\n" + "\n".join(w.output()[-3000:] for w in fleet))
     elapsed = time.monotonic() - started
     wait_for(lambda: pending(redis_client, keys, ["chaos"]) == 0, timeout=10)
-    assert redis_client.zcard(keys.running()) == 0 and redis_client.zcard(keys.schedule()) == 0
+    assert total(redis_client, keys, keys.running) == 0 and total(redis_client, keys, keys.schedule) == 0
 
     runs = execs(redis_client, keys)
     applied = effects(redis_client, keys)

@@ -19,7 +19,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import Events, counter, env, execs, pending, statuses, task
+from .support import Events, counter, env, execs, outcomes, pending, statuses, task, total
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def test_workers_30s_off_run_every_task_once_on_time_and_reclaim_nothing_alive(
                                    **env(**(_skewed(offsets[name]) if offsets[name] else {})))
         wait_for(lambda name=name: redis_client.zscore(keys.workers(), name) is not None, timeout=30, message=logs)
         if name == leader:
-            wait_for(lambda: redis_client.get(keys.scheduler_lock()) == leader, timeout=10, message=logs)
+            wait_for(lambda: redis_client.get(keys.leader()) == leader, timeout=10, message=logs)
     with Events(redis_client, keys) as events:
         plain = [engine.tasks.enqueue("failure.awork", {"seconds": 0.05}, queue="skew").id for _ in range(8)]
         long = [engine.tasks.enqueue("failure.awork", {"seconds": 3}, queue="skew").id for _ in range(4)]
@@ -105,13 +105,13 @@ def test_workers_30s_off_run_every_task_once_on_time_and_reclaim_nothing_alive(
             assert engine.tasks.get(tid)["attempt"] == runs
         assert counter(redis_client, keys, "redeliveries") == 0, logs()  # nothing alive was reclaimed
         assert counter(redis_client, keys, "fenced") == 0
-        stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}
+        stats = outcomes(redis_client, keys)
         succeeded = sum(n for field, n in stats.items() if field.startswith("skew|") and field.endswith("|succeeded"))
         assert succeeded == len(ids), stats
         events.sync()  # every event published so far has been read
         terminal = Counter(e["task_id"] for e in events.seen if e.get("type") == "task.succeeded")
     assert terminal == dict.fromkeys(ids, 1)
-    assert pending(redis_client, keys, ["skew"]) == 0 and redis_client.zcard(keys.running()) == 0
+    assert pending(redis_client, keys, ["skew"]) == 0 and total(redis_client, keys, keys.running) == 0
     assert all(proc.proc.poll() is None for proc in procs.values()), logs()
     for name, offset in offsets.items():  # each skewed worker noticed, e.g. "...clock is +30.0s off Redis's"
         said = [float(m) for m in re.findall(r"this host's clock is ([+-][\d.]+)s off", procs[name].output())]

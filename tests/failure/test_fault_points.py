@@ -11,7 +11,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import Events, counter, env, execs, pending, started, status, stopped
+from .support import Events, counter, depth, env, execs, outcomes, pending, started, status, stopped, total
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +41,8 @@ def test_a_worker_killed_right_after_its_completion_was_acknowledged_leaves_it_d
     assert record["result"]["attempt"] == 1 and record["errors"] == []
     assert execs(redis_client, keys, done) == 1
     assert execs(redis_client, keys, running) == 2 and engine.tasks.get(running)["worker_id"] == "b"
-    assert pending(redis_client, keys, ["acked"]) == 0 and redis_client.zcard(keys.running()) == 0
-    assert all(redis_client.xlen(stream) == 0 for stream in keys.streams("acked"))
+    assert pending(redis_client, keys, ["acked"]) == 0 and total(redis_client, keys, keys.running) == 0
+    assert depth(redis_client, keys, "acked") == 0
     assert counter(redis_client, keys, "redeliveries") == 1  # the running task's, not the finished one's
     assert counter(redis_client, keys, "absorbed") == 0 and counter(redis_client, keys, "fenced") == 0
-    assert redis_client.hget(keys.stats_tasks(), "acked|failure.work|succeeded") == "1"
+    assert outcomes(redis_client, keys)["acked|failure.work|succeeded"] == 1

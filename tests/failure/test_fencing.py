@@ -10,9 +10,10 @@ import pytest
 import redis
 
 from dtq_core.engine import Engine
+from dtq_core.keys import tag_of
 
 from ..conftest import WorkerProcess, wait_for
-from .support import cont, counter, env, execs, pending, started, status, stop, task
+from .support import cont, counter, env, execs, pending, started, status, stop, task, total
 
 pytestmark = pytest.mark.slow
 
@@ -57,13 +58,13 @@ def test_live_owners_keep_long_tasks_even_when_their_entry_is_deleted(
     deleted = engine.tasks.enqueue("failure.awork", {"seconds": 4}, queue="long").id
     wait_for(lambda: started(redis_client, keys, deleted, intact), message=procs[0].output())
     row = task(redis_client, keys, deleted)
-    assert redis_client.xdel(keys.stream("long", row["priority"]), row["entry_id"]) == 1
+    assert redis_client.xdel(keys.stream(tag_of(deleted), "long", row["priority"]), row["entry_id"]) == 1
     wait_for(lambda: status(redis_client, keys, deleted) == "SUCCEEDED" == status(redis_client, keys, intact),
              timeout=15, message="\n".join(p.output() for p in procs))
     for tid in (intact, deleted):
         assert engine.tasks.get(tid)["attempt"] == 1 and execs(redis_client, keys, tid) == 1
     assert counter(redis_client, keys, "redeliveries") == 0
-    assert pending(redis_client, keys, ["long"]) == 0 and redis_client.zcard(keys.running()) == 0
+    assert pending(redis_client, keys, ["long"]) == 0 and total(redis_client, keys, keys.running) == 0
 
 
 def test_a_running_task_whose_entry_was_trimmed_is_recovered_from_the_hash(
@@ -75,7 +76,7 @@ def test_a_running_task_whose_entry_was_trimmed_is_recovered_from_the_hash(
     a = start_worker("--name", "a", "--queues", "trim", **env())
     tid = engine.tasks.enqueue("failure.work", {"by_attempt": {"1": 60, "2": 0}}, queue="trim").id
     wait_for(lambda: started(redis_client, keys, tid), message=a.output())
-    stream = keys.stream("trim", task(redis_client, keys, tid)["priority"])
+    stream = keys.stream(tag_of(tid), "trim", task(redis_client, keys, tid)["priority"])
     redis_client.xtrim(stream, maxlen=0)
     a.kill()
     b = start_worker("--name", "b", "--queues", "trim", **env())
@@ -84,5 +85,5 @@ def test_a_running_task_whose_entry_was_trimmed_is_recovered_from_the_hash(
     assert final["attempt"] == 2 and final["worker_id"] == "b"
     assert [e["error"] for e in final["errors"]] == ["dtq.WorkerLost"]
     assert execs(redis_client, keys, tid) == 2
-    assert pending(redis_client, keys, ["trim"]) == 0 and redis_client.zcard(keys.running()) == 0
+    assert pending(redis_client, keys, ["trim"]) == 0 and total(redis_client, keys, keys.running) == 0
     assert "requeued 1 running task(s) whose stream entry was lost" in b.output()

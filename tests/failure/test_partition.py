@@ -17,7 +17,7 @@ from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
-from .support import Events, Partition, counter, env, execs, pending, started, statuses, task
+from .support import Events, Partition, counter, env, execs, outcomes, pending, started, statuses, task, total
 
 pytestmark = pytest.mark.slow
 
@@ -85,13 +85,13 @@ def test_a_partitioned_worker_loses_its_tasks_to_a_peer_and_its_late_completions
                 expected = 2 if tid in held else 1
                 assert final["attempt"] == expected and final["result"]["attempt"] == expected, final
                 assert execs(redis_client, keys, tid) == expected
-            stats = {k: int(v) for k, v in redis_client.hgetall(keys.stats_tasks()).items()}
+            stats = outcomes(redis_client, keys)
             assert stats.get("part|failure.awork|succeeded") == 8, stats
             assert counter(redis_client, keys, "redeliveries") == 4
             events.sync()  # every event published so far has been read
             terminal = Counter(e["task_id"] for e in events.seen if e.get("type") == "task.succeeded")
         assert terminal == dict.fromkeys(ids, 1)
-        assert pending(redis_client, keys, ["part"]) == 0 and redis_client.zcard(keys.running()) == 0
+        assert pending(redis_client, keys, ["part"]) == 0 and total(redis_client, keys, keys.running) == 0
         # Healed, the worker is back: registered with a fresh heartbeat, and it takes new work.
         wait_for(lambda: redis_client.zscore(keys.workers(), "cut") is not None
                  and time.time() * 1000 - redis_client.zscore(keys.workers(), "cut") < 3000, timeout=15,

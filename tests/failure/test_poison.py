@@ -15,7 +15,7 @@ from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
 
 from ..conftest import WorkerProcess, wait_for
-from .support import counter, env, execs, pending, started, statuses
+from .support import counter, dead_letters, env, execs, pending, started, statuses
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def test_poison_is_quarantined_the_dlq_is_capped_and_expired_tasks_never_run(
     assert tasks[undecodable]["errors"][0]["error"] == "dtq.PayloadDecodeError"
     assert execs(redis_client, keys, undecodable) == 0 and execs(redis_client, keys, expiring) == 0
     # Five dead letters against a cap of three: the oldest two were trimmed, counted, hashes kept.
-    entries = redis_client.xrange(keys.dlq())
+    entries = dead_letters(redis_client, keys)
     order = [e[1]["task_id"] for e in entries]
     assert len(entries) == 3 and set(order) <= set(dead) and counter(redis_client, keys, "dlq_trimmed") == 2
     assert pending(redis_client, keys, ["bad"]) == 0 and a.proc.poll() is None

@@ -20,7 +20,7 @@ from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
-from .support import env, execs, pending, registered, started, statuses, task
+from .support import dead_letters, env, execs, pending, registered, started, statuses, task, total
 
 pytestmark = pytest.mark.slow
 
@@ -139,10 +139,10 @@ def test_redis_killed_and_restarted_with_aof_loses_nothing_fsynced(
         _assert_unavailable_fast(client, ids[0])
         server.start()  # same port, same directory: replays the AOF
         wait_for(lambda: _ready(client), timeout=10)
-        assert data.xlen(keys.dlq()) == 1 and data.exists(keys.task(poison))
+        assert len(dead_letters(data, keys)) == 1 and data.exists(keys.task(poison))
         wait_for(lambda: set(statuses(data, keys, [*ids, *delayed])) == {"SUCCEEDED"}, timeout=40,
                  message=worker.output())
-        assert pending(data, keys, ["out"]) == 0 and data.zcard(keys.schedule()) == 0
+        assert pending(data, keys, ["out"]) == 0 and total(data, keys, keys.schedule) == 0
         assert worker.proc.poll() is None  # the same process, no restart needed
         assert "restarting in" in worker.output()  # its loops were supervised through the outage
     finally:

@@ -14,7 +14,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import counter, env, execs, pending, registered, spans, started, status, statuses, task
+from .support import counter, env, execs, partitions, pending, registered, spans, started, status, statuses, task
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,9 @@ def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
     # runs it again), work queued after the signal (untouched by the draining worker).
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "drain", "--concurrency", "4", **env(DTQ_DRAIN_TIMEOUT_S=2))
-    wait_for(lambda: redis_client.get(keys.scheduler_lock()) == "a", message=a.output())
+    wait_for(lambda: redis_client.get(keys.leader()) == "a", message=a.output())
+    wait_for(lambda: redis_client.get(keys.lock(partitions(redis_client, keys, ["drain"])[0])) == "a",
+             message=a.output())
     short = engine.tasks.enqueue("failure.work", {"seconds": 1}, queue="drain").id
     long_async = engine.tasks.enqueue("failure.awork", {"by_attempt": {"1": 60, "2": 0}}, queue="drain").id
     long_sync = engine.tasks.enqueue("failure.work", {"by_attempt": {"1": 6, "2": 0}}, queue="drain").id
@@ -45,7 +47,8 @@ def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
     assert statuses(redis_client, keys, [long_async, long_sync]) == ["RUNNING"] * 2  # left for peers
     assert pending(redis_client, keys, ["drain"]) == 2
     assert status(redis_client, keys, late) == "QUEUED" and execs(redis_client, keys, late) == 0
-    assert not registered(redis_client, keys, "a") and redis_client.get(keys.scheduler_lock()) is None
+    assert not registered(redis_client, keys, "a") and redis_client.get(keys.leader()) is None
+    assert [redis_client.get(keys.lock(tag)) for tag in partitions(redis_client, keys)] == [None]  # leases too
 
     b = start_worker("--name", "b", "--queues", "drain", **env())
     wait_for(lambda: set(statuses(redis_client, keys, [long_async, long_sync, late])) == {"SUCCEEDED"},

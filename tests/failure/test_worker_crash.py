@@ -12,7 +12,7 @@ import redis
 from dtq_core.engine import Engine
 
 from ..conftest import WorkerProcess, wait_for
-from .support import counter, env, execs, pending, registered, started, status, task
+from .support import counter, dead_letters, env, execs, outcomes, pending, registered, started, status, task, total
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_a_task_whose_worker_is_killed_mid_run_runs_again_on_a_peer(
     assert execs(redis_client, keys, tid) == 2  # at-least-once: the killed run plus the redelivery
     assert counter(redis_client, keys, "redeliveries") == 1
     assert pending(redis_client, keys, ["crash"]) == 0
-    assert redis_client.zcard(keys.running()) == 0
+    assert total(redis_client, keys, keys.running) == 0
 
 
 @pytest.mark.parametrize("outcome", ["succeeded", "retrying"])
@@ -84,10 +84,10 @@ def test_a_task_that_kills_every_worker_is_dead_lettered_after_its_attempts(
     task = engine.tasks.get(tid)
     assert task["attempt"] == 2 and execs(redis_client, keys, tid) == 2
     assert [e["error"] for e in task["errors"]] == ["dtq.WorkerLost", "dtq.WorkerLost"]
-    (entry,) = redis_client.xrange(keys.dlq())
+    (entry,) = dead_letters(redis_client, keys)
     assert entry[1]["task_id"] == tid and entry[1]["error_class"] == "dtq.WorkerLost"
     # Counted for dtq_tasks_total like any other dead letter, though no handler ever finished.
-    assert redis_client.hget(keys.stats_tasks(), "poison|failure.kill_self|dead_lettered") == "1"
+    assert outcomes(redis_client, keys)["poison|failure.kill_self|dead_lettered"] == 1
     assert pending(redis_client, keys, ["poison"]) == 0
     assert workers[-1].proc.poll() is None and registered(redis_client, keys, f"w{len(workers) - 1}")
 
