@@ -135,6 +135,8 @@ def test_the_leader_leases_every_partition_and_promotes_what_is_due_in_each(
     due = {tag: scheduled(redis_client, keys, tag, "spread", now - 1) for tag in tags}
     later = scheduled(redis_client, keys, plain[0], "plain", now + 3_600_000)
     leader = Leader(config, "w1")
+    wake = redis_client.pubsub(ignore_subscribe_messages=True)
+    wake.subscribe(keys.wake())
 
     async def lead() -> bool:
         try:
@@ -143,6 +145,14 @@ def test_the_leader_leases_every_partition_and_promotes_what_is_due_in_each(
             await leader.store.aclose()
 
     assert run(lead) is True
+    rang: list[str] = []
+    deadline = time.monotonic() + 5
+    while len(rang) < len(tags) and time.monotonic() < deadline:
+        message = wake.get_message(timeout=0.2)
+        if message:
+            rang.append(message["data"])
+    assert sorted(rang) == sorted(tags)  # each partition rang, for its workers
+    wake.close()
     assert redis_client.get(keys.leader()) == "w1"
     assert {tag: redis_client.get(keys.lock(tag)) for tag in (*tags, *plain)} == dict.fromkeys((*tags, *plain), "w1")
     for tag, task_id in due.items():  # each in its own partition's stream
@@ -220,6 +230,37 @@ def test_stale_claims_and_lost_tasks_are_recovered_in_every_partition(
         assert redis_client.hmget(keys.task(lost[tag]), "status", "attempt") == ["QUEUED", "1"]
         assert redis_client.zcard(keys.running(tag)) == 0 and redis_client.zcard(keys.schedule_claims(tag)) == 0
         assert int(redis_client.hget(keys.schedule_counts(tag), "swept")) == 0
+
+
+def test_the_lost_task_sweep_quarantines_a_corrupt_record_alone(
+        config: DtqConfig, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # It should: the sweep requeues the lost task beside the corrupt one, and quarantines the one
+    # whose errors field was corrupted by hand (dead-lettered, logged, counted).
+    engine, keys = Engine(config), Keys(config.key_prefix)
+    (tag,) = engine.registry.ensure("swept").tags
+    now = int(time.time() * 1000)
+    ids = [f"{tag}-{uuid.uuid4().hex}" for _ in range(2)]
+    for task_id, errors in zip(ids, ["[]", "not json"], strict=True):
+        redis_client.hset(keys.task(task_id), mapping={
+            "status": "RUNNING", "attempt": 1, "max_attempts": 3, "queue": "swept", "priority": "normal",
+            "type": "dtq.echo", "payload": "{}", "errors": errors, "entry_id": "1-1", "worker_id": "gone"})
+        redis_client.zadd(keys.running(tag), {task_id: now - 3_600_000})
+    leader = Leader(config, "leader")
+
+    async def scenario() -> dict[str, int]:
+        try:
+            assert await leader._lead_once()
+            return await leader.store.recover_lost_tasks([tag])
+        finally:
+            await leader.store.aclose()
+
+    assert run(scenario) == {tag: 2}
+    assert [redis_client.hget(keys.task(t), "status") for t in ids] == ["QUEUED", "DEAD_LETTERED"]
+    assert redis_client.hget(keys.task(ids[1]), "last_error").startswith("dtq.CorruptRecord")
+    assert redis_client.zcard(keys.running(tag)) == 0
+    assert [fields["task_id"] for _, fields in redis_client.xrange(keys.dlq(tag))] == [ids[1]]
+    assert redis_client.hget(keys.stats_counters(tag), "corrupt_records") == "1"
+    assert f"task_id={ids[1]} worker_id=leader quarantined as dtq.CorruptRecord: the lost-task sweep" in caplog.text
 
 
 def test_leader_scripts_are_fenced_by_their_own_partitions_lease(config: DtqConfig, redis_client: redis.Redis) -> None:
