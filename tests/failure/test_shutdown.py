@@ -26,8 +26,8 @@ def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
     keys = engine.keys
     a = start_worker("--name", "a", "--queues", "drain", "--concurrency", "4", **env(DTQ_DRAIN_TIMEOUT_S=2))
     wait_for(lambda: redis_client.get(keys.leader()) == "a", message=a.output())
-    wait_for(lambda: redis_client.get(keys.lock(partitions(redis_client, keys, ["drain"])[0])) == "a",
-             message=a.output())
+    wait_for(lambda: (tags := partitions(redis_client, keys, ["drain"]))
+             and all(redis_client.get(keys.lock(tag)) == "a" for tag in tags), message=a.output())
     short = engine.tasks.enqueue("failure.work", {"seconds": 1}, queue="drain").id
     long_async = engine.tasks.enqueue("failure.awork", {"by_attempt": {"1": 60, "2": 0}}, queue="drain").id
     long_sync = engine.tasks.enqueue("failure.work", {"by_attempt": {"1": 6, "2": 0}}, queue="drain").id
@@ -48,7 +48,7 @@ def test_sigterm_drains_in_flight_work_and_leaves_the_rest_to_peers(
     assert pending(redis_client, keys, ["drain"]) == 2
     assert status(redis_client, keys, late) == "QUEUED" and execs(redis_client, keys, late) == 0
     assert not registered(redis_client, keys, "a") and redis_client.get(keys.leader()) is None
-    assert [redis_client.get(keys.lock(tag)) for tag in partitions(redis_client, keys)] == [None]  # leases too
+    assert all(redis_client.get(keys.lock(tag)) is None for tag in partitions(redis_client, keys))  # leases too
 
     b = start_worker("--name", "b", "--queues", "drain", **env())
     wait_for(lambda: set(statuses(redis_client, keys, [long_async, long_sync, late])) == {"SUCCEEDED"},
