@@ -54,15 +54,19 @@ class LeaderLoop(WorkerState):
     async def _lead_once(self) -> bool:
         """Take or renew leadership and the partitions' leases; as the leader, promote what is
         due. True when leader."""
-        if not self.is_leader and not await self.store.take_leadership():
-            return False
+        if not self.is_leader:
+            if not await self.store.take_leadership():
+                return False
+            # Said at once: should the round below fail, the next tick renews what it holds.
+            logger.info("worker_id=%s took scheduler leadership", self.worker_id)
+            self.is_leader = True
         leader, due = await self._lead_round()
-        if leader != self.is_leader:
-            logger.info("worker_id=%s %s scheduler leadership", self.worker_id, "took" if leader else "lost")
-            self.is_leader = leader
-        if leader:
-            await self._promote_once(due)
-        return leader
+        if not leader:
+            logger.info("worker_id=%s lost scheduler leadership", self.worker_id)
+            self.is_leader = False
+            return False
+        await self._promote_once(due)
+        return True
 
     async def _lead_round(self) -> tuple[bool, tuple[str, ...]]:
         """(still leader, partitions with something due). When the registry read in the round
