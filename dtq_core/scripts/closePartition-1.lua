@@ -21,7 +21,7 @@ if not owner then return 1 end
 if owner ~= ARGV[1] then return CODE.PARTITION_CLOSED end
 local queue = string.match(owner, '^(.*)|[^|]*$')  -- the partition's streams are its queue's
 for _, priority in ipairs({'high', 'normal', 'low'}) do
-  local stream = K.stream_prefix .. queue .. ':' .. priority
+  local stream = stream_key(K, queue, priority)
   if rcall('XLEN', stream) > 0 then return 0 end
   -- Entries deleted while pending stay in the PEL until a reaper drops them.
   local summary = redis.pcall('XPENDING', stream, ARGV[3])

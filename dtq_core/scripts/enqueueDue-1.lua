@@ -30,7 +30,7 @@ local function enqueue_one(id)
       rcall('HINCRBY', K.stats_tasks, outcome_field(t.queue, t.type, 'EXPIRED'), 1)
       emit(K, 'task.expired', id, t.queue, 'EXPIRED', t.attempt, now_ms, now_iso)
     else
-      local stream = K.stream_prefix .. t.queue .. ':' .. t.priority
+      local stream = stream_key(K, t.queue, t.priority)
       local eid = rcall('XADD', stream, '*', 'task_id', id, 'attempt', tonumber(t.attempt) + 1)
       rcall('HSET', tkey, 'status', 'QUEUED', 'enqueued_at', now_ms, 'updated_at', now_ms, 'entry_id', eid)
       ring(K)

@@ -29,7 +29,7 @@ local function recover(task_id)
   if t.status ~= 'RUNNING' then
     rcall('ZREM', ctx.running_key, task_id)  -- moved on (or expired) by a path that keeps no index
   else
-    local stream = ctx.K.stream_prefix .. t.queue .. ':' .. t.priority
+    local stream = stream_key(ctx.K, t.queue, t.priority)
     local entry_id = t.entry_id or ''
     local exists = entry_id ~= '' and #rcall('XRANGE', stream, entry_id, entry_id) > 0
     local pel = exists and redis.pcall('XPENDING', stream, ctx.group, entry_id, entry_id, 1)
