@@ -326,7 +326,7 @@ def test_raising_a_queues_partitions_opens_them_before_publishing_them(
     after = _layout(redis_client, keys, "grow")
     assert after.tags[0] == before.tags[0] and len(after.tags) == 3 and after.draining == ()
     assert after.epoch == before.epoch
-    assert after.tags[1:] == tuple(choose_tags("grow", 1, 2, [before.tags[0]]))
+    assert len(set(after.tags)) == 3  # (which tags: test_one_queues_partitions_spread_evenly_over_the_masters)
     for tag in after.tags[1:]:
         assert redis_client.get(keys.owner(tag)) == before.owner
         assert all(redis_client.xinfo_groups(stream)[0]["name"] == "dtq" for stream in keys.streams(tag, "grow"))
