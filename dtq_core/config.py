@@ -224,7 +224,7 @@ def parse_partitions(raw: object) -> tuple[tuple[str, int], ...]:
     elif isinstance(raw, dict):
         pairs = list(raw.items())
     else:
-        pairs = [tuple(p) for p in raw]  # type: ignore[union-attr]
+        pairs = [tuple(p) for p in raw]
     return tuple(sorted(pairs))
 
 

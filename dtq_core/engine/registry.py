@@ -80,7 +80,7 @@ class Registry(Noun):
         for tag in layout.all_tags:
             self.scripts("openPartition", keys=[self.keys.partition(tag)],
                          args=[layout.owner, layout.queue, Keys.GROUP], client=pipe)
-        for reply in pipe.execute():
+        for reply in self.scripts.execute(pipe):
             if int(reply) == ErrorCode.PARTITION_CLOSED:
                 self.forget_cache()
                 raise PartitionClosed(f"a partition of queue {layout.queue!r} is closed", queue=layout.queue)
