@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .faults import POINTS as FAULT_POINTS
 from .redis_url import RedisUrlError, parse
@@ -224,7 +224,7 @@ def parse_partitions(raw: object) -> tuple[tuple[str, int], ...]:
     elif isinstance(raw, dict):
         pairs = list(raw.items())
     else:
-        pairs = [tuple(p) for p in raw]
+        pairs = [(str(queue), n) for queue, n in cast(Iterable[tuple[str, Any]], raw)]
     return tuple(sorted(pairs))
 
 

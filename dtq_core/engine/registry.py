@@ -15,6 +15,7 @@ import redis
 from ..errors import ErrorCode, PartitionClosed, raise_for_code
 from ..keys import Keys
 from ..partitions import Layout, choose_tags, parse_registry
+from ..replies import text_hash
 from .plumbing import Noun
 
 LAYOUT_CACHE_S = 2.0
@@ -39,7 +40,7 @@ class Registry(Noun):
         now = time.monotonic()
         if not fresh and self._cache is not None and now - self._cache[0] < LAYOUT_CACHE_S:
             return self._cache[1]
-        layouts = parse_registry(self.client.hgetall(self.keys.queues()))
+        layouts = parse_registry(text_hash(self.client.hgetall(self.keys.queues())))
         self._cache = (now, layouts)
         return layouts
 
