@@ -1,27 +1,28 @@
 --[[
-  Take over the pending entries silent workers left: those idle for at least the visibility
-  timeout, across the given streams, highest priority first, up to COUNT in all. XPENDING's
+  Take over the pending entries silent workers left in one partition: those idle for at least the
+  visibility timeout, across the given streams, highest priority first, up to COUNT in all. XPENDING's
   IDLE filter walks a stream's whole pending list in one call, so an entry behind any number of
   live (freshly refreshed) ones is found in the first round it is due (XAUTOCLAIM from 0-0
   examines only 10 x COUNT entries per call, and would leave it behind them). The entries
   become ours, their idle time reset; claimEntries then charges the lost attempt.
   Input:
-    KEYS[1] stream key prefix (prefix .. queue .. ':' .. priority)
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
     ARGV[1] group   ARGV[2] worker id (the new owner)   ARGV[3] min idle (ms)   ARGV[4] count
-    ARGV[5..] streams after the stream key prefix (queue:priority), highest priority first (a
-              stream or group that is gone is skipped)
+    ARGV[5..] streams after the partition's stream key prefix (queue:priority), highest priority
+              first (a stream or group that is gone is skipped)
   Output:
     {deleted, {{stream key, entry id, task id, entry attempt, previous owner}, ...}}: the entries
     taken, and how many idle ones had been deleted from their stream (XCLAIM drops those from
     the pending list; the leader's lost-task sweep requeues their tasks)
 ]]
-local rcall = redis.call
+-- #include common
+local K = partition_keys(KEYS[1])
 local group, me, min_idle = ARGV[1], ARGV[2], ARGV[3]
 local remaining = tonumber(ARGV[4])
 local taken, deleted = {}, 0
 for i = 5, #ARGV do
   if remaining <= 0 then break end
-  local stream = KEYS[1] .. ARGV[i]
+  local stream = K.stream_prefix .. ARGV[i]
   local idle = redis.pcall('XPENDING', stream, group, 'IDLE', min_idle, '-', '+', remaining)
   if not idle.err then
     for _, p in ipairs(idle) do

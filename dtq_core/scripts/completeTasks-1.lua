@@ -6,16 +6,14 @@
   sent again (the worker lost the reply to a batch that landed) is told apart from a fenced one.
   Each record succeeds or fails alone: one that cannot be processed (a corrupt task field) is
   quarantined (see quarantine in common.lua) and its entry acknowledged; the rest complete.
+  Every record is of a task of this partition: the worker groups its completions by the tag of
+  their task ids and sends one call per partition, pipelined.
   Input:
-    KEYS[1] events channel  KEYS[2] event seq  KEYS[3] schedule  KEYS[4] DLQ stream
-    KEYS[5] stats tasks     KEYS[6] stats duration histogram     KEYS[7] stats counters
-    KEYS[8] finished-per-queue hash of the current minute   KEYS[9] running index
-    KEYS[10] task key prefix (prefix .. task id)   KEYS[11] result key prefix (prefix .. task id)
-    KEYS[12] stream key prefix (prefix .. queue .. ':' .. priority)
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
     ARGV[1..7] group, now (ms), now (ISO), retention (ms), result retention (ms),
                dlq enabled (1/0), dlq maxlen
     ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream (after
-             the stream key prefix: queue:priority),
+             the partition's stream key prefix: queue:priority),
              outcome (ok|retry|fail|cancel), result JSON, truncated (1/0), error class, error
              message, traceback tail, retry due (ms, 0 = out of attempts), duration (s),
              histogram bucket label. (One argument for the batch: redis-py's asyncio client
@@ -26,9 +24,12 @@
     be written), reason}
 ]]
 -- #include common
+local K = partition_keys(KEYS[1])
 local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
 local retention_ms, result_retention_ms = ARGV[4], ARGV[5]
-local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = KEYS[10], KEYS[11], ARGV[6], ARGV[7]
+local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = K.task_prefix, K.result_prefix, ARGV[6], ARGV[7]
+-- The partition's count of tasks finished in the current minute (Keys.throughput).
+local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
 
 -- Stats are summed over the batch and written once at the end: one HINCRBY per distinct field
 -- instead of five commands per task (the hot path's Redis CPU).
@@ -36,14 +37,14 @@ local task_counts, finished, buckets, duration_sum = {}, {}, {}, 0
 local function add(t, field, n) t[field] = (t[field] or 0) + n end
 
 local function complete_one(r)
-  local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], KEYS[12] .. r[4], r[5]
+  local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], K.stream_prefix .. r[4], r[5]
   local tkey = task_prefix .. task_id
   local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
                      'completed')
   local mark = attempt .. '@' .. entry_id
   if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then
     if t.completed == mark then return 'resent' end  -- applied by an earlier send whose reply was lost
-    rcall('HINCRBY', KEYS[7], 'fenced', 1)
+    rcall('HINCRBY', K.stats_counters, 'fenced', 1)
     return 'fenced'
   end
   local queue, ttype = t.queue, t.type
@@ -52,7 +53,7 @@ local function complete_one(r)
     -- Before any write: a corrupt error list fails this record with nothing half-written.
     errors = push_error(t.errors, attempt, r[8], r[9], r[10], now_iso)
   end
-  rcall('ZREM', KEYS[9], task_id)
+  rcall('ZREM', K.running, task_id)
   local status, etype
   local ttl = tonumber(retention_ms)
   if outcome == 'ok' then
@@ -76,12 +77,12 @@ local function complete_one(r)
       status, etype = 'CANCELLED', 'task.cancelled'
     elseif outcome == 'retry' and due > 0 then
       rcall('HSET', tkey, 'status', 'RETRYING', 'due_at', due)
-      schedule_add(KEYS[3], due, task_id, queue)
+      schedule_add(K.schedule, due, task_id, queue)
       status, etype = 'RETRYING', 'task.retrying'
       ttl = ttl + math.max(0, due - tonumber(now_ms))  -- the record must outlive its wait
     else
-      status = dead_letter(task_prefix, task_id, queue, ttype, attempt, err_class, message, now_ms,
-                           KEYS[4], dlq_enabled, dlq_maxlen, KEYS[7])
+      status = dead_letter(K, task_id, queue, ttype, attempt, err_class, message, now_ms, dlq_enabled,
+                           dlq_maxlen)
       rcall('HSET', tkey, 'finished_at', now_ms)
       etype = status == 'FAILED' and 'task.failed' or 'task.dead_lettered'
     end
@@ -95,13 +96,12 @@ local function complete_one(r)
     add(buckets, r[13], 1)
     duration_sum = duration_sum + tonumber(r[12])
   end
-  emit(KEYS[1], KEYS[2], etype, task_id, queue, status, attempt, now_ms, now_iso)
+  emit(K, etype, task_id, queue, status, attempt, now_ms, now_iso)
   return status
 end
 
-local q = {task_prefix = task_prefix, now_ms = now_ms, now_iso = now_iso, retention_ms = retention_ms,
-           dlq_key = KEYS[4], dlq_enabled = dlq_enabled, dlq_maxlen = dlq_maxlen, counters_key = KEYS[7],
-           running_key = KEYS[9], outcomes_key = KEYS[5], events_key = KEYS[1], seq_key = KEYS[2]}
+local q = {K = K, now_ms = now_ms, now_iso = now_iso, retention_ms = retention_ms, dlq_enabled = dlq_enabled,
+           dlq_maxlen = dlq_maxlen}
 local statuses = {}
 for _, record in ipairs(cjson.decode(ARGV[8])) do
   local ok, status = pcall(complete_one, record)
@@ -109,19 +109,19 @@ for _, record in ipairs(cjson.decode(ARGV[8])) do
     local reason = 'the completion of attempt ' .. tostring(record[2]) .. ' could not be recorded: '
                    .. error_text(status)
     status = {'quarantined', quarantine(q, record[1], reason) or '', reason}
-    local stream = KEYS[12] .. tostring(record[4])
+    local stream = K.stream_prefix .. tostring(record[4])
     redis.pcall('XACK', stream, group, record[3])
     redis.pcall('XDEL', stream, record[3])
   end
   statuses[#statuses + 1] = status
 end
-for field, n in pairs(task_counts) do rcall('HINCRBY', KEYS[5], field, n) end
+for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
 if next(finished) then
-  for field, n in pairs(finished) do rcall('HINCRBY', KEYS[8], field, n) end
-  rcall('PEXPIRE', KEYS[8], 3600000)
+  for field, n in pairs(finished) do rcall('HINCRBY', finished_key, field, n) end
+  rcall('PEXPIRE', finished_key, 3600000)
 end
 if next(buckets) then
-  for field, n in pairs(buckets) do rcall('HINCRBY', KEYS[6], field, n) end
-  rcall('HINCRBYFLOAT', KEYS[6], 'sum', string.format('%.6f', duration_sum))
+  for field, n in pairs(buckets) do rcall('HINCRBY', K.stats_duration, field, n) end
+  rcall('HINCRBYFLOAT', K.stats_duration, 'sum', string.format('%.6f', duration_sum))
 end
 return statuses

@@ -1,17 +1,18 @@
 --[[
-  Keep this worker's in-flight entries fresh so the visibility reaper never takes work from a
+  Keep this worker's in-flight entries of one partition fresh so the visibility reaper never takes work from a
   live owner: reset the idle time of each entry that is still ours (never one a peer took), and
   refresh the task's score in the running index while the task hash still names us, so the
   lost-task sweep leaves it alone even when its entry was deleted from the stream.
   Input:
-    KEYS[1] running index  KEYS[2] task key prefix (prefix .. task id)
-    KEYS[3] stream key prefix (prefix .. queue .. ':' .. priority)
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
     ARGV[1] group  ARGV[2] worker id  ARGV[3] now (ms)
-    ARGV[4..] triples: stream (after the stream key prefix: queue:priority), entry id, task id
+    ARGV[4..] triples: stream (after the partition's stream key prefix: queue:priority), entry id,
+              task id
   Output:
     number of entries refreshed
 ]]
 -- #include common
+local K = partition_keys(KEYS[1])
 local touched = 0
 local function touch(stream, entry_id, task_id)
   local info = rcall('XPENDING', stream, ARGV[1], entry_id, entry_id, 1)[1]
@@ -20,13 +21,13 @@ local function touch(stream, entry_id, task_id)
     rcall('XCLAIM', stream, ARGV[1], ARGV[2], 0, entry_id, 'JUSTID')
     touched = touched + 1
   end
-  local t = read_task(KEYS[2] .. task_id, 'status', 'entry_id', 'worker_id')
+  local t = read_task(K.task_prefix .. task_id, 'status', 'entry_id', 'worker_id')
   if t.status == 'RUNNING' and t.entry_id == entry_id and t.worker_id == ARGV[2] then
-    rcall('ZADD', KEYS[1], 'XX', ARGV[3], task_id)
+    rcall('ZADD', K.running, 'XX', ARGV[3], task_id)
   end
 end
 for i = 4, #ARGV, 3 do
   -- pcall: one key overwritten by hand (another type) must not stop the heartbeat for the rest.
-  pcall(touch, KEYS[3] .. ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  pcall(touch, K.stream_prefix .. ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end
 return touched

@@ -1,0 +1,95 @@
+--[[
+  Read up to COUNT new entries of one queue partition, its high stream first, then normal, then
+  low, and claim each one: QUEUED -> RUNNING for runnable entries, absorbing duplicates, expiring
+  stale ones. The worker sends one call per ready partition, all pipelined in one write per node.
+  The partition's ready flag is cleared here when the three streams were read to their end
+  (nothing is left that no worker has read: the next entry sets the flag again and publishes the
+  tag on the wake channel, see ring in common.lua) or when the partition is paused (its entries
+  keep their place; resuming rings it). The reply says whether it was cleared, so that the worker
+  drops the partition from its own ready set (dtq_core/worker/wake.py). A read that got all it
+  asked for leaves the flag set: more may wait, and every worker still counts the partition ready.
+  Input:
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
+    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
+               dlq maxlen (an empty now takes Redis's clock)
+    ARGV[8] count   ARGV[9] the partition's owner as the worker knows it ("queue|epoch")
+    ARGV[10..] the partition's streams after its stream key prefix ("queue:priority"), in the
+               order they are served (high, normal, low)
+  Output:
+    {drained, rows}: drained 1 when the ready flag was cleared, 0 when more may wait; rows:
+    runnable ones {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload,
+    timeout_s, queue, priority, handler ('' = the type's own)}, and for the worker's log
+    {outcome, entry_id, stream, task_id, reason} of entries settled here: 'absorbed' duplicates,
+    and 'quarantined' ones whose task record is corrupt (dead-lettered as dtq.CorruptRecord)
+]]
+-- #include common
+-- #include claim
+local ctx = claim_context(1)
+local K = ctx.K
+local remaining = tonumber(ARGV[8])
+
+if is_paused(ctx) then
+  -- A paused queue is not read at all (checked in the same script as the read, so a pause that
+  -- lands between two fetches is always seen).
+  rcall('DEL', K.ready)
+  return {1, {}}
+end
+
+local function read(stream, count)
+  local reply = redis.pcall('XREADGROUP', 'GROUP', ctx.group, ctx.worker_id, 'COUNT', count,
+                            'STREAMS', stream, '>')
+  if type(reply) == 'table' and reply.err then
+    if not string.find(reply.err, 'NOGROUP', 1, true) then return error(reply.err) end
+    -- The stream lost its group (deleted by hand, or re-created by an XADD): recreate it from the
+    -- start, so nothing in it is skipped, and read again; but only in a partition that is still
+    -- the queue's (never bring back a stream in a partition a delete closed).
+    if rcall('GET', K.owner) ~= ARGV[9] then return false end
+    rcall('XGROUP', 'CREATE', stream, ctx.group, '0', 'MKSTREAM')
+    reply = rcall('XREADGROUP', 'GROUP', ctx.group, ctx.worker_id, 'COUNT', count, 'STREAMS', stream, '>')
+  end
+  return reply
+end
+
+local rows = {}
+local more = false  -- a stream gave all that was asked of it: it may hold more
+local read_all = true
+for i = 10, #ARGV do
+  if remaining <= 0 then
+    read_all = false
+    break
+  end
+  local stream = K.stream_prefix .. ARGV[i]
+  local asked = remaining
+  local reply = read(stream, asked)
+  if reply then
+    if #reply[1][2] >= asked then more = true end
+    for _, entry in ipairs(reply[1][2]) do
+      local fields = entry[2]
+      local task_id, attempt
+      for f = 1, #fields, 2 do
+        if fields[f] == 'task_id' then task_id = fields[f + 1]
+        elseif fields[f] == 'attempt' then attempt = fields[f + 1] end
+      end
+      local row, ok
+      if task_id then
+        ok, row = pcall(claim_entry, ctx, stream, entry[1], task_id, attempt or '1', false)
+        if not ok then row = quarantine_entry(ctx, stream, entry[1], task_id, row) end
+      else
+        finish_entry(ctx, stream, entry[1])
+        row = {'missing'}
+      end
+      if row[1] == 'run' then
+        rows[#rows + 1] = row
+        remaining = remaining - 1
+      elseif row[2] then  -- settled here (absorbed duplicate, quarantined): reported for the worker's log
+        rows[#rows + 1] = {row[1], entry[1], stream, task_id, row[2]}
+      end
+    end
+  end
+end
+if read_all and not more then
+  -- Every stream read to its end: nothing new is left until the next entry rings the partition.
+  rcall('DEL', K.ready)
+  return {1, rows}
+end
+return {0, rows}
