@@ -1,0 +1,61 @@
+"""The worker's hot-path transport: script calls sent in one write per Redis node on connections
+of their own (dtq_core.routing.RoutedLines over wire.Line), replies read back in order.
+
+Every hot-path script works on one partition and is routed by its KEYS[1], the partition's key
+prefix: on one node, a fetch of any number of partitions, or a completion of any number of
+partition batches, is one round trip; on a cluster, one per master, the masters in parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from ..routing import RoutedLines
+from ..scripts import SOURCES, Scripts
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One packed script call: its script (to load it after NOSCRIPT) and its KEYS[1] (routing)."""
+
+    script: str
+    key: str
+    command: bytes
+
+    @classmethod
+    def of(cls, scripts: Scripts, name: str, *, keys: Sequence[str], args: Sequence[object]) -> Call:
+        key, command = scripts.routed(name, keys=keys, args=args)
+        return cls(name, key, command)
+
+
+class HotPath:
+    """Sends script calls, one write per node; replies come back in the order of the calls, an
+    error reply as its exception (not raised)."""
+
+    def __init__(self, client: aioredis.Redis, *, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_s = timeout_s  # for one exchange
+        self.lines = RoutedLines(client)
+
+    async def exchange(self, calls: Sequence[Call]) -> list[Any]:
+        """Send the calls and return every reply. A script Redis does not know (restarted, failed
+        over, or SCRIPT FLUSH) did not run: load it and send those calls again, together."""
+        if not calls:
+            return []
+        replies = await self.lines.exchange([(c.key, c.command) for c in calls], self.timeout_s)
+        unknown = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if unknown:
+            for name in sorted({calls[i].script for i in unknown}):
+                await self.client.script_load(SOURCES[name])
+            again = await self.lines.exchange([(calls[i].key, calls[i].command) for i in unknown], self.timeout_s)
+            for i, reply in zip(unknown, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def close(self) -> None:
+        await self.lines.close()
