@@ -25,6 +25,7 @@ from ..clock import Clock
 from ..codec import encode_result, truncate_result, valid_utf8
 from ..config import DtqConfig
 from ..connection import REDIS_CONNECTION_ERRORS, write_refused
+from ..keys import tag_of
 from ..task import Outcome, RetryPolicy, next_attempt_at
 
 BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -48,12 +49,18 @@ class Row:
     handler: str = ""  # the registered handler that runs it, when not the type's own (Django tasks)
     # When the claim reached this worker (the worker's clock.monotonic(), given by WorkerStore).
     received_at: float = field(default_factory=time.monotonic)
+    tag: str = ""  # its partition's tag, when the caller knows it (else read from the task id)
 
     @classmethod
-    def from_reply(cls, r: list[Any], received_at: float) -> Row:
+    def from_reply(cls, r: list[Any], received_at: float, tag: str) -> Row:
         return cls(entry_id=r[1], stream=r[2], task_id=r[3], attempt=int(r[4]), max_attempts=int(r[5]),
                    type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10],
-                   handler=r[11] if len(r) > 11 else "", received_at=received_at)
+                   handler=r[11] if len(r) > 11 else "", received_at=received_at, tag=tag)
+
+    @property
+    def partition_tag(self) -> str:
+        """The tag of the partition the task lives in: its scripts are routed by it."""
+        return self.tag or tag_of(self.task_id)
 
 
 @dataclass(slots=True)

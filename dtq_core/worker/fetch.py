@@ -1,8 +1,13 @@
 """Consumption (docs/failure-modes.md: a queue paused or deleted under a worker, a stream that
-lost its consumer group, burst mode): which queues this worker serves, and fetching work.
+lost its consumer group, burst mode): which partitions this worker serves, and fetching work.
 
-Hot path per batch: one fetchTasks script (read + claim up to the free slots); an idle worker
-sends it behind a BLPOP on its wake list(s), so waking up costs no extra round trip.
+The worker serves every partition (serving and draining: Layout.all_tags) of its queues (--queues)
+or of every registered queue, read from the registry every QUEUE_REFRESH_S with the paused index
+in the same pipeline; the partitions of a paused queue are not fetched (the fetch script also
+checks the pause itself). Which of them may hold unread work is the wake subscription's ready set
+(wake.py). Hot path per batch: one fetchTasks call per ready partition, all in one write per
+Redis node, the free slots shared fairly among them (fairness.share, rotating the remainder).
+An idle worker (nothing ready) waits on the subscription.
 """
 
 from __future__ import annotations
@@ -10,15 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import redis
-
-from ..keys import PRIORITIES
 from .executor import Row
+from .fairness import share
 from .state import WorkerState
+from .store import Partition
 
 logger = logging.getLogger("dtq.worker")
 
-BLOCK_MS = 1000  # longest blocking read; bounds how long a stop request waits for the consumer
+BLOCK_MS = 1000  # longest idle wait on the subscription; bounds how long a stop request waits for the consumer
 QUEUE_REFRESH_S = 1.0
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
 
@@ -27,23 +31,24 @@ class FetchLoop(WorkerState):
     """The Worker's consumer loop (a mixin of Worker)."""
 
     async def _refresh_queues(self, force: bool = False) -> None:
+        """Read the registry and the paused index (one pipeline) and serve what they say: new
+        partitions, and those of a queue that left the paused index, are ready until a fetch
+        finds them drained."""
         if not force and self.clock.monotonic() - self._refreshed_at < QUEUE_REFRESH_S:
             return
-        known, paused = await self.store.known_and_paused()
-        queues = self.fixed_queues or sorted(known)
-        new = [q for q in queues if q not in self._queues]
-        if new:
-            await self.store.ensure_queues(new)  # marks them ready: the next fetch looks at them
-            self._drained = False
-        self._queues = queues
-        # The fetch script skips paused queues itself (a pause lands between two refreshes); a
-        # worker with --queues also stops waiting on their wake lists.
-        serving = [q for q in queues if q not in paused] if self.fixed_queues else None
-        if serving != self._serving:
-            self._drained = False  # a resumed queue may hold work that rang no bell here
-        self._serving = serving
-        self._all_streams = [self.keys.stream(q, p) for p in PRIORITIES for q in queues]
-        self._all_stream_set = frozenset(self._all_streams)
+        layouts, paused = await self.store.layouts_and_paused()
+        queues = self.fixed_queues or sorted(layouts)
+        partitions = {p.tag: p for q in queues if q in layouts for p in Partition.all_of(layouts[q])}
+        fetchable = {tag: p for tag, p in partitions.items() if p.queue not in paused}
+        # A resumed queue's entries may have rung while it was paused (a fetch then dropped them).
+        resumed = [tag for tag, p in fetchable.items() if p.queue in self._paused_queues]
+        self.wake.serve(fetchable)
+        self.wake.mark_ready([*resumed, *self._retry_tags])
+        self._retry_tags.clear()
+        self._queues = [q for q in queues if q in layouts]
+        self._served = partitions
+        self._fetchable = fetchable
+        self._paused_queues = paused
         self._refreshed_at = self.clock.monotonic()
 
     async def _consume(self) -> None:
@@ -55,22 +60,13 @@ class FetchLoop(WorkerState):
                 if self._free_slots() <= 0 and not self._stopping:
                     await self._slot_freed.wait()
                 continue
-            if self._serving == []:  # every queue of --queues is paused
+            if self.fixed_queues and not self._fetchable:  # every queue of --queues is paused (or gone)
                 if self.burst:
                     self.request_stop()
                     return
                 await self._pause(0.5)
                 continue
-            try:
-                rows = await self._fetch(free)
-            except redis.exceptions.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                # A stream was deleted by hand: recreate the groups rather than fail every fetch.
-                logger.warning("worker_id=%s a queue stream lost its consumer group; recreating it", self.worker_id)
-                await self.store.ensure_queues(self._queues)
-                self._drained = False  # its entries rang before the group existed: look, don't wait
-                continue
+            rows = await self._fetch(free)
             if rows is None:
                 return
             for row in rows:
@@ -80,27 +76,55 @@ class FetchLoop(WorkerState):
             await asyncio.sleep(0)
 
     async def _fetch(self, free: int) -> list[Row] | None:
-        """Claim up to `free` entries, waiting for work when there is none; None ends a burst."""
+        """Claim up to `free` entries of the ready partitions, waiting for work when none is ready;
+        None ends a burst."""
+        if self.wake.ready:
+            return await self._fetch_ready(free)
         if not self.burst:
-            # After a fetch that came up short, whatever arrives later rings a wake list: wait
-            # on it straight away instead of spending a round trip on another empty fetch.
-            rows = [] if self._drained else await self.store.fetch(self._serving, free)
-            if not rows:
-                rows = await self.store.wait_and_fetch(self._serving, free, BLOCK_MS)
-            self._drained = len(rows) < free
-            return rows
-        rows = await self.store.fetch(self._serving, free)
-        if rows:
-            return rows
-        # The scheduler may have queued due work since the fetch: look once more.
+            await self.wake.wait(BLOCK_MS / 1000)
+            return []
+        # The scheduler may have queued due work since: when nothing else can come, look at every
+        # partition once more before leaving.
         if await self._burst_done():
-            rows = await self.store.fetch(self._serving, free)
+            rows = await self._sweep(free)
             if not rows:
                 self.request_stop()
                 return None
             return rows
         self._slot_freed.clear()
-        await asyncio.sleep(0.05)
+        await self.wake.wait(0.05)
+        return []
+
+    async def _fetch_ready(self, free: int) -> list[Row]:
+        """One fetch round: every ready partition asked for its share of the free slots."""
+        tags = sorted(self.wake.ready)
+        shares = share(free, tags, self._fetch_offset)
+        self._fetch_offset += free % len(tags)  # the remainder goes to the next ones next time
+        asks = [(self._fetchable[tag], n) for tag, n in shares]
+        tickets = {tag: self.wake.ticket(tag) for tag, _ in shares}
+        fetched = await self.store.fetch(asks)
+        for tag in fetched.drained:
+            self.wake.drained(tag, tickets[tag])
+            self._fetch_errors.pop(tag, None)
+        for tag, exc in fetched.failed.items():
+            # One partition's fault (a key overwritten by hand) must not stop the others, nor
+            # spin: it is dropped until the next wake-up or queue refresh.
+            self.wake.drained(tag, tickets[tag])
+            self._retry_tags.add(tag)
+            if self._fetch_errors.get(tag) != str(exc):
+                self._fetch_errors[tag] = str(exc)
+                logger.warning("worker_id=%s fetch from partition %s of queue %s failed (%s: %s); trying again "
+                               "every %gs", self.worker_id, tag, self._fetchable[tag].queue, type(exc).__name__, exc,
+                               QUEUE_REFRESH_S)
+        return fetched.rows
+
+    async def _sweep(self, free: int) -> list[Row]:
+        """Fetch from every partition until one gives work or all are drained."""
+        self.wake.mark_ready(self._fetchable)
+        while self.wake.ready:
+            rows = await self._fetch_ready(free)
+            if rows:
+                return rows
         return []
 
     async def _burst_done(self) -> bool:
@@ -108,8 +132,4 @@ class FetchLoop(WorkerState):
         if self._running or self._unacked or self._completions:
             return False
         horizon = self.clock.now_ms() + int(BURST_HORIZON_S * 1000)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcount(self.keys.schedule(), "-inf", horizon)
-        pipe.zcard(self.keys.schedule_claims())  # due work between the scheduler's two scripts
-        due, claimed = await pipe.execute()
-        return int(due) == 0 and int(claimed) == 0
+        return not await self.store.due_soon(list(self._served), horizon)

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from ..routing import RoutedLines
+from ..routing import Routed, RoutedLines
 from ..scripts import SOURCES, Scripts
 
 
@@ -42,19 +42,27 @@ class HotPath:
         self.timeout_s = timeout_s  # for one exchange
         self.lines = RoutedLines(client)
 
-    async def exchange(self, calls: Sequence[Call]) -> list[Any]:
-        """Send the calls and return every reply. A script Redis does not know (restarted, failed
-        over, or SCRIPT FLUSH) did not run: load it and send those calls again, together."""
+    async def exchange(self, calls: Sequence[Call], tail: Sequence[Routed] = (), wait_s: float = 0.0) -> list[Any]:
+        """Send the calls, then `tail` (commands that must follow them on their node's connection,
+        such as a WAIT), and return every reply, the tail's last. A script Redis does not know
+        (restarted, failed over, or SCRIPT FLUSH) did not run: load it and send those calls again,
+        together, with the tail again (a WAIT counts only the writes made before it). wait_s: how
+        long a blocking command of the tail may wait, on top of the usual timeout."""
         if not calls:
             return []
-        replies = await self.lines.exchange([(c.key, c.command) for c in calls], self.timeout_s)
-        unknown = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        timeout_s = self.timeout_s + wait_s
+        replies = await self.lines.exchange([(c.key, c.command) for c in calls] + list(tail), timeout_s)
+        unknown = [i for i, reply in enumerate(replies[:len(calls)])
+                   if isinstance(reply, redis.exceptions.NoScriptError)]
         if unknown:
             for name in sorted({calls[i].script for i in unknown}):
                 await self.client.script_load(SOURCES[name])
-            again = await self.lines.exchange([(calls[i].key, calls[i].command) for i in unknown], self.timeout_s)
-            for i, reply in zip(unknown, again, strict=True):
+            again = await self.lines.exchange([(calls[i].key, calls[i].command) for i in unknown] + list(tail),
+                                              timeout_s)
+            for i, reply in zip(unknown, again, strict=False):
                 replies[i] = reply
+            if tail:
+                replies[len(calls):] = again[len(unknown):]
         return replies
 
     async def close(self) -> None:

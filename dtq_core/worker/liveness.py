@@ -65,13 +65,8 @@ class HeartbeatLoop(WorkerState):
 
     async def _heartbeat_loop(self) -> None:
         while True:  # beat first: restarted after a failure (see _supervise), it beats at once
-            entries = [(r.stream, r.entry_id, r.task_id) for r in self._unacked.values()]
-            entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id) for ex in self._running.values()]
-            # Sync handlers the drain detached still run: their entries stay ours until they end.
-            entries += [(ex.row.stream, ex.row.entry_id, ex.row.task_id)
-                        for ex in self.runner.abandoned_threads.values()]
             await self._align_clock()
-            await self.store.heartbeat(self._info(), entries)
+            await self.store.heartbeat(self._info(), self._in_flight_rows())
             self.liveness.beat_done()
             if self._beat_failed:
                 # Wake every loop backing off after an error: this beat says Redis answers again.
@@ -79,6 +74,7 @@ class HeartbeatLoop(WorkerState):
                 self._loading_said = False
                 recovered, self._redis_back = self._redis_back, asyncio.Event()
                 recovered.set()
+                self.wake.retry_now()
             await asyncio.sleep(self.config.heartbeat_every_s)
 
     async def _align_clock(self) -> None:

@@ -2,20 +2,33 @@
 answering): entries idle past the visibility timeout are claimed again and their tasks run by
 this worker, with a new attempt number that fences the old owner's completion.
 
-What a round looks at is bounded (_reap_streams) so that its cost does not grow with the number
+What a round looks at is bounded (_reap_partitions) so that its cost does not grow with the number
 of queues; whether a round may reclaim at all is the freeze/gap rule (liveness.Liveness).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from .state import WorkerState
+from .store import Partition
 
 logger = logging.getLogger("dtq.worker")
 
-SWEEP_STREAMS = 30  # streams per reaper round looked at beyond those with tasks in flight
+RUNNING_SWEEP = 100  # partitions whose running index a reaper round reads (all of them, up to this many)
+SWEEP_PARTITIONS = 10  # partitions per round looked at for pending entries no index names
 PRUNE_EVERY_S = 30.0  # how often the reaper drops registrations of long-gone workers
+
+
+def rotating_slice(items: Sequence[Partition], start: int, size: int) -> tuple[list[Partition], int]:
+    """`size` items from `start` on, wrapping (all of them when there are no more), and where the
+    next slice starts."""
+    n = len(items)
+    if n <= size:
+        return list(items), 0
+    start %= n
+    return [items[(start + i) % n] for i in range(size)], start + size
 
 
 class ReaperLoop(WorkerState):
@@ -36,7 +49,7 @@ class ReaperLoop(WorkerState):
         """One round: claim entries idle past the visibility timeout, up to the free slots."""
         free = self._free_slots()
         if free > 0 and self.liveness.may_reclaim():  # a draining worker takes no reclaimed work either
-            rows = await self.store.reclaim(await self._reap_streams(), free,
+            rows = await self.store.reclaim(await self._reap_partitions(), free,
                                             ours=self._running.keys() | self._unacked.keys(),
                                             trusted=self.liveness.trusted)
             for row in rows:
@@ -48,23 +61,25 @@ class ReaperLoop(WorkerState):
                            "lost-task sweep requeues their tasks", self.worker_id, self.store.deleted_seen)
             self.store.deleted_seen = 0
 
-    async def _reap_streams(self) -> list[str]:
-        """The streams the reaper looks at this round, so that its cost does not grow with the
-        number of queues:
+    async def _reap_partitions(self) -> list[Partition]:
+        """The partitions the reaper looks at this round (every served one, paused included: a lost
+        attempt of a paused queue goes back to its stream), so that its cost does not grow with
+        the number of queues:
 
-        1. those of the tasks in the running index, where every entry a worker claimed and has not
-           acknowledged belongs (what a crashed worker leaves behind);
-        2. the next SWEEP_STREAMS of all served streams, round robin, for pending entries no index
-           names (a task hash written or deleted by a tool, state older than the index): with few
-           queues every round still looks at every stream.
+        1. those whose running index is not empty, where every entry a worker claimed and has not
+           acknowledged belongs (what a crashed worker leaves behind): the running index of every
+           served partition, or of the next RUNNING_SWEEP of them, round robin, when there are more;
+        2. those where workers silent past the visibility timeout held entries at their last
+           heartbeat, so that a crash is found in the first round that may reclaim it however
+           many partitions there are;
+        3. the next SWEEP_PARTITIONS of all served partitions, round robin, for pending entries no
+           index names (a task hash written or deleted by a tool): with few partitions every round
+           looks at every one.
         """
-        streams, n = self._all_streams, len(self._all_streams)
-        chosen = [s for s in await self.store.in_flight_streams() if s in self._all_stream_set]
-        if n <= SWEEP_STREAMS:
-            sweep = streams
-        else:
-            start = self._sweep_at % n
-            sweep = [streams[(start + i) % n] for i in range(SWEEP_STREAMS)]
-            self._sweep_at = start + SWEEP_STREAMS
-        taken = set(chosen)
-        return chosen + [s for s in sweep if s not in taken]
+        served = list(self._served.values())
+        looked, self._running_sweep_at = rotating_slice(served, self._running_sweep_at, RUNNING_SWEEP)
+        in_flight = set(await self.store.in_flight([p.tag for p in looked]))
+        in_flight |= await self.store.silent_workers_partitions()
+        sweep, self._sweep_at = rotating_slice(served, self._sweep_at, SWEEP_PARTITIONS)
+        chosen = [p for p in served if p.tag in in_flight]
+        return chosen + [p for p in sweep if p.tag not in in_flight]

@@ -2,8 +2,9 @@
 the visibility reaper (reclaim.py), the cancel watcher and candidacy for scheduler leadership
 (leader.py), each a supervised asyncio loop; this module starts, supervises and drains them.
 
-Hot path per batch: one fetchTasks script (fetch.py), the handlers (executor.py), one
-completeTasks script for everything that finished meanwhile (state, result, XACK, event).
+Hot path per batch: one fetchTasks call per ready partition (fetch.py), the handlers
+(executor.py), one completeTasks call per partition for everything that finished meanwhile
+(state, result, XACK, event); the calls of each step go out in one write per Redis node.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from .fetch import BLOCK_MS, FetchLoop
 from .leader import LeaderLoop
 from .liveness import HeartbeatLoop, Liveness
 from .reclaim import ReaperLoop
-from .store import WorkerStore
+from .store import Partition, WorkerStore
+from .wake import WakeSubscription
 
 logger = logging.getLogger("dtq.worker")
 
@@ -88,14 +90,17 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._unacked: dict[str, Row] = {}
         self._completions: list[Completion] = []
         self._queues: list[str] = []
-        # What fetches ask for: None is every queue (the fetch script reads the ready ones, and the
-        # idle wait is one shared wake list); with --queues, the fixed queues not paused.
-        self._serving: list[str] | None = []
-        self._drained = False  # the last fetch left nothing behind: wait for a wake token next
-        self._all_streams: list[str] = []
-        self._all_stream_set: frozenset[str] = frozenset()
+        # The partitions served (tag -> Partition): every one of the served queues, for the reaper
+        # and burst mode; the fetchable ones are those of queues not paused.
+        self._served: dict[str, Partition] = {}
+        self._fetchable: dict[str, Partition] = {}
+        self._paused_queues: set[str] = set()
+        self._retry_tags: set[str] = set()  # partitions whose fetch failed: ready again at the next refresh
+        self._fetch_errors: dict[str, str] = {}  # the last error of each, logged once
+        self._fetch_offset = 0  # rotates which ready partitions get the remainder of the free slots
         self._refreshed_at = -1e9
-        self._sweep_at = 0  # where in _all_streams the reaper's next round-robin slice starts
+        self._sweep_at = 0  # where in the served partitions the reaper's next round-robin slices start
+        self._running_sweep_at = 0
         self._stopping = False
         self.liveness = Liveness(config, self.clock, self.worker_id)
         self._stop = asyncio.Event()
@@ -116,6 +121,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._stopping = True
         self._stop.set()
         self._slot_freed.set()
+        if hasattr(self, "wake"):
+            self.wake.poke()  # an idle consumer waiting for a wake-up stops waiting
 
     async def serve(self) -> int:
         """run() as a process's main task: SIGTERM/SIGINT drain (request_stop); a second signal
@@ -142,6 +149,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self.client = async_client(self.config, read_timeout_s=read_timeout)
         self.store = WorkerStore(self.config, self.client, self.clock, self.worker_id,
                                  timeout_s=self.config.redis_timeout_s + 5)
+        self.wake = WakeSubscription(self.client, self.keys.wake(), self.worker_id)
         self.pool = ThreadPoolExecutor(max_workers=self.concurrency * 2, thread_name_prefix="dtq-handler")
         self.runner = AttemptRunner(self.config, self.clock, self.pool, self.worker_id,
                                     thread_released=self._slot_freed.set)
@@ -149,6 +157,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             if not await self._register():
                 return 0  # stopped while Redis was still loading: nothing was started
             self.state = "running"
+            self.wake.start()
             logger.info("worker_id=%s started queues=%s concurrency=%d", self.worker_id,
                         ",".join(self.fixed_queues or ["*"]), self.concurrency)
             for name, body in (("consume", self._consume), ("flush", self._flush_loop),
@@ -161,6 +170,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         finally:
             await cancel_and_wait(self._loops.values())
             self.pool.shutdown(wait=False, cancel_futures=True)
+            await self.wake.close()
             await self.store.aclose()
         return 0
 
@@ -215,8 +225,20 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self.liveness.beat_done()
         self.started_at = self.clock.now_ms()
 
+    def _in_flight_rows(self) -> list[Row]:
+        """The rows whose entries are this worker's: completing, running, and run by the sync
+        handlers the drain detached (their entries stay ours until they end)."""
+        rows = list(self._unacked.values())
+        rows += [ex.row for ex in self._running.values()]
+        rows += [ex.row for ex in self.runner.abandoned_threads.values()]
+        return rows
+
     def _info(self) -> dict[str, object]:
+        # partitions: where this worker holds entries now, so that peers' reapers look there as
+        # soon as it falls silent (reclaim.py), however many partitions exist.
+        partitions = sorted({row.partition_tag for row in self._in_flight_rows()})
         return {"queues": ",".join(self.fixed_queues or self._queues), "concurrency": self.concurrency,
+                "partitions": ",".join(partitions),
                 "in_flight": len(self._running) + len(self.runner.abandoned_threads),  # with the drain's threads
                 "processed": self.processed, "state": self.state,
                 "started_at": getattr(self, "started_at", self.clock.now_ms()),

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from ..keys import Keys
     from .executor import AttemptRunner, Completion, Execution, Row
     from .liveness import Liveness
-    from .store import WorkerStore
+    from .store import Partition, WorkerStore
+    from .wake import WakeSubscription
 
 
 class WorkerState:
@@ -37,6 +38,7 @@ class WorkerState:
     # Set by Worker.run, before any loop starts.
     client: aioredis.Redis
     store: WorkerStore
+    wake: WakeSubscription
     pool: ThreadPoolExecutor
     runner: AttemptRunner
 
@@ -45,12 +47,15 @@ class WorkerState:
     _unacked: dict[str, Row]
     _completions: list[Completion]
     _queues: list[str]
-    _serving: list[str] | None
-    _drained: bool
-    _all_streams: list[str]
-    _all_stream_set: frozenset[str]
+    _served: dict[str, Partition]
+    _fetchable: dict[str, Partition]
+    _paused_queues: set[str]
+    _retry_tags: set[str]
+    _fetch_errors: dict[str, str]
+    _fetch_offset: int
     _refreshed_at: float
     _sweep_at: int
+    _running_sweep_at: int
     _stopping: bool
     _stop: asyncio.Event
     _beat_failed: bool
@@ -64,6 +69,7 @@ class WorkerState:
     if TYPE_CHECKING:  # Worker's own and the loops', which they call on each other
         def request_stop(self) -> None: ...
         def _info(self) -> dict[str, object]: ...
+        def _in_flight_rows(self) -> list[Row]: ...
         async def _pause(self, seconds: float) -> None: ...
         def _free_slots(self) -> int: ...
         def _start(self, row: Row) -> None: ...

@@ -1,8 +1,10 @@
-"""The worker's Redis calls (asyncio): fetch-and-claim, completion, heartbeats, reclaim, and the
-scheduler's leader lock and promotion. Each is one script or one pipeline.
+"""The worker's Redis calls (asyncio): the partitions it serves, fetch-and-claim, completion,
+heartbeats, reclaim, and the scheduler's leader lock and promotion. Each is one script or one
+pipeline per partition, the partitions of a call pipelined together.
 
-Fetch and completion, the calls made for every batch of tasks, go over hot-path Lines (wire.py):
-one for the consumer's fetches and waits, one for completions, so neither waits for the other.
+Fetch and completion, the calls made for every batch of tasks, go over hot-path Lines (hotpath.py,
+wire.py): one for the consumer's fetches, one for completions, so neither waits for the other.
+Every partition script is routed by its KEYS[1], the partition's key prefix (Keys.partition).
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 from redis.typing import EncodableT, FieldT
@@ -26,18 +27,55 @@ from ..clock import Clock, iso
 from ..config import DtqConfig
 from ..errors import ErrorCode
 from ..keys import PRIORITIES, Keys
-from ..partitions import Layout
-from ..replication import WAIT, Replication
+from ..partitions import Layout, choose_tags, parse_registry
+from ..replication import Replication
 from ..replies import text_list
-from ..scripts import SOURCES, Scripts
-from ..wire import Line, pack
+from ..routing import Routed, is_cluster
+from ..scripts import Scripts
 from .executor import Completion, Row
+from .fairness import share
+from .hotpath import Call, HotPath
 
 COMPLETE_BATCH = 500
 REWAITS = 5  # times a worker asks replicas again for completions they did not confirm
 logger = logging.getLogger("dtq.worker")
 
 TYPES_REFRESH_MS = 600_000  # a long-running worker re-registers its task types this often
+
+
+def stream_suffix(stream: str) -> str:
+    """A partition stream's name after the partition's stream key prefix ("queue:priority"), as
+    the partition scripts take it (neither queue names nor priorities have a ':')."""
+    head, _, priority = stream.rpartition(":")
+    return f"{head.rpartition(':')[2]}:{priority}"
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One partition a worker serves: its tag, its queue, and the owner its layout gives it."""
+
+    tag: str
+    queue: str
+    owner: str
+    # Its streams after the partition's stream key prefix, in the order a fetch serves them.
+    streams: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "streams", tuple(f"{self.queue}:{p}" for p in PRIORITIES))
+
+    @classmethod
+    def all_of(cls, layout: Layout) -> list[Partition]:
+        return [cls(tag, layout.queue, layout.owner) for tag in layout.all_tags]
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one fetch round brought: rows to run, the partitions whose ready flag the fetch cleared,
+    and the partitions whose call failed (with the error), for the caller's ready set."""
+
+    rows: list[Row] = field(default_factory=list)
+    drained: list[str] = field(default_factory=list)
+    failed: dict[str, Exception] = field(default_factory=dict)
 
 
 class WorkerStore:
@@ -51,123 +89,105 @@ class WorkerStore:
         self.scripts = Scripts(client)
         self.replication = Replication.of(config)  # what completions wait for (replication.py)
         self.deleted_seen = 0  # idle pending entries the reclaim found deleted (for the log)
-        self.timeout_s = timeout_s  # for one hot-path exchange, on top of any blocking wait
-        self.line = Line(client)  # the consumer's fetches, and their blocking waits
-        self.side_line = Line(client)  # completions, written while the consumer waits
+        self.timeout_s = timeout_s  # for one hot-path exchange
+        self.fetch_path = HotPath(client, timeout_s=timeout_s)  # the consumer's fetches
+        self.complete_path = HotPath(client, timeout_s=timeout_s)  # completions, written while it fetches
         self.served_types: list[str] = []  # registered at start, refreshed by heartbeats
         self._types_at = 0  # when they were last registered (ms)
+        self._reclaim_offset = 0  # rotates the reaper's shares (fairness.share)
 
     async def aclose(self) -> None:
         try:
-            await self.line.close()
-            await self.side_line.close()
+            await self.fetch_path.close()
+            await self.complete_path.close()
         finally:
             await self.client.aclose()
 
-    # -- queues -------------------------------------------------------------------------------
-    async def known_and_paused(self) -> tuple[set[str], set[str]]:
+    # -- queues and their partitions -----------------------------------------------------------
+    async def layouts_and_paused(self) -> tuple[dict[str, Layout], set[str]]:
+        """Every registered queue's layout, and the paused queues (one pipeline)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.smembers(self.keys.queues())
-        pipe.smembers(self.keys.paused())
-        known, paused = await pipe.execute()
-        return set(known), set(paused)
+        pipe.hgetall(self.keys.queues())
+        pipe.hkeys(self.keys.paused_index())
+        registry, paused = await pipe.execute()
+        return parse_registry(registry), set(paused)
 
-    async def ensure_queues(self, queues: Sequence[str]) -> None:
-        """Register queues and create their consumer groups (from id 0, so nothing is skipped), and
-        mark them ready: entries added before the ready set existed (or while it was lost) are
-        found by the next fetch, which drops the queues it finds empty."""
-        pipe = self.client.pipeline(transaction=False)
-        if queues:
-            pipe.sadd(self.keys.ready(), *queues)
+    async def ensure_queues(self, queues: Sequence[str]) -> dict[str, Layout]:
+        """Register the queues that are not (outside DTQ_MAX_QUEUES: a worker started with --queues
+        serves them whatever submits did) and open every partition of each (idempotent: the owner
+        key and the streams' consumer groups, from id 0 so nothing is skipped). Their layouts."""
+        layouts, _ = await self.layouts_and_paused()
+        taken = {tag for layout in layouts.values() for tag in layout.all_tags}
+        master_of_slot, masters = self._slot_map()
         for queue in queues:
-            pipe.sadd(self.keys.queues(), queue)
-            for stream in self.keys.streams(queue):
-                pipe.xgroup_create(stream, Keys.GROUP, id="0", mkstream=True)
-        for reply in await pipe.execute(raise_on_error=False):
-            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
-                raise reply
+            if queue in layouts:
+                continue
+            tags = choose_tags(queue, 0, self.config.partitions_of(queue), taken, master_of_slot=master_of_slot,
+                               masters=masters)
+            proposed = Layout(queue=queue, tags=tuple(tags))
+            _, raw = await self.scripts("registerQueue", keys=[self.keys.queues()],
+                                        args=[queue, proposed.to_json(), 0])
+            layouts[queue] = Layout.from_json(queue, raw)
+            taken.update(layouts[queue].all_tags)
+        pipe = self.client.pipeline(transaction=False)
+        opened = [(layouts[q], tag) for q in queues for tag in layouts[q].all_tags]
+        for layout, tag in opened:
+            await self.scripts("openPartition", keys=[self.keys.partition(tag)],
+                               args=[layout.owner, layout.queue, Keys.GROUP], client=pipe)
+        for reply, (layout, tag) in zip(await self.scripts.aexecute(pipe), opened, strict=True):
+            if int(reply) == ErrorCode.PARTITION_CLOSED:  # deleted meanwhile: the next refresh sees it
+                logger.warning("worker_id=%s partition %s of queue %s is closed (the queue was deleted "
+                               "meanwhile)", self.worker_id, tag, layout.queue)
+        return {q: layouts[q] for q in queues}
+
+    def _slot_map(self) -> tuple[Callable[[int], str] | None, list[str]]:
+        """(slot -> master name, master names) on Redis Cluster, so that new partitions spread over
+        the masters as the engine's registry spreads them; (None, []) on one node."""
+        client = self.client
+        if not isinstance(client, aiocluster.RedisCluster):
+            return None, []
+        nodes = client.nodes_manager
+        return (lambda slot: str(nodes.get_node_from_slot(slot).name)), sorted(n.name for n in client.get_primaries())
 
     # -- claim --------------------------------------------------------------------------------
-    def _claim_args(self, *, late_bound: bool = False) -> list[object]:
-        """The claim context; late_bound leaves now to the script (Redis's clock at run time)."""
+    def _claim_args(self) -> list[object]:
+        """The claim context (includes/claim.lua, claim_context)."""
         now = self.clock.now_ms()
         c = self.config
-        return [Keys.GROUP, self.worker_id, "" if late_bound else now, "" if late_bound else iso(now),
-                c.task_retention_s * 1000, 1 if c.dlq_enabled else 0, c.dlq_maxlen]
+        return [Keys.GROUP, self.worker_id, now, iso(now), c.task_retention_s * 1000, 1 if c.dlq_enabled else 0,
+                c.dlq_maxlen]
 
-    def _claim_keys(self) -> list[str]:
-        k = self.keys
-        return [k.paused(), k.events(), k.event_seq(), k.dlq(), k.stats_counters(), k.running(), k.stats_tasks(),
-                k.task_prefix()]
+    async def fetch(self, asks: Sequence[tuple[Partition, int]]) -> Fetched:
+        """Read and claim up to `count` new entries of each partition asked (non-blocking), highest
+        priority first within each: one fetchTasks call per partition, all pipelined (one write
+        per node). A paused partition gives nothing."""
+        fetched = Fetched()
+        asks = [(p, n) for p, n in asks if n > 0]
+        if not asks:
+            return fetched
+        claim = self._claim_args()
+        calls = [Call.of(self.scripts, "fetchTasks", keys=[self.keys.partition(p.tag)],
+                         args=[*claim, count, p.owner, *p.streams]) for p, count in asks]
+        replies = await self.fetch_path.exchange(calls)
+        received_at = self.clock.monotonic()
+        for (partition, _), reply in zip(asks, replies, strict=True):
+            if isinstance(reply, Exception):
+                fetched.failed[partition.tag] = reply
+                continue
+            drained, rows = reply
+            fetched.rows += self._runnable(rows, partition.tag, received_at)
+            if int(drained):
+                fetched.drained.append(partition.tag)
+        if fetched.failed and len(fetched.failed) == len(asks):
+            raise next(iter(fetched.failed.values()))  # nothing answered: the caller backs off
+        return fetched
 
-    def _fetch_command(self, queues: Sequence[str] | None, count: int, *, late_bound: bool = False) -> bytes:
-        k = self.keys
-        keys = [*self._claim_keys(), k.ready(), k.wake_any(), k.stream_prefix(), k.wake_prefix()]
-        return self.scripts.command("fetchTasks", keys=keys,
-                                    args=[*self._claim_args(late_bound=late_bound), count, *(queues or ())])
-
-    async def fetch(self, queues: Sequence[str] | None, count: int) -> list[Row]:
-        """Read and claim up to `count` new entries of the given queues (None: every queue) that are
-        ready and not paused, highest priority first (non-blocking)."""
-        if count <= 0 or queues == []:
-            return []
-        (reply,) = await self._exchange([("fetchTasks", self._fetch_command(queues, count))], line=self.line)
-        if isinstance(reply, Exception):
-            raise reply
-        return self._runnable(reply)
-
-    def wake_keys(self, queues: Sequence[str] | None) -> list[str]:
-        """The wake lists a worker serving these queues (None: every queue) blocks on."""
-        return [self.keys.wake_any()] if queues is None else [self.keys.wake(q) for q in queues]
-
-    async def wait_and_fetch(self, queues: Sequence[str] | None, count: int, block_ms: int) -> list[Row]:
-        """Wait up to block_ms for a token on the queues' wake list(s), then fetch, in one round trip.
-
-        Redis holds the pipelined fetch script until the BLPOP before it returns, so the wake-up
-        and the claim travel together (an XREADGROUP BLOCK would need a second round trip for
-        the claim). A stale token only costs an empty fetch. The script runs up to block_ms after
-        it was queued, so it reads the time from Redis's clock rather than a stale one of ours.
-        """
-        wake_keys = self.wake_keys(queues)
-        woke, reply = await self._exchange(
-            [("", pack(["BLPOP", *wake_keys, f"{block_ms / 1000:g}"])),
-             ("fetchTasks", self._fetch_command(queues, count, late_bound=True))],
-            line=self.line, wait_s=block_ms / 1000)
-        if isinstance(reply, Exception):
-            raise reply
-        rows = self._runnable(reply)
-        if isinstance(woke, redis.exceptions.ResponseError):
-            # A wake key that is not a list (written by hand): BLPOP fails at once. Fetching goes
-            # on, but without this pause an idle worker would spin on Redis.
-            logger.warning("worker_id=%s cannot wait on %s: %s; polling every %d ms instead", self.worker_id,
-                           ",".join(wake_keys), woke, block_ms)
-            if not rows:
-                await asyncio.sleep(block_ms / 1000)
-        elif isinstance(woke, Exception):
-            raise woke
-        return rows
-
-    async def _exchange(self, commands: list[tuple[str, bytes]], *, line: Line, wait_s: float = 0.0) -> list[Any]:
-        """Send named commands in one write; a script Redis does not know (restarted, or SCRIPT
-        FLUSH) did not run: load it and send that command again on its own (with the WAIT that
-        ends the exchange, if one does: it counted replicas before this write). wait_s: how long a
-        blocking command among them may wait, on top of the usual timeout."""
-        replies = await line.exchange([cmd for _, cmd in commands], wait_s + self.timeout_s)
-        wait = [cmd for name, cmd in commands[-1:] if name == WAIT]
-        for i, ((name, cmd), reply) in enumerate(zip(commands, replies, strict=True)):
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                await self.client.script_load(SOURCES[name])
-                replies[i], *acked = await line.exchange([cmd, *wait], wait_s + self.timeout_s)
-                if acked:
-                    replies[-1] = acked[0]
-        return replies
-
-    def _runnable(self, reply: list[Any]) -> list[Row]:
+    def _runnable(self, reply: list[Any], tag: str, received_at: float) -> list[Row]:
         """Keep the rows to run; log, once each, the entries the claim script settled itself."""
         rows: list[Row] = []
         for r in reply:
             if r[0] == "run":
-                rows.append(Row.from_reply(r, self.clock.monotonic()))
+                rows.append(Row.from_reply(r, received_at, tag))
                 continue
             outcome, entry_id, stream, task_id, reason = r[:5]
             if outcome == "absorbed":
@@ -184,58 +204,110 @@ class WorkerStore:
                             outcome, reason)
         return rows
 
-    async def reclaim(self, streams: Sequence[str], count: int, ours: Container[str] = (),
-                      trusted: Callable[[float], bool] = lambda took_s: True) -> list[Row]:
-        """Take up to `count` entries idle past the visibility timeout, in any of `streams`
-        (highest priority first), and claim them with the increment.
+    # -- reclaim --------------------------------------------------------------------------------
+    async def in_flight(self, tags: Sequence[str]) -> list[str]:
+        """The tags among `tags` whose running index is not empty: where an entry a worker claimed
+        and has not acknowledged can be (one pipeline)."""
+        if not tags:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for tag in tags:
+            pipe.zcard(self.keys.running(tag))
+        return [tag for tag, n in zip(tags, await pipe.execute(raise_on_error=False), strict=True)
+                if isinstance(n, int) and n > 0]
 
-        One takeIdleEntries script for every stream: an idle round costs one round trip, and a
-        round that finds work one more (claimEntries). Entries deleted from the stream while
-        pending leave the PEL; their tasks stay RUNNING until recover_lost_tasks requeues them.
+    async def silent_workers_partitions(self) -> set[str]:
+        """The partitions where workers silent past the visibility timeout held entries at their
+        last heartbeat (the `partitions` field of their registration)."""
+        cutoff = self.clock.now_ms() - int(self.config.visibility_timeout_s * 1000)
+        silent = [w for w in text_list(await self.client.zrangebyscore(self.keys.workers(), "-inf", cutoff))
+                  if w != self.worker_id]
+        if not silent:
+            return set()
+        pipe = self.client.pipeline(transaction=False)
+        for worker_id in silent:
+            pipe.hget(self.keys.worker(worker_id), "partitions")
+        return {tag for value in await pipe.execute() if value for tag in str(value).split(",") if tag}
+
+    async def reclaim(self, partitions: Sequence[Partition], count: int, ours: Container[str] = (),
+                      trusted: Callable[[float], bool] = lambda took_s: True) -> list[Row]:
+        """Take up to `count` entries idle past the visibility timeout in the given partitions
+        (highest priority first within each) and claim them with the increment.
+
+        1. One pipeline looks for an idle entry in each stream (XPENDING IDLE, read only): an idle
+           round costs one round trip, whatever the number of partitions.
+        2. takeIdleEntries in the partitions that have one, `count` shared among them (one
+           pipeline), then claimEntries in those that gave entries (one pipeline).
+        Entries deleted from the stream while pending leave the PEL; their tasks stay RUNNING until
+        the leader's lost-task sweep requeues them.
         `ours`: entry ids this worker is still running or completing. One of them idle that long
-        means its heartbeat ran late (a blocked event loop), not that it died: the script has just
+        means its heartbeat ran late (a blocked event loop), not that it died: the take has just
         refreshed it, and it is not run again.
-        `trusted(seconds the take took)`: False when Redis stalled while the call was in flight
+        `trusted(seconds the take took)`: False when Redis stalled while the take was in flight
         (or heartbeats are late): the idle times it judged by grew for every owner alike, so the
         entries go back to the owners their task records name, for those to refresh.
         """
-        if count <= 0 or not streams:
+        if count <= 0 or not partitions:
             return []
         min_idle = int(self.config.visibility_timeout_s * 1000)
+        idle = await self._with_idle_entries(partitions, min_idle)
+        if not idle:
+            return []
+        shares = share(count, [p.tag for p in idle], self._reclaim_offset)
+        self._reclaim_offset += count % len(idle)
+        by_tag = {p.tag: p for p in idle}
         started = self.clock.monotonic()
-        deleted, taken = await self.scripts("takeIdleEntries", keys=[self.keys.stream_prefix()],
-                                            args=[Keys.GROUP, self.worker_id, min_idle, count,
-                                                  *(self.keys.stream_name(stream) for stream in streams)])
-        self.deleted_seen += int(deleted)
-        if taken and not trusted(self.clock.monotonic() - started):
-            await self._give_back([(stream, entry_id, task_id) for stream, entry_id, task_id, *_ in taken
-                                   if entry_id not in ours])
+        pipe = self.client.pipeline(transaction=False)
+        for tag, n in shares:
+            await self.scripts("takeIdleEntries", keys=[self.keys.partition(tag)],
+                               args=[Keys.GROUP, self.worker_id, min_idle, n, *by_tag[tag].streams], client=pipe)
+        takes = await self.scripts.aexecute(pipe)
+        taken_by_tag: dict[str, list[Any]] = {}
+        for (tag, _), (deleted, taken) in zip(shares, takes, strict=True):
+            self.deleted_seen += int(deleted)
+            if taken:
+                taken_by_tag[tag] = taken
+        if not taken_by_tag:
             return []
-        quads: list[object] = []
-        for stream, entry_id, task_id, attempt, _owner in taken:
-            if entry_id in ours:
-                logger.warning("task_id=%s worker_id=%s entry %s went idle past the visibility timeout while "
-                               "running here (late heartbeat: a blocked event loop?); a peer could have taken it",
-                               task_id, self.worker_id, entry_id)
-                continue
-            quads += [self.keys.stream_name(stream), entry_id, task_id, attempt]
-        if not quads:
+        if not trusted(self.clock.monotonic() - started):
+            await self._give_back([(stream, entry_id, task_id) for taken in taken_by_tag.values()
+                                   for stream, entry_id, task_id, *_ in taken if entry_id not in ours])
             return []
-        reply = await self.scripts("claimEntries", keys=[*self._claim_keys(), self.keys.stream_prefix()],
-                                   args=[*self._claim_args(), *quads])
-        return self._runnable(reply)
-
-    async def in_flight_streams(self, limit: int = 5000) -> list[str]:
-        """The streams of the RUNNING tasks in the running index (least recently seen first, up to
-        `limit` tasks), in priority order: where entries idle past the visibility timeout can be."""
-        ids = text_list(await self.client.zrange(self.keys.running(), 0, limit - 1))
-        if not ids:
+        claims: list[tuple[str, list[object]]] = []
+        for tag, taken in taken_by_tag.items():
+            quads: list[object] = []
+            for stream, entry_id, task_id, attempt, _owner in taken:
+                if entry_id in ours:
+                    logger.warning("task_id=%s worker_id=%s entry %s went idle past the visibility timeout while "
+                                   "running here (late heartbeat: a blocked event loop?); a peer could have taken it",
+                                   task_id, self.worker_id, entry_id)
+                    continue
+                quads += [stream_suffix(stream), entry_id, task_id, attempt]
+            if quads:
+                claims.append((tag, quads))
+        if not claims:
             return []
         pipe = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hmget(self.keys.task(task_id), ["queue", "priority"])
-        found = {(p, q) for q, p in await pipe.execute() if q and p in PRIORITIES}
-        return [self.keys.stream(q, p) for p, q in sorted(found, key=lambda pq: (PRIORITIES.index(pq[0]), pq[1]))]
+        claim = self._claim_args()
+        for tag, quads in claims:
+            await self.scripts("claimEntries", keys=[self.keys.partition(tag)], args=[*claim, *quads], client=pipe)
+        received_at = self.clock.monotonic()
+        rows: list[Row] = []
+        for (tag, _), reply in zip(claims, await self.scripts.aexecute(pipe), strict=True):
+            rows += self._runnable(reply, tag, received_at)
+        return rows
+
+    async def _with_idle_entries(self, partitions: Sequence[Partition], min_idle: int) -> list[Partition]:
+        """The partitions with an entry idle for at least min_idle ms in one of their streams."""
+        pipe = self.client.pipeline(transaction=False)
+        for p in partitions:
+            for priority in PRIORITIES:
+                pipe.xpending_range(self.keys.stream(p.tag, p.queue, priority), Keys.GROUP, "-", "+", 1,
+                                    idle=min_idle)
+        replies = await pipe.execute(raise_on_error=False)  # a stream or group that is gone: nothing idle
+        n = len(PRIORITIES)
+        return [p for i, p in enumerate(partitions)
+                if any(isinstance(r, list) and r for r in replies[i * n:(i + 1) * n])]
 
     async def _give_back(self, entries: Sequence[tuple[str, str, str]]) -> None:
         """Hand entries (stream, entry id, task id) just taken back to the workers their RUNNING
@@ -258,56 +330,75 @@ class WorkerStore:
                        "%d left for a later round", self.worker_id, returned, len(entries) - returned)
 
     async def release(self, rows: Sequence[Row]) -> int:
-        """Hand the entries of attempts that stopped unfinished to peers (releaseEntries)."""
+        """Hand the entries of attempts that stopped unfinished to peers (releaseEntries, one per
+        partition, pipelined)."""
         if not rows:
             return 0
         idle_ms = int(self.config.visibility_timeout_s * 1000)
-        pairs = [part for row in rows for part in (self.keys.stream_name(row.stream), row.entry_id)]
-        return int(await self.scripts("releaseEntries", keys=[self.keys.stream_prefix()],
-                                      args=[Keys.GROUP, self.worker_id, idle_ms, *pairs]))
+        pipe = self.client.pipeline(transaction=False)
+        for tag, group in _by_tag(rows).items():
+            pairs = [part for row in group for part in (stream_suffix(row.stream), row.entry_id)]
+            await self.scripts("releaseEntries", keys=[self.keys.partition(tag)],
+                               args=[Keys.GROUP, self.worker_id, idle_ms, *pairs], client=pipe)
+        return sum(int(n) for n in await self.scripts.aexecute(pipe))
 
     # -- complete -----------------------------------------------------------------------------
-    def _complete_commands(self, completions: Sequence[Completion]) -> list[bytes]:
-        k, c = self.keys, self.config
-        commands = []
-        for start in range(0, len(completions), COMPLETE_BATCH):
-            now = self.clock.now_ms()
-            records = []
-            for completion in completions[start:start + COMPLETE_BATCH]:
-                record = completion.record()
-                record[3] = k.stream_name(record[3])  # the script adds the prefix, a KEY
-                records.append(record)
-            keys = [k.events(), k.event_seq(), k.schedule(), k.dlq(), k.stats_tasks(), k.stats_duration(),
-                    k.stats_counters(), k.throughput(now // 60000), k.running(), k.task_prefix(), k.result_prefix(),
-                    k.stream_prefix()]
-            args = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
-                    1 if c.dlq_enabled else 0, c.dlq_maxlen, json.dumps(records)]
-            commands.append(self.scripts.command("completeTasks", keys=keys, args=args))
-        return commands
+    def _complete_calls(self, completions: Sequence[Completion]) -> tuple[list[Call], list[list[int]]]:
+        """completeTasks calls, one per partition (per COMPLETE_BATCH of it): completions grouped
+        by the tag of their task ids; and, for each call, the indexes of its completions."""
+        c = self.config
+        by_tag: dict[str, list[int]] = {}
+        for i, completion in enumerate(completions):
+            by_tag.setdefault(completion.row.partition_tag, []).append(i)
+        now = self.clock.now_ms()
+        head = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
+                1 if c.dlq_enabled else 0, c.dlq_maxlen]
+        calls, groups = [], []
+        for tag, indexes in by_tag.items():
+            for start in range(0, len(indexes), COMPLETE_BATCH):
+                batch = indexes[start:start + COMPLETE_BATCH]
+                records = []
+                for i in batch:
+                    record = completions[i].record()
+                    record[3] = stream_suffix(record[3])  # the script adds its partition's prefix
+                    records.append(record)
+                calls.append(Call.of(self.scripts, "completeTasks", keys=[self.keys.partition(tag)],
+                                     args=[*head, json.dumps(records)]))
+                groups.append(batch)
+        return calls, groups
 
     async def complete(self, completions: Sequence[Completion]) -> list[Any]:
-        """Write completions, on a line of their own: the consumer's may be held by a blocking wait.
+        """Write completions, on a line of their own: the consumer's may be busy fetching.
 
-        One status per completion, as completeTasks returns them: the new status, "fenced",
-        "resent", or ["quarantined", new status, reason].
+        One status per completion, in their order, as completeTasks returns them: the new status,
+        "fenced", "resent", or ["quarantined", new status, reason].
         """
         if not completions:
             return []
-        commands = [("completeTasks", c) for c in self._complete_commands(completions)]
-        wait = [(WAIT, c) for c in self.replication.commands()]  # DTQ_REDIS_MIN_REPLICAS
-        replies = await self._exchange([*commands, *wait], line=self.side_line, wait_s=self.replication.wait_s)
-        if wait:
-            *replies, acked = replies
-        statuses: list[Any] = []
-        for reply in replies:
+        calls, groups = self._complete_calls(completions)
+        wait = self._waits(calls)  # DTQ_REDIS_MIN_REPLICAS
+        replies = await self.complete_path.exchange(calls, wait, self.replication.wait_s)
+        acked = _fewest(replies[len(calls):])
+        statuses: list[Any] = [None] * len(completions)
+        for indexes, reply in zip(groups, replies[:len(calls)], strict=True):
             if isinstance(reply, Exception):
-                raise reply
-            statuses += reply
+                raise reply  # all are sent again: a record applied already comes back "resent"
+            for i, status in zip(indexes, reply, strict=True):
+                statuses[i] = status
         if wait:
-            await self._until_replicated(commands, acked, len(completions))
+            await self._until_replicated(calls, acked, len(completions))
         return statuses
 
-    async def _until_replicated(self, commands: list[tuple[str, bytes]], acked: object, count: int) -> None:
+    def _waits(self, calls: Sequence[Call]) -> list[Routed]:
+        """The WAITs that follow completions (none with DTQ_REDIS_MIN_REPLICAS=0): one on one node;
+        on a cluster, one behind each partition's calls, on the connection to its master."""
+        commands = self.replication.commands()
+        if not commands:
+            return []
+        keys = dict.fromkeys(c.key for c in calls) if is_cluster(self.client) else [calls[0].key]
+        return [(key, command) for key in keys for command in commands]
+
+    async def _until_replicated(self, calls: list[Call], acked: object, count: int) -> None:
         """Ask again while fewer replicas than DTQ_REDIS_MIN_REPLICAS confirm the completions.
 
         Nobody waits for a 503 here, so the worker warns and asks again, a few times with backoff.
@@ -317,7 +408,7 @@ class WorkerStore:
         goes on (an ERROR line): the tasks are done on the master, and if a failover loses that,
         they run again (at-least-once), while a worker stuck here could not even drain.
         """
-        wait = [(WAIT, c) for c in self.replication.commands()]
+        wait = self._waits(calls)
         for attempt in range(1, REWAITS + 1):
             if self.replication.enough(acked):
                 return
@@ -325,8 +416,8 @@ class WorkerStore:
                            "(WAIT answered %s): sending them again with the WAIT (%d of %d)", self.worker_id, count,
                            self.replication.replicas, self.replication.timeout_ms, acked, attempt, REWAITS)
             await asyncio.sleep(min(0.1 * 2 ** attempt, 2.0))
-            acked = (await self._exchange([*commands, *wait], line=self.side_line,
-                                          wait_s=self.replication.wait_s))[-1]
+            replies = await self.complete_path.exchange(calls, wait, self.replication.wait_s)
+            acked = _fewest(replies[len(calls):])
         if not self.replication.enough(acked):
             logger.error("worker_id=%s completions of %d task(s) still not confirmed by %d replica(s) (WAIT answered "
                          "%s): going on; a failover now could lose them, and those tasks would run again",
@@ -345,13 +436,25 @@ class WorkerStore:
             pipe.hget(self.keys.task(task_id), "cancel_requested")
         return [flag == "1" for flag in await pipe.execute()]
 
+    async def due_soon(self, tags: Sequence[str], horizon_ms: int) -> bool:
+        """Whether any of the partitions has scheduled work due by horizon_ms, or schedule entries
+        the leader has claimed and not yet queued (one pipeline)."""
+        if not tags:
+            return False
+        pipe = self.client.pipeline(transaction=False)
+        for tag in tags:
+            pipe.zcount(self.keys.schedule(tag), "-inf", horizon_ms)
+            pipe.zcard(self.keys.schedule_claims(tag))  # due work between the scheduler's two scripts
+        return any(int(n) for n in await pipe.execute())
+
     # -- registry and heartbeat ---------------------------------------------------------------
     async def live_worker_age_s(self, worker_id: str) -> float | None:
         score = await self.client.zscore(self.keys.workers(), worker_id)
         return None if score is None else (self.clock.now_ms() - score) / 1000
 
-    async def heartbeat(self, info: dict[str, Any], entries: Sequence[tuple[str, str, str]]) -> None:
-        """Record liveness and refresh the idle time of our in-flight entries, in one round trip."""
+    async def heartbeat(self, info: dict[str, Any], rows: Sequence[Row]) -> None:
+        """Record liveness and refresh the idle time of our in-flight entries (touchEntries, one per
+        partition), in one round trip."""
         now = self.clock.now_ms()
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
@@ -363,12 +466,11 @@ class WorkerStore:
         pipe.pexpire(k.worker(self.worker_id), int(self.config.worker_record_ttl_s * 1000))
         if self.served_types and now - self._types_at >= TYPES_REFRESH_MS:
             await self._register_types(pipe, now)
-        if entries:
-            flat = [part for stream, entry_id, task_id in entries
-                    for part in (k.stream_name(stream), entry_id, task_id)]
-            await self.scripts("touchEntries", keys=[k.running(), k.task_prefix(), k.stream_prefix()],
-                               args=[Keys.GROUP, self.worker_id, now, *flat], client=pipe)
-        await pipe.execute()
+        for tag, group in _by_tag(rows).items():
+            flat = [part for row in group for part in (stream_suffix(row.stream), row.entry_id, row.task_id)]
+            await self.scripts("touchEntries", keys=[k.partition(tag)], args=[Keys.GROUP, self.worker_id, now, *flat],
+                               client=pipe)
+        await self.scripts.aexecute(pipe)
 
     async def register_types(self, types: Sequence[str]) -> None:
         """Record the task types this worker serves, so submit accepts them (engine.tasks.check_type)."""
@@ -603,3 +705,17 @@ class PartitionReplies:
     def raise_failure(self) -> None:
         if self.failure is not None:
             raise self.failure
+
+
+def _fewest(acks: Sequence[Any]) -> object:
+    """The WAIT reply that counts the fewest replicas (an error reply first): what the whole
+    batch can be said to have."""
+    errors = [a for a in acks if not isinstance(a, int)]
+    return errors[0] if errors else min(acks, default=0)
+
+
+def _by_tag(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.partition_tag, []).append(row)
+    return groups
