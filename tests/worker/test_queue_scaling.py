@@ -1,5 +1,6 @@
 """What queues cost a real worker: an idle one serving every queue does the same Redis work per
-round with 2,000 queues as with one, and a paused queue costs nothing and keeps its order.
+round with 2,000 queues (2,000 partitions) as with one, and a paused queue costs nothing and keeps
+its order.
 
 Each test runs its own redis-server, so INFO commandstats counts only this worker's commands.
 """
@@ -16,7 +17,7 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
-from dtq_core.keys import Keys
+from dtq_core.worker.reclaim import RUNNING_SWEEP, SWEEP_PARTITIONS
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..failure.support import FAST
@@ -35,14 +36,12 @@ def _calls(client: redis.Redis, command: str) -> int:
     return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
-def _make_queues(client: redis.Redis, keys: Keys, names: list[str]) -> None:
-    """The state junk submits leave behind once their tasks ran: registered queues, empty streams."""
-    pipe = client.pipeline(transaction=False)
+def _make_queues(server: RedisServer, names: list[str]) -> None:
+    """The state junk submits leave behind once their tasks ran: registered queues, their
+    partitions opened, empty streams."""
+    registry = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX, max_queues=0)).registry
     for name in names:
-        pipe.sadd(keys.queues(), name)
-        for stream in keys.streams(name):
-            pipe.xgroup_create(stream, Keys.GROUP, id="0", mkstream=True)
-    pipe.execute()
+        registry.ensure(name)
 
 
 def _worker(server: RedisServer, tmp_path: Path, *args: str, **env: object) -> WorkerProcess:
@@ -50,41 +49,43 @@ def _worker(server: RedisServer, tmp_path: Path, *args: str, **env: object) -> W
                          tmp_path / "worker.log")
 
 
-def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[int, int, float]:
-    """XREADGROUP calls and streams reclaimed from (the reaper's XPENDINGs, inside its one
-    takeIdleEntries script per round) an idle worker serving every queue makes in 3 s, and one
-    task's latency from submit to SUCCEEDED."""
+def _idle_reads(server: RedisServer, tmp_path: Path, queues: int) -> tuple[dict[str, int], float]:
+    """The calls an idle worker serving every queue makes in 3 s: XREADGROUP (fetches), XPENDING
+    (the reaper's look for idle entries, one pipeline per round) and ZCARD (its look at running
+    indexes); and one task's latency from submit to SUCCEEDED."""
     client = redis.Redis.from_url(server.url, decode_responses=True)
-    engine = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX))
+    engine = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX, max_queues=0))
     names = [f"junk-{n:05d}" for n in range(queues)]
-    _make_queues(client, engine.keys, names)
+    _make_queues(server, names)
     # A reaper round every 0.5 s.
     worker = _worker(server, tmp_path, DTQ_VISIBILITY_TIMEOUT_S=2, DTQ_HEARTBEAT_INTERVAL_S=0.5)
     try:
-        # It waits on a wake list only after a fetch came up short: from then on it is idle.
-        wait_for(lambda: _calls(client, "blpop") >= 2 and _calls(client, "xpending") >= 1, timeout=60,
-                 message=worker.output)
+        # At start it sweeps every partition once (three reads each) and finds each drained: from
+        # then on it is idle, waiting on its subscription.
+        wait_for(lambda: _calls(client, "xreadgroup") >= 3 * queues and _calls(client, "xpending") >= 1,
+                 timeout=60, message=worker.output)
         client.config_resetstat()
         time.sleep(3)  # the measurement window, not a synchronisation
-        reads, reclaims = _calls(client, "xreadgroup"), _calls(client, "xpending")
+        calls = {c: _calls(client, c) for c in ("xreadgroup", "xpending", "zcard")}
         started = time.monotonic()
         task_id = engine.tasks.enqueue("dtq.echo", queue=names[len(names) // 2]).id
         wait_for(lambda: engine.tasks.get(task_id)["status"] == "SUCCEEDED", timeout=30, interval=0.005,
                  message=worker.output)
-        return reads, reclaims, time.monotonic() - started
+        return calls, time.monotonic() - started
     finally:
         worker.kill()
 
 
 @pytest.mark.slow
 def test_an_idle_worker_reads_nothing_however_many_queues_exist(private_redis: RedisServer, tmp_path: Path) -> None:
-    reads, reclaims, latency = _idle_reads(private_redis, tmp_path, 2000)
-    # One wait-then-fetch round per second (BLOCK_MS), each reading no stream: before, every
-    # round read all 6,000 streams. The reaper looks only at streams with tasks in flight
-    # (none) and a round-robin slice of 30 others: before, each of its rounds (every 0.5 s here)
-    # looked at every stream (an XAUTOCLAIM each, then).
-    assert reads <= 10, reads
-    assert reclaims <= 8 * 30, reclaims
+    calls, latency = _idle_reads(private_redis, tmp_path, 2000)
+    # Idle, it waits on its subscription and reads no stream: once, every round read all 6,000.
+    # The reaper looks only at partitions with tasks in flight (none), found from the running
+    # indexes of at most RUNNING_SWEEP partitions per round, and at a round-robin slice of
+    # SWEEP_PARTITIONS others: once, each of its rounds (every 0.5 s here) looked at every stream.
+    assert calls["xreadgroup"] <= 10, calls
+    assert calls["xpending"] <= 8 * 3 * SWEEP_PARTITIONS, calls
+    assert calls["zcard"] <= 8 * RUNNING_SWEEP, calls
     assert latency < 2.0, latency
 
 
@@ -93,13 +94,12 @@ def test_a_paused_queue_costs_nothing_and_keeps_its_order(private_redis: RedisSe
     client = redis.Redis.from_url(private_redis.url, decode_responses=True)
     engine = Engine(DtqConfig(redis_url=private_redis.url, key_prefix=PREFIX))
     submitted: dict[str, list[str]] = {"high": [], "normal": []}
-    subs = []
-    for n in range(300):
-        priority = "high" if n % 3 == 0 else "normal"
-        sub = engine.tasks.validate("failure.work", {"seconds": 0.005, "n": n}, queue="steady", priority=priority)
-        submitted[priority].append(sub.task_id)
-        subs.append(sub)
-    engine.tasks.enqueue_many(subs)
+    priorities = ["high" if n % 3 == 0 else "normal" for n in range(300)]
+    queued = engine.tasks.enqueue_many([engine.tasks.validate("failure.work", {"seconds": 0.005, "n": n},
+                                                              queue="steady", priority=priority)
+                                        for n, priority in enumerate(priorities)])
+    for priority, task in zip(priorities, queued, strict=True):
+        submitted[priority].append(task.id)  # type: ignore[union-attr]  # none was refused
     runs_key = f"{PREFIX}:testlog:runs"
     worker = _worker(private_redis, tmp_path, "--concurrency", "1", **FAST)
     try:

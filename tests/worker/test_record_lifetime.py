@@ -19,6 +19,7 @@ from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
 
+from .support import tag
 from .test_worker_behaviour import make_engine, run_burst
 
 OPERATOR = Actor.cli()
@@ -77,7 +78,7 @@ def test_a_retry_due_after_the_retention_keeps_its_record_until_it_runs(
     run_burst(cfg, max_tasks=1)  # the first attempt only, however soon the jitter makes the retry due
     task = engine.tasks.get(task_id)
     assert task["status"] == "RETRYING"
-    due_in_s = redis_client.zscore(engine.keys.schedule(), task_id) / 1000 - time.time()
+    due_in_s = redis_client.zscore(engine.keys.schedule(tag(engine, "default")), task_id) / 1000 - time.time()
     assert ttl_s(redis_client, engine, task_id) >= due_in_s + 2 - 0.5
 
 
@@ -157,7 +158,8 @@ def test_cancelled_and_purged_waiting_tasks_are_counted_as_cancelled_outcomes(
         engine.tasks.enqueue("dtq.sleep", {"seconds": 1}, queue="purged")
     engine.tasks.enqueue("dtq.echo", {}, queue="purged", priority="high")
     assert engine.queues.purge("purged", OPERATOR) == 4
-    counts = redis_client.hgetall(engine.keys.stats_tasks())
+    counts = {**redis_client.hgetall(engine.keys.stats_tasks(tag(engine, "default"))),
+              **redis_client.hgetall(engine.keys.stats_tasks(tag(engine, "purged")))}
     assert counts == {"default|dtq.echo|cancelled": "2", "purged|dtq.sleep|cancelled": "3",
                       "purged|dtq.echo|cancelled": "1"}
 
@@ -171,4 +173,4 @@ def test_an_idempotency_key_still_deduplicates_after_its_task_record_expired(
     redis_client.delete(engine.keys.task(first.id))
     again = engine.tasks.enqueue("dtq.echo", {}, idempotency_key="order-7")
     assert again.id == first.id and not again.created and again.status == "UNKNOWN"
-    assert redis_client.xlen(engine.keys.stream("default", "normal")) == 1
+    assert redis_client.xlen(engine.keys.stream(tag(engine, "default"), "default", "normal")) == 1

@@ -29,6 +29,7 @@ from dtq_core.worker import Worker
 from dtq_core.worker.executor import Row
 
 from ..conftest import wait_for
+from .support import tag
 
 RECORDED: list[Any] = []
 
@@ -99,7 +100,8 @@ async def status_once(engine: Engine, task_id: str, done: Callable[[str], bool],
 def stale_row(engine: Engine, task_id: str, queue: str) -> Row:
     """The row of a claim that reached its worker a minute ago (the worker stalled since)."""
     entry_id = engine.client.hget(engine.keys.task(task_id), "entry_id")
-    return Row(entry_id=entry_id, stream=engine.keys.stream(queue, "normal"), task_id=task_id, attempt=1,
+    return Row(entry_id=entry_id, stream=engine.keys.stream(tag(engine, queue), queue, "normal"), task_id=task_id,
+               attempt=1,
                max_attempts=1, type="test.record", payload=json.dumps(engine.tasks.get(task_id)["payload"]),
                timeout_s=5, queue=queue, priority="normal", received_at=time.monotonic() - 60)
 
@@ -112,9 +114,10 @@ def test_it_runs_a_task_and_stores_its_result(config: DtqConfig, redis_client: r
     assert task["status"] == "SUCCEEDED" and task["result"] == {"hello": "world"}
     assert task["attempt"] == 1 and task["worker_id"] == worker.worker_id
     assert task["started_at"] and task["finished_at"] and not task["result_truncated"]
-    stream = engine.keys.stream("default", "normal")
+    t = tag(engine, "default")
+    stream = engine.keys.stream(t, "default", "normal")
     assert redis_client.xlen(stream) == 0 and redis_client.xpending(stream, Keys.GROUP)["pending"] == 0
-    assert redis_client.hget(engine.keys.stats_tasks(), "default|dtq.echo|succeeded") == "1"
+    assert redis_client.hget(engine.keys.stats_tasks(t), "default|dtq.echo|succeeded") == "1"
     assert redis_client.zscore(engine.keys.workers(), worker.worker_id) is None  # deregistered on exit
 
 
@@ -213,7 +216,7 @@ def test_a_corrupt_record_is_quarantined_alone_when_fetched_or_scheduled(
     assert redis_client.hget(engine.keys.task(ids[1]), "attempt_corrupt") == "one"  # kept for the operator
     (entry,) = engine.dlq.list().items
     assert entry["task_id"] == ids[1] and entry["error_class"] == "dtq.CorruptRecord"
-    assert redis_client.hget(engine.keys.stats_counters(), "corrupt_records") == "1"
+    assert redis_client.hget(engine.keys.stats_counters(tag(engine, "default")), "corrupt_records") == "1"
     [logged] = [r for r in caplog.records if "quarantined as dtq.CorruptRecord" in r.getMessage()]
     assert logged.levelname == "ERROR" and f"task_id={ids[1]}" in logged.getMessage()
     assert ("scheduler could not queue it" if delayed else "could not be claimed") in logged.getMessage()
@@ -300,8 +303,9 @@ def test_a_completion_resent_after_a_lost_reply_is_recognised_not_fenced(
     task = engine.tasks.get(task_id)
     assert task["status"] == "DEAD_LETTERED" and task["attempt"] == 1 and len(task["errors"]) == 1
     assert [e["task_id"] for e in engine.dlq.list().items] == [task_id]  # one dead letter, not two
-    assert redis_client.hget(engine.keys.stats_tasks(), "default|dtq.fail|dead_lettered") == "1"
-    assert redis_client.hget(engine.keys.stats_counters(), "fenced") is None
+    t = tag(engine, "default")
+    assert redis_client.hget(engine.keys.stats_tasks(t), "default|dtq.fail|dead_lettered") == "1"
+    assert redis_client.hget(engine.keys.stats_counters(t), "fenced") is None
     assert f"task_id={task_id} attempt=1 worker_id=resender completion re-sent after a lost reply" in caplog.text
     assert "result discarded" not in caplog.text
 
@@ -311,7 +315,7 @@ def test_with_the_dlq_off_failures_end_failed(config: DtqConfig, redis_client: r
     task_id = engine.tasks.enqueue("dtq.fail").id
     run_burst(cfg)
     assert engine.tasks.get(task_id)["status"] == "FAILED"
-    assert redis_client.xlen(engine.keys.dlq()) == 0
+    assert redis_client.xlen(engine.keys.dlq(tag(engine, "default"))) == 0
 
 
 def test_a_handler_timeout_retries_then_dead_letters(config: DtqConfig) -> None:
@@ -389,7 +393,7 @@ def test_a_retryable_error_can_say_when_to_retry(config: DtqConfig, redis_client
     run_burst(cfg, max_tasks=1)
     task = engine.tasks.get(task_id)
     assert task["status"] == "RETRYING"
-    due_ms = redis_client.zscore(engine.keys.schedule(), task_id)
+    due_ms = redis_client.zscore(engine.keys.schedule(tag(engine, "default")), task_id)
     assert before_ms + 29_000 < due_ms < time.time() * 1000 + 30_500  # not the 10 ms backoff
     # The last attempt still dead-letters, whatever the handler asks for.
     last = engine.tasks.enqueue("test.rate_limited", {"after": 30}, max_attempts=1).id
@@ -482,7 +486,7 @@ def test_a_task_past_its_ttl_expires_without_running(config: DtqConfig) -> None:
     time.sleep(0.1)  # let the ttl pass before any worker exists
     run_burst(cfg)
     assert engine.tasks.get(task_id)["status"] == "EXPIRED" and RECORDED == []
-    assert engine.client.hget(engine.keys.stats_tasks(), "default|test.record|expired") == "1"
+    assert engine.client.hget(engine.keys.stats_tasks(tag(engine, "default")), "default|test.record|expired") == "1"
 
 
 def test_a_delayed_task_past_its_ttl_expires_in_the_scheduler(config: DtqConfig) -> None:
@@ -491,7 +495,7 @@ def test_a_delayed_task_past_its_ttl_expires_in_the_scheduler(config: DtqConfig)
     time.sleep(0.1)  # due, and past its ttl, before the scheduler looks
     run_burst(cfg)
     assert engine.tasks.get(task_id)["status"] == "EXPIRED" and RECORDED == []
-    assert engine.client.hget(engine.keys.stats_tasks(), "default|test.record|expired") == "1"
+    assert engine.client.hget(engine.keys.stats_tasks(tag(engine, "default")), "default|test.record|expired") == "1"
 
 
 def test_large_results_are_truncated_and_flagged(config: DtqConfig) -> None:
@@ -590,14 +594,14 @@ def test_a_paused_queue_is_skipped_until_resumed(config: DtqConfig) -> None:
 def test_duplicate_entries_are_absorbed_not_run(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config)
     task_id = engine.tasks.enqueue("test.record", "once").id
-    stream = engine.keys.stream("default", "normal")
+    stream = engine.keys.stream(tag(engine, "default"), "default", "normal")
     redis_client.xadd(stream, {"task_id": task_id, "attempt": 1})  # e.g. a scheduler split-brain duplicate
     run_burst(cfg, concurrency=1)
     assert RECORDED == ["once"]
     redis_client.xadd(stream, {"task_id": task_id, "attempt": 1})  # and one after it finished
     run_burst(cfg)
     assert RECORDED == ["once"] and engine.tasks.get(task_id)["status"] == "SUCCEEDED"
-    assert int(redis_client.hget(engine.keys.stats_counters(), "absorbed")) == 2
+    assert int(redis_client.hget(engine.keys.stats_counters(tag(engine, "default")), "absorbed")) == 2
     assert redis_client.xlen(stream) == 0
 
 
@@ -835,7 +839,7 @@ def test_a_worker_whose_loop_stalled_does_not_reclaim_what_it_is_running(config:
         task = engine.tasks.get(task_id)
         assert task["status"] == "SUCCEEDED" and task["attempt"] == 1 and task["errors"] == [], task
     assert RECORDED == ["steady started"]
-    assert not redis_client.hget(engine.keys.stats_counters(), "redeliveries")
+    assert not redis_client.hget(engine.keys.stats_counters(tag(engine, "default")), "redeliveries")
 
 
 @pytest.mark.parametrize(("heartbeat_s", "visibility_s"), [

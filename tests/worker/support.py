@@ -1,0 +1,31 @@
+"""Helpers for the worker's tests: the partitions of a queue as the worker serves them, and the
+store's calls as the worker makes them."""
+
+from __future__ import annotations
+
+from dtq_core.clock import Clock, SystemClock
+from dtq_core.config import DtqConfig
+from dtq_core.connection import async_client
+from dtq_core.engine import Engine
+from dtq_core.worker.executor import Row
+from dtq_core.worker.store import Partition, WorkerStore
+
+
+def store(config: DtqConfig, worker_id: str = "w-test", clock: Clock | None = None) -> WorkerStore:
+    return WorkerStore(config, async_client(config, read_timeout_s=10), clock or SystemClock(), worker_id)
+
+
+def tag(engine: Engine, queue: str) -> str:
+    """The tag of a queue of one partition (registered when it is not yet)."""
+    (only,) = engine.registry.ensure(queue).all_tags
+    return only
+
+
+def partitions(engine: Engine, *queues: str) -> list[Partition]:
+    """Every partition of the queues (registered when they are not yet)."""
+    return [p for queue in queues for p in Partition.all_of(engine.registry.ensure(queue))]
+
+
+async def fetch(worker_store: WorkerStore, served: list[Partition], count: int) -> list[Row]:
+    """Fetch up to `count` from each partition (one fetchTasks call each, one round trip)."""
+    return (await worker_store.fetch([(p, count) for p in served])).rows
