@@ -3,9 +3,10 @@ latency next to those queues: `python -m bench.bench_idle_queues [--root OTHER_T
 
 Real processes: a throwaway redis-server, one `manage.py runworker_dtq` (all queues, the defaults)
 from this tree or --root. Queues are made the way junk submits leave them once their tasks ran
-(registered, empty streams with their group). Once the worker waits on its wake list, the Redis
-commands and CPU of a window are counted (INFO commandstats, INFO cpu), then tasks are submitted
-one at a time to a queue in the middle and timed to SUCCEEDED.
+(registered, their partition opened: empty streams with their group). Once the worker has swept
+every partition and waits on its wake subscription, the Redis commands and CPU of a window are
+counted (INFO commandstats, INFO cpu), then tasks are submitted one at a time to a queue in the
+middle and timed to SUCCEEDED.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import redis
 
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
-from dtq_core.keys import Keys
 
 from .common import ROOT, VAR, commandstats, server_totals, start_redis, wait_until
 
@@ -34,21 +34,19 @@ def measure(root: Path, queues: int, window_s: float, samples: int) -> dict[str,
     worker: subprocess.Popen[bytes] | None = None
     try:
         client = redis.Redis.from_url(server.url, decode_responses=True)
-        keys = Keys(PREFIX)
+        engine = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX, max_queues=0))
         names = [f"junk-{n:05d}" for n in range(queues)]
-        pipe = client.pipeline(transaction=False)
         for name in names:
-            pipe.sadd(keys.queues(), name)
-            for stream in keys.streams(name):
-                pipe.xgroup_create(stream, Keys.GROUP, id="0", mkstream=True)
-        pipe.execute()
+            engine.registry.ensure(name)
         env = {"DTQ_REDIS_URL": server.url, "DTQ_KEY_PREFIX": PREFIX, "DJANGO_SETTINGS_MODULE": "dtq_site.settings",
                "DTQ_LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1", "PATH": "/usr/bin:/bin"}
         VAR.mkdir(parents=True, exist_ok=True)
         log = open(VAR / f"idle-worker-{queues}.log", "wb")  # noqa: SIM115 - closed with the process
         worker = subprocess.Popen([sys.executable, "manage.py", "runworker_dtq", "--name", "idle"], cwd=root,
                                   env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: commandstats(client).get("blpop", 0) >= 2, timeout=120, what="the worker to go idle")
+        # Idle once it has swept every partition (three reads each) and the reaper has had a round.
+        wait_until(lambda: commandstats(client).get("xreadgroup", 0) >= 3 * queues
+                   and commandstats(client).get("xpending", 0) >= 1, timeout=120, what="the worker to go idle")
         client.config_resetstat()
         before = server_totals(client)
         time.sleep(window_s)  # the measurement window
@@ -56,7 +54,6 @@ def measure(root: Path, queues: int, window_s: float, samples: int) -> dict[str,
         stats = client.info("commandstats")
         calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
         usec = {name.removeprefix("cmdstat_"): int(v["usec"]) for name, v in stats.items()}
-        engine = Engine(DtqConfig(redis_url=server.url, key_prefix=PREFIX))
         latencies = []
         for _ in range(samples):
             started = time.perf_counter()
