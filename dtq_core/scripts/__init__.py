@@ -153,16 +153,46 @@ class Scripts:
         (submit, an operator action's outcome). With DTQ_REDIS_MIN_REPLICAS, the WAIT rides in
         the same exchange (routed with the script, so it goes down the same connection), and too
         few replicas raise ReplicationTimeout once the write is made."""
-        key, command = self.routed(name, keys=keys, args=args)
-        commands = [(key, command), *((key, wait) for wait in self.replication.commands())]
-        reply, *acked = exchange_routed(self._client, commands)
-        if isinstance(reply, redis.exceptions.NoScriptError):
-            self._client.script_load(SOURCES[name])  # Redis restarted or SCRIPT FLUSH: it did not run
-            reply, *acked = exchange_routed(self._client, commands)
+        (reply,) = self.call_direct_many([(name, keys, args)])
         if isinstance(reply, Exception):
             raise reply
-        self.replication.split([reply, *acked])
         return reply
+
+    def call_direct_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[object]]]) -> list[Any]:
+        """Several call_direct calls, (name, keys, args) each, in one exchange: one write per node
+        (a redis-py pipeline of scripts first asks SCRIPT EXISTS, a second round trip). With
+        DTQ_REDIS_MIN_REPLICAS a WAIT rides behind the calls of each routing key, down their
+        connection; too few replicas raise ReplicationTimeout once the writes are made. Replies in
+        order, an error reply as its exception."""
+        commands = [self.routed(name, keys=keys, args=args) for name, keys, args in calls]
+        replies, acked = self._exchange_with_waits(commands)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:  # Redis restarted, failed over or SCRIPT FLUSH: those calls did not run
+            for name in {calls[i][0] for i in missing}:
+                self._client.script_load(SOURCES[name])
+            again, acked_again = self._exchange_with_waits([commands[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+            acked += acked_again
+        for reply in acked:
+            self.replication.check(reply)
+        return replies
+
+    def _exchange_with_waits(self, commands: list[Routed]) -> tuple[list[Any], list[Any]]:
+        """(the commands' replies, the WAITs' replies): when replication is on, one WAIT behind
+        the commands of each node, routed by one of their keys (a node's commands go down one
+        connection, and WAIT covers every write its connection made)."""
+        wait = self.replication.commands()
+        if not wait or not commands:
+            return exchange_routed(self._client, commands), []
+        by_node: dict[object, str] = {}
+        for key, _ in commands:
+            node = self._client.nodes_manager.get_node_from_slot(key_slot(key.encode())).name \
+                if is_cluster(self._client) else None
+            by_node.setdefault(node, key)
+        waits = [(key, command) for key in by_node.values() for command in wait]
+        replies = exchange_routed(self._client, [*commands, *waits])
+        return replies[:len(commands)], replies[len(commands):]
 
     def sha(self, name: str) -> str:
         """The SHA1 of a script (to load it after NOSCRIPT, or to name it in a trace)."""

@@ -4,9 +4,7 @@
   QUEUED task's stream entry is deleted, so it stops counting toward the depth gate (it is never
   pending anywhere: delivery and claim happen in one script).
   Input:
-    KEYS[1] task hash  KEYS[2] schedule  KEYS[3] events channel  KEYS[4] event seq
-    KEYS[5] per-outcome task counts (stats)
-    KEYS[6] stream key prefix (prefix .. queue .. ':' .. priority)
+    KEYS[1] partition key prefix of the task (its id names the partition: dtq_core.keys.tag_of)
     ARGV[1] task id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
   Output:
     {OK, 'CANCELLED'} cancelled now; {CANCEL_SIGNALLED, 'RUNNING'} cancel recorded;
@@ -14,23 +12,25 @@
     terminal; {TASK_NOT_FOUND} no such task (codes: CODE in includes/common.lua)
 ]]
 -- #include common
-local t = read_task(KEYS[1], 'status', 'queue', 'attempt', 'cancel_requested', 'priority', 'entry_id', 'type')
+local K = partition_keys(KEYS[1])
+local task_id, now_ms = ARGV[1], ARGV[2]
+local tkey = K.task_prefix .. task_id
+local t = read_task(tkey, 'status', 'queue', 'attempt', 'cancel_requested', 'priority', 'entry_id', 'type')
 local status = t.status
 if not status then return {CODE.TASK_NOT_FOUND} end
 if TERMINAL[status] then return {CODE.TASK_TERMINAL, status} end
 if status == 'RUNNING' then
   if t.cancel_requested == '1' then return {CODE.CANCEL_REQUESTED, status} end
-  rcall('HSET', KEYS[1], 'cancel_requested', '1', 'updated_at', ARGV[2])
+  rcall('HSET', tkey, 'cancel_requested', '1', 'updated_at', now_ms)
   return {CODE.CANCEL_SIGNALLED, status}
 end
-rcall('HSET', KEYS[1], 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', ARGV[2],
-      'updated_at', ARGV[2])
-rcall('PEXPIRE', KEYS[1], ARGV[4])
-schedule_rem(KEYS[2], ARGV[1], t.queue)
-if status == 'QUEUED' and t.entry_id and t.entry_id ~= '' then
-  rcall('XDEL', KEYS[6] .. t.queue .. ':' .. t.priority, t.entry_id)
+rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', now_ms, 'updated_at', now_ms)
+rcall('PEXPIRE', tkey, ARGV[4])
+schedule_rem(K.schedule, task_id, t.queue)
+if status == 'QUEUED' and t.entry_id and t.entry_id ~= '' and t.queue and t.priority then
+  rcall('XDEL', K.stream_prefix .. t.queue .. ':' .. t.priority, t.entry_id)
 end
 -- Counted like every other way a task ends (dtq_tasks_total), as an expiry before start is.
-rcall('HINCRBY', KEYS[5], outcome_field(t.queue, t.type, 'CANCELLED'), 1)
-emit(KEYS[3], KEYS[4], 'task.cancelled', ARGV[1], t.queue, 'CANCELLED', t.attempt, ARGV[2], ARGV[3])
+rcall('HINCRBY', K.stats_tasks, outcome_field(t.queue, t.type, 'CANCELLED'), 1)
+emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, now_ms, ARGV[3])
 return {CODE.OK, 'CANCELLED'}
