@@ -1,7 +1,9 @@
-"""Validation of a task submission, shared by dtq_tasks.enqueue, the API and the Django backend."""
+"""Validation of a task submission, shared by dtq_tasks.enqueue, the API and the Django backend,
+and the making of task ids."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import uuid
@@ -24,9 +26,9 @@ MAX_REQUEST_ID = 200
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Submission:
-    """A validated submission, ready for the enqueue script."""
+    """A validated submission. Its id is made once its partition is chosen (`placed`), since the
+    id names the partition: engine.tasks does that just before the enqueue script runs."""
 
-    task_id: str
     type: str
     payload_json: str
     queue: str
@@ -40,11 +42,22 @@ class Submission:
     # The registered handler that runs the task when it is not the type itself: a Django task's
     # type is its function's import path, its handler dtq's Django runner (django.task/atask).
     handler: str = ""
+    task_id: str = ""  # "" until placed in a partition
+
+    def placed(self, tag: str) -> Submission:
+        """This submission in partition `tag`, under a new id that names it."""
+        return dataclasses.replace(self, task_id=new_task_id(tag))
 
     @property
     def handler_name(self) -> str:
         """The name a worker must have registered to run this task."""
         return self.handler or self.type
+
+
+def new_task_id(tag: str) -> str:
+    """A task id: its partition's tag, a dash, 32 hex digits (dtq_core.keys.TASK_ID_RE), so a
+    lookup by id finds the partition's slot. At most 49 characters: ids stay under 64."""
+    return f"{tag}-{uuid.uuid4().hex}"
 
 
 def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: bool = False) -> float:
@@ -123,7 +136,7 @@ def validate(
     if request_id is not None:
         request_id = str(request_id)[:MAX_REQUEST_ID].encode(errors="replace").decode()
     return Submission(
-        task_id=uuid.uuid4().hex, type=type, payload_json=payload_json, queue=queue, priority=priority,
+        type=type, payload_json=payload_json, queue=queue, priority=priority,
         delay_s=float(delay), ttl_s=None if ttl is None else float(ttl), max_attempts=attempts,
         timeout_s=float(timeout), idempotency_key=idempotency_key, request_id=request_id,
         handler="" if handler in (None, type) else handler,

@@ -41,7 +41,7 @@ class Engine:
                             scripts=self.scripts, replication=self.replication)
         self.registry = Registry(plumbing)
         self.audit = Audit(plumbing)
-        self.tasks = Tasks(plumbing, self.audit)
+        self.tasks = Tasks(plumbing, self.audit, self.registry)
         self.queues = Queues(plumbing, self.audit)
         self.dlq = DeadLetters(plumbing, self.audit, self.tasks, self.registry)
         self.schedule = Schedule(plumbing)

@@ -71,7 +71,8 @@ class Registry(Noun):
                            max_queues=self.config.max_queues)
         layout = Layout.from_json(queue, raw)
         self.open(layout)
-        self.forget_cache()
+        # Cached with the copy just read, so the next submit to the queue costs no extra read.
+        self._cache = (time.monotonic(), {**layouts, queue: layout})
         return layout
 
     def open(self, layout: Layout) -> None:

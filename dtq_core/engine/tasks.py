@@ -1,9 +1,10 @@
-"""Tasks: submit (one or a batch, checked against the types workers serve), read one, list the
-recent ones, cancel (audited)."""
+"""Tasks: submit (one or a batch, checked against the types workers serve, each task placed in a
+partition of its queue), read one, list the recent ones of every partition, cancel (audited)."""
 
 from __future__ import annotations
 
 import builtins
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,22 +20,22 @@ from ..errors import (
     TaskNotFound,
     TaskTerminal,
     UnknownTaskType,
-    ValidationError,
     raise_for_code,
 )
-from ..keys import PRIORITIES, Keys
+from ..keys import is_task_id, tag_of
+from ..partitions import Layout
 from ..replies import text_list
 from ..submit import Submission, validate
 from ..task import TERMINAL
-from . import reads
 from .audit import Actor, Audit
 from .plumbing import Noun, Plumbing
-from .reads import SCORE_RE, Page, page_limit, queue_filter, stream_fields, type_filter
+from .reads import Page, page_limit, queue_filter, type_filter
+from .recent import RecentTasks, parse_cursor
+from .registry import Registry
 
-RECENT_CAP = 100_000  # tasks kept in the recent-tasks index for listing
+RECENT_CAP = 100_000  # tasks kept in each partition's recent-tasks index for listing
 TYPES_CACHE_S = 5.0  # how long submit trusts its copy of the registered task types
 TYPES_RECHECK_S = 0.5  # an unknown type re-reads them, at most this often (junk cannot hammer Redis)
-
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,9 +56,11 @@ class CancelResult:
 class Tasks(Noun):
     """Submit, read, list and cancel tasks."""
 
-    def __init__(self, plumbing: Plumbing, audit: Audit) -> None:
+    def __init__(self, plumbing: Plumbing, audit: Audit, registry: Registry) -> None:
         super().__init__(plumbing)
         self.audit = audit
+        self.registry = registry
+        self.recent = RecentTasks(plumbing)
         self._types: tuple[float, frozenset[str]] | None = None  # (read at, monotonic) served task types
 
     def validate(self, type: Any, payload: Any = None, **options: Any) -> Submission:
@@ -101,28 +104,85 @@ class Tasks(Noun):
         """Queue up a task; raise ValidationError, PayloadTooLarge, QueueFull or QueueLimitReached.
 
         record=False leaves Enqueued.task None: for callers that only want the id, it saves
-        reading the record back and shaping it.
+        reading the record back and shaping it. One round trip to a queue this process knows.
         """
-        submission = self.validate(type, payload, **options)
-        reply = self._enqueue_script(submission, client=None, with_record=record)
-        return self._enqueued(submission, reply)
+        submission, layout = self.place(self.validate(type, payload, **options))
+        (reply,) = self._run([self._enqueue_call(submission, layout, with_record=record)])
+        if _closed(reply):  # the queue was deleted (and maybe created again) since we read it
+            submission, layout = self.place(submission, again=True)
+            (reply,) = self._run([self._enqueue_call(submission, layout, with_record=record)])
+        return self._enqueued(submission, layout, reply)
 
     def enqueue_many(self, submissions: Sequence[Submission]
                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
-        """Queue validated submissions in one pipelined round trip, in order."""
-        pipe = self.client.pipeline(transaction=False)
-        for submission in submissions:
-            self._enqueue_script(submission, client=pipe, with_record=False)
-        replies = self.replication.execute(pipe)  # with DTQ_REDIS_MIN_REPLICAS, WAITs for replicas
-        out: builtins.list[Enqueued | QueueFull | QueueLimitReached] = []
-        for submission, reply in zip(submissions, replies, strict=True):
-            try:
-                out.append(self._enqueued(submission, reply))
-            except (QueueFull, QueueLimitReached) as exc:
-                out.append(exc)
-        return out
+        """Queue validated submissions in one round trip, in order (a new queue adds its
+        registration first; a partition closed meanwhile, a second round for its tasks)."""
+        placed = builtins.list(submissions)
+        out: builtins.list[Enqueued | QueueFull | QueueLimitReached | None] = [None] * len(placed)
+        pending = builtins.list(range(len(placed)))
+        for last_round in (False, True):
+            calls: builtins.list[tuple[int, Layout]] = []
+            for i in pending:
+                try:
+                    placed[i], layout = self.place(placed[i])
+                except QueueLimitReached as exc:
+                    out[i] = exc
+                    continue
+                calls.append((i, layout))
+            replies = self._run([self._enqueue_call(placed[i], layout, with_record=False) for i, layout in calls])
+            pending = []
+            for (i, layout), reply in zip(calls, replies, strict=True):
+                if _closed(reply) and not last_round:
+                    pending.append(i)
+                    continue
+                try:
+                    out[i] = self._enqueued(placed[i], layout, reply)
+                except (QueueFull, QueueLimitReached) as exc:
+                    out[i] = exc
+            if not pending:
+                break
+            self._reopen({placed[i].queue for i in pending})
+        return [o for o in out if o is not None]
 
-    def _enqueue_script(self, s: Submission, *, client: Any, with_record: bool) -> Any:
+    def place(self, s: Submission, *, again: bool = False) -> tuple[Submission, Layout]:
+        """The submission in a partition of its queue, with the queue's layout: its idempotency
+        key picks the partition (so a retry finds the first task), otherwise round robin, and the
+        task's id names it. A submission already placed in a partition the queue still serves
+        keeps its id (the Django backend hands the id out before the commit that enqueues it).
+        Registers a new queue: QueueLimitReached past DTQ_MAX_QUEUES.
+
+        again: the enqueue script found the partition closed. The registry is read anew (the
+        queue was deleted, or deleted and created again), and the layout's partitions opened,
+        which heals one whose registering process died between registering and opening it.
+        """
+        if again:
+            self._reopen({s.queue})
+        layout = self.registry.ensure(s.queue)
+        if s.task_id and tag_of(s.task_id) in layout.tags:
+            return s, layout
+        return s.placed(layout.tag_for(s.idempotency_key)), layout
+
+    def _reopen(self, queues: set[str]) -> None:
+        """Read the registry anew and open the partitions of these queues (see place)."""
+        self.registry.forget_cache()
+        for queue in sorted(queues):
+            try:
+                self.registry.open(self.registry.ensure(queue))
+            except QueueLimitReached:
+                continue  # deleted, and no room to create it again: place() says so per task
+
+    def _run(self, calls: builtins.list[tuple[str, builtins.list[str], builtins.list[object]]]
+             ) -> builtins.list[Any]:
+        """Script calls in one exchange; Redis trouble is raised (nothing can be said to have landed)."""
+        replies = self.scripts.call_direct_many(calls) if calls else []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _enqueue_call(self, s: Submission, layout: Layout, *, with_record: bool
+                      ) -> tuple[str, builtins.list[str], builtins.list[object]]:
+        """The enqueueTask call (name, keys, args) that creates the task in its partition."""
         now = self.clock.now_ms()
         due = now + int(s.delay_s * 1000) if s.delay_s > 0 else 0
         expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
@@ -133,21 +193,27 @@ class Tasks(Noun):
         ]
         if s.handler:
             fields += ["handler", s.handler]
-        k = self.keys
-        keys = [k.task(s.task_id), k.idem(s.idempotency_key or ""), *k.streams(s.queue), k.schedule(),
-                k.queues(), k.events(), k.event_seq(), k.recent(), k.wake(s.queue), k.ready(), k.wake_any(),
-                k.task_prefix(), k.result_prefix()]
-        args = [s.task_id, PRIORITIES.index(s.priority) + 1, now, iso(now), self.config.task_retention_s * 1000,
-                self.config.idem_ttl_s * 1000, self.config.max_queue_depth, due, s.queue, Keys.GROUP,
-                1 if s.idempotency_key else 0, RECENT_CAP, 1 if with_record else 0,
-                self.config.max_queues, *fields]
-        if client is None:
-            return self.scripts.call_direct("enqueueTask", keys=keys, args=args)
-        return self.scripts("enqueueTask", keys=keys, args=args, client=client)
+        keys = [self.keys.partition(tag_of(s.task_id))]
+        args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
+                self.config.idem_ttl_s * 1000, self._depth_limit(layout), due, layout.owner,
+                s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, *fields]
+        return "enqueueTask", keys, args
 
-    def _enqueued(self, s: Submission, reply: builtins.list[Any]) -> Enqueued:
-        code = raise_for_code(reply[0], task_id=s.task_id, script="enqueueTask", queue=s.queue, count=reply[1],
-                              max_depth=self.config.max_queue_depth, max_queues=self.config.max_queues)
+    def _depth_limit(self, layout: Layout) -> int:
+        """The depth gate of one partition: DTQ_MAX_QUEUE_DEPTH shared evenly by the queue's
+        partitions (rounded up), each checked in its own script, as a queue has no one key that
+        could hold its total."""
+        most = self.config.max_queue_depth
+        return most if most <= 0 else math.ceil(most / len(layout.tags))
+
+    def _enqueued(self, s: Submission, layout: Layout, reply: builtins.list[Any]) -> Enqueued:
+        if int(reply[0]) == ErrorCode.QUEUE_FULL and len(layout.tags) > 1:
+            depth, per = int(reply[1]), self._depth_limit(layout)
+            raise QueueFull(f"queue {s.queue!r} is full: the partition this task went to holds {depth} tasks, "
+                            f"the limit per partition is {per} (DTQ_MAX_QUEUE_DEPTH {self.config.max_queue_depth} "
+                            f"over {len(layout.tags)} partitions)", queue=s.queue, depth=depth)
+        code = raise_for_code(reply[0], task_id=s.task_id, script="enqueueTask", queue=s.queue,
+                              count=reply[1] if len(reply) > 1 else 0, max_depth=self.config.max_queue_depth)
         record = _pairs(reply[3])
         if code is ErrorCode.EXISTING:
             # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
@@ -163,7 +229,7 @@ class Tasks(Noun):
 
     def record(self, task_id: str) -> tuple[dict[str, str], str | None]:
         """Return the raw task hash and stored result JSON in one round trip; raise TaskNotFound."""
-        if not _plausible_id(task_id):
+        if not is_task_id(task_id):
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(self.keys.task(task_id))
@@ -175,46 +241,16 @@ class Tasks(Noun):
 
     def list(self, *, queue: str | None = None, status: str | None = None,
              type: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
-        """Recent tasks, newest first, filtered; the cursor is "<created ms>-<tasks of that ms seen>".
-
-        Many tasks share a millisecond (a batch submit), so the cursor resumes by offset within
-        that score instead of skipping the rest of it. Scores only grow (creation time), so the
-        members of a past millisecond do not change between pages.
-        """
+        """Recent tasks of every partition of every queue (or of one queue), newest first,
+        filtered; the cursor is opaque (engine/recent.py says what it holds)."""
         limit = page_limit(limit)
         queue, type = queue_filter(queue), type_filter(type)
-        upper, seen_at_score, last_score = "+inf", 0, None
-        if cursor:
-            score, _, seen = cursor.partition("-")
-            if not SCORE_RE.fullmatch(score) or not seen.isascii() or not seen.isdigit() or len(seen) > 9:
-                raise ValidationError("invalid cursor", field="cursor")
-            upper, seen_at_score, last_score = score, int(seen), int(score)
-        offset = seen_at_score
-        filtering = bool(queue or status or type)
-        # One match past the page says whether an older page exists (see DeadLetters.list).
-        target = limit + 1
-        items: builtins.list[dict[str, Any]] = []
-        positions: builtins.list[str] = []  # the cursor that resumes just behind each item
-        scanned, exhausted = 0, False
-        # The filters run in Redis (scanRecentTasks), so only matching records travel.
-        while len(items) < target and scanned < reads.SCAN_BUDGET and not exhausted:
-            want = min(500, reads.SCAN_BUDGET - scanned) if filtering else min(500, target - len(items))
-            examined, read, score_passed, seen_passed, records, after = self.scripts(
-                "scanRecentTasks", keys=[self.keys.recent(), self.keys.task_prefix()],
-                args=[upper, offset, want, queue or "", status or "", type or "",
-                      target - len(items), "" if last_score is None else last_score, seen_at_score,
-                      reads.SCAN_CALL_BYTES])
-            scanned += int(examined)
-            offset += int(examined)
-            if score_passed:
-                last_score, seen_at_score = int(float(score_passed)), int(seen_passed)
-            items.extend(codec.task_view(stream_fields(record)) for record in records)
-            positions.extend(f"{int(float(score))}-{seen}" for score, seen in after)
-            exhausted = int(examined) == int(read) < want and len(items) < target  # it passed the oldest
-        if len(items) > limit:
-            return Page(items=items[:limit], next_cursor=positions[limit - 1])
-        more = not exhausted and last_score is not None
-        return Page(items=items, next_cursor=f"{last_score}-{seen_at_score}" if more else None)
+        start = parse_cursor(cursor)
+        # Fresh: a queue another process has just created must show (one read of the registry).
+        layouts = self.registry.layouts(fresh=True)
+        chosen = [layouts[queue]] if queue in layouts else [] if queue else builtins.list(layouts.values())
+        tags = sorted({tag for layout in chosen for tag in layout.all_tags})
+        return self.recent.page(tags, queue=queue, status=status, type=type, start=start, limit=limit)
 
     def cancel(self, task_id: str, actor: Actor) -> CancelResult:
         """Cancel a task, audited: at once when it waits, via the worker when it runs.
@@ -224,7 +260,7 @@ class Tasks(Noun):
         is recorded as refused.
         """
         status, requested = self.client.hmget(self.keys.task(task_id), "status", "cancel_requested") \
-            if 0 < len(task_id) <= 128 else (None, None)
+            if is_task_id(task_id) else (None, None)
         if status is None:
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
         if status in TERMINAL:
@@ -239,15 +275,11 @@ class Tasks(Noun):
 
     def _cancel(self, task_id: str) -> CancelResult:
         """Cancel without an audit entry (cancel() records one around this)."""
-        if not _plausible_id(task_id):
+        if not is_task_id(task_id):
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
         now = self.clock.now_ms()
-        code, *rest = self.scripts(
-            "cancelTask",
-            keys=[self.keys.task(task_id), self.keys.schedule(), self.keys.events(), self.keys.event_seq(),
-                  self.keys.stats_tasks(), self.keys.stream_prefix()],
-            args=[task_id, now, iso(now), self.config.task_retention_s * 1000],
-        )
+        code, *rest = self.scripts("cancelTask", keys=[self.keys.partition(tag_of(task_id))],
+                                   args=[task_id, now, iso(now), self.config.task_retention_s * 1000])
         code = raise_for_code(code, task_id=task_id, script="cancelTask", status=rest[0] if rest else None)
         return CancelResult(id=task_id, status=str(rest[0]), cancelled=code is ErrorCode.OK)
 
@@ -256,5 +288,6 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def _plausible_id(task_id: str) -> bool:
-    return isinstance(task_id, str) and 0 < len(task_id) <= 128 and ":" not in task_id
+def _closed(reply: builtins.list[Any]) -> bool:
+    """The enqueue script refused a partition that no longer belongs to the layout it was given."""
+    return int(reply[0]) == ErrorCode.PARTITION_CLOSED

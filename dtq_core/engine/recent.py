@@ -1,0 +1,133 @@
+"""The recent-tasks listing, merged across partitions: each partition keeps its own index (a zset
+of task ids by creation time), and a page is the newest matches of all of them together.
+
+The order is creation time descending, then task id descending byte by byte (the order Redis
+keeps members of one score in), a total order across partitions, since ids are unique. The
+cursor is the position of the last task shown, "<created ms>-<task id>": the next page starts just
+behind it in every partition (scanRecentTasks-1 skips the rest of its millisecond by a binary
+search), so a millisecond shared by a batch of tasks is neither skipped nor repeated.
+
+A page is read in rounds, one exchange with Redis per round. The first round asks every partition for a share
+of the page; a match is shown only once no partition that has not answered past it could still
+hold a newer one, and the next round reads only those partitions. Filters run in Redis; a round
+stops asking once the page's scan budget (reads.SCAN_BUDGET) is spent, and the page then ends
+with a cursor at the point up to which every partition was read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import codec
+from ..errors import ValidationError
+from ..keys import is_task_id
+from . import reads
+from .plumbing import Noun
+from .reads import SCORE_RE, Page, stream_fields
+
+MAX_CALL = 500  # ids one script call reads at most
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """Where a task sits in the listing: (created ms, id); the listing runs from the greatest."""
+
+    score: int
+    task_id: str
+
+    def cursor(self) -> str:
+        return f"{self.score}-{self.task_id}"
+
+
+def parse_cursor(cursor: str | None) -> Position | None:
+    """The position a cursor names (None: from the newest); ValidationError for anything else."""
+    if not cursor:
+        return None
+    score, _, task_id = cursor.partition("-")
+    if not SCORE_RE.fullmatch(score) or not is_task_id(task_id):
+        raise ValidationError("invalid cursor", field="cursor")
+    return Position(int(score), task_id)
+
+
+@dataclass(slots=True)
+class _Walk:
+    """One partition's walk down its index: `upper` is the last id it examined (everything newer
+    has been read), `matches` what it found and the page has not shown yet."""
+
+    tag: str
+    upper: Position | None
+    matches: deque[tuple[Position, dict[str, Any]]] = field(default_factory=deque)
+    done: bool = False  # it examined its oldest id
+
+    @property
+    def blocking(self) -> bool:
+        """It may still hold matches newer than any it has found: it has to be read again."""
+        return not self.done and not self.matches
+
+
+class RecentTasks(Noun):
+    """One page of the merged recent-tasks listing (Tasks.list checks the filters)."""
+
+    def page(self, tags: Sequence[str], *, queue: str | None, status: str | None, type: str | None,
+             start: Position | None, limit: int) -> Page:
+        target = limit + 1  # one match past the page says whether an older page exists
+        filtering = bool(queue or status or type)
+        walks = [_Walk(tag, start) for tag in tags]
+        shown: list[tuple[Position, dict[str, Any]]] = []
+        scanned = 0
+        while True:
+            newest = self._show(walks, shown, target)
+            if len(shown) >= target:
+                break
+            readers = [w for w in walks if w.blocking and (newest is None or w.upper is None or w.upper > newest)]
+            # The first round reads every partition, whatever the budget: each page moves on.
+            if not readers or (scanned >= reads.SCAN_BUDGET and scanned > 0):
+                break
+            remaining = target - len(shown)
+            wanted = min(remaining, max(1, math.ceil(2 * remaining / len(readers))))
+            count = max(1, min(MAX_CALL, (reads.SCAN_BUDGET - scanned) // len(readers))) if filtering else wanted
+            scanned += self._read(readers, queue=queue, status=status, type=type, count=count, wanted=wanted)
+        if len(shown) > limit:
+            return Page(items=[view for _, view in shown[:limit]], next_cursor=shown[limit - 1][0].cursor())
+        # Stopped on the budget: every partition was read down to the newest of the walks still
+        # blocking, and everything newer that matched is on this page.
+        stopped = [w.upper for w in walks if w.blocking and w.upper is not None]
+        return Page(items=[view for _, view in shown], next_cursor=max(stopped).cursor() if stopped else None)
+
+    @staticmethod
+    def _show(walks: list[_Walk], shown: list[tuple[Position, dict[str, Any]]], target: int) -> Position | None:
+        """Move to the page every found match no blocking walk can outrank, newest first; return
+        the newest match still held back (None: none)."""
+        while True:
+            holding = [w for w in walks if w.matches]
+            if not holding:
+                return None
+            best = max(holding, key=lambda w: w.matches[0][0])
+            newest = best.matches[0][0]
+            if len(shown) >= target or any(w.blocking and (w.upper is None or w.upper > newest) for w in walks):
+                return newest
+            shown.append(best.matches.popleft())
+
+    def _read(self, walks: list[_Walk], *, queue: str | None, status: str | None, type: str | None,
+              count: int, wanted: int) -> int:
+        """One round: a scanRecentTasks call per walk, in one exchange; returns the ids examined."""
+        replies = self.scripts.call_direct_many([("scanRecentTasks", [self.keys.partition(w.tag)], [
+            "+inf" if w.upper is None else w.upper.score, "" if w.upper is None else w.upper.task_id, count,
+            queue or "", status or "", type or "", wanted, reads.SCAN_CALL_BYTES]) for w in walks])
+        examined = 0
+        for w, reply in zip(walks, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            seen, reached_end, last_score, last_id, matches = reply
+            examined += int(seen)
+            for task_id, score, record in matches:
+                w.matches.append((Position(int(float(score)), str(task_id)),
+                                  codec.task_view(stream_fields(record))))
+            if last_id:
+                w.upper = Position(int(float(last_score)), str(last_id))
+            w.done = int(reached_end) == 1
+        return examined
