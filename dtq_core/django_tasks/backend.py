@@ -175,7 +175,9 @@ class DtqBackend(BaseTaskBackend):
                  ) -> TaskResult[Any]:
         self.validate_task(task)
         self._raise_for_options()
-        submission = self._submission(task, args, kwargs)
+        # The id names the task's partition, and the caller gets it now, before any commit: the
+        # partition is chosen here (registering a new queue now, QueueLimitReached included).
+        submission, _ = self.engine.tasks.place(self._submission(task, args, kwargs))
         payload = json.loads(submission.payload_json)
         result: TaskResult[Any] = TaskResult(
             task=task, id=submission.task_id, status=TaskResultStatus.READY, enqueued_at=None, started_at=None,
@@ -222,6 +224,8 @@ class DtqBackend(BaseTaskBackend):
         (reply,) = self.engine.tasks.enqueue_many([submission])
         if isinstance(reply, (QueueFull, QueueLimitReached)):
             raise reply
+        if reply.id != result.id:  # the queue was deleted before the commit: placed anew
+            object.__setattr__(result, "id", reply.id)
         object.__setattr__(result, "enqueued_at", timezone.now())
         task_enqueued.send(sender=type(self), task_result=result)
 

@@ -27,6 +27,7 @@ from django.db import close_old_connections
 
 from .. import registry
 from ..conf import get_engine
+from ..keys import tag_of
 from . import results
 from .backend import DtqBackend
 from .compat import TaskContext, TaskError, TaskResult, TaskResultStatus, normalize_json, task_finished, task_started
@@ -66,8 +67,8 @@ def prepare(payload: Any) -> Attempt:
 
 def _record(ctx: registry.TaskContext) -> tuple[list[str], str, str, str]:
     engine = get_engine()
-    reply = engine.scripts("recordDjangoAttempt", keys=[engine.keys.task(ctx.task_id)],
-                           args=[ctx.attempt, ctx.worker_id, ctx.entry_id])
+    reply = engine.scripts("recordDjangoAttempt", keys=[engine.keys.partition(tag_of(ctx.task_id))],
+                           args=[ctx.task_id, ctx.attempt, ctx.worker_id, ctx.entry_id])
     if not reply:  # cancelled or reclaimed meanwhile: run anyway, the completion is fenced
         return [ctx.worker_id], "", "", ""
     ids, first_start, errors, created = reply
