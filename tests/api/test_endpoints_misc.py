@@ -92,7 +92,7 @@ def test_schedule_lists_delayed_tasks_by_due_time(api: APIClient, live_engine: E
 
 def test_reads_answer_503_when_redis_is_down(settings: Any) -> None:
     api = APIClient()
-    for path in ("/api/v1/audit", "/api/v1/workers", "/api/v1/schedule", "/api/v1/tasks/abc"):
+    for path in ("/api/v1/audit", "/api/v1/workers", "/api/v1/schedule", f"/api/v1/tasks/abc123-{'0' * 32}"):
         assert_error(api.get(path), 503, "REDIS_UNAVAILABLE")
     assert api.get("/health").status_code == 200
     assert_error(api.get("/ready"), 503, "REDIS_UNAVAILABLE")

@@ -10,6 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from dtq_core.engine import Engine
+from dtq_core.keys import tag_of
 
 from ..conftest import wait_for
 from .support import assert_error
@@ -160,6 +161,7 @@ def test_cancel_of_a_queued_task_is_202_and_audited(api: APIClient, live_engine:
 def test_cancel_of_a_delayed_task_removes_it_from_the_schedule(api: APIClient, live_engine: Engine) -> None:
     task = live_engine.tasks.enqueue("dtq.echo", delay_seconds=60)
     assert api.post(f"/api/v1/tasks/{task.id}/cancel").json()["status"] == "CANCELLED"
+    assert live_engine.client.zcard(live_engine.keys.schedule(tag_of(task.id))) == 0
     assert live_engine.schedule.count() == 0
 
 
@@ -177,13 +179,15 @@ def test_cancel_of_a_running_task_is_202_then_409_while_in_flight(
     worker.kill()
 
 
-@pytest.mark.parametrize("task_id", ["nope", "a" * 129, "x:y"])
+@pytest.mark.parametrize("task_id", ["nope", "a" * 129, "x:y", "0" * 32, "ab{c}-" + "0" * 32, "abc123-" + "0" * 32])
 def test_cancel_of_an_unknown_task_is_404(api: APIClient, task_id: str) -> None:
+    # Only a well-formed id of no task reaches Redis; anything else names no task at all.
     assert_error(api.post(f"/api/v1/tasks/{task_id}/cancel"), 404, "TASK_NOT_FOUND")
+    assert_error(api.get(f"/api/v1/tasks/{task_id}"), 404, "TASK_NOT_FOUND")
 
 
 def test_cancel_answers_503_when_redis_is_down(settings: Any) -> None:
-    assert_error(APIClient().post("/api/v1/tasks/abc/cancel"), 503, "REDIS_UNAVAILABLE")
+    assert_error(APIClient().post(f"/api/v1/tasks/abc123-{'0' * 32}/cancel"), 503, "REDIS_UNAVAILABLE")
 
 
 @pytest.mark.parametrize("stored", ["NaN", '{"x":Infinity}', "[-Infinity]"])

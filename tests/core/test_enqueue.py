@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import redis
@@ -11,20 +12,22 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import PayloadTooLarge, QueueFull, TaskNotFound, ValidationError
-from dtq_core.keys import Keys
+from dtq_core.keys import Keys, is_task_id, tag_of
 
 
 def test_it_queues_a_task_in_its_priority_stream(engine: Engine, redis_client: redis.Redis) -> None:
     out = engine.tasks.enqueue("dtq.echo", {"x": 1}, queue="emails", priority="high")
     assert out.created and out.status == "QUEUED"
-    entries = redis_client.xrange(engine.keys.stream("emails", "high"))
+    tag = tag_of(out.id)  # the id names the partition the task went to
+    assert is_task_id(out.id) and len(out.id) <= 64 and engine.registry.get("emails").tags == (tag,)
+    entries = redis_client.xrange(engine.keys.stream(tag, "emails", "high"))
     assert [fields for _, fields in entries] == [{"task_id": out.id, "attempt": "1"}]
     task = engine.tasks.get(out.id)
-    assert task["status"] == "QUEUED" and task["payload"] == {"x": 1} and task["attempt"] == 0
+    assert task["id"] == out.id and task["status"] == "QUEUED" and task["payload"] == {"x": 1}
     assert task["queue"] == "emails" and task["priority"] == "high" and task["max_attempts"] == 5
-    assert task["created_at"].endswith("Z") and task["errors"] == []
-    assert redis_client.sismember(engine.keys.queues(), "emails")
-    groups = redis_client.xinfo_groups(engine.keys.stream("emails", "low"))
+    assert task["created_at"].endswith("Z") and task["errors"] == [] and task["attempt"] == 0
+    assert redis_client.hexists(engine.keys.queues(), "emails")
+    groups = redis_client.xinfo_groups(engine.keys.stream(tag, "emails", "low"))
     assert [g["name"] for g in groups] == [Keys.GROUP]  # every priority stream gets the group
 
 
@@ -37,9 +40,11 @@ def test_the_task_hash_has_the_retention_ttl(engine: Engine, redis_client: redis
 def test_a_delayed_task_waits_pending_in_the_schedule(engine: Engine, redis_client: redis.Redis) -> None:
     out = engine.tasks.enqueue("dtq.echo", delay_seconds=30)
     assert out.status == "PENDING"
-    score = redis_client.zscore(engine.keys.schedule(), out.id)
+    tag = tag_of(out.id)
+    score = redis_client.zscore(engine.keys.schedule(tag), out.id)
     assert score == engine.clock.now_ms() + 30_000
-    assert redis_client.xlen(engine.keys.stream("default", "normal")) == 0
+    assert redis_client.xlen(engine.keys.stream(tag, "default", "normal")) == 0
+    assert redis_client.hget(engine.keys.schedule_counts(tag), "default") == "1"
     assert engine.queues.stats(["default"])[0]["retry_scheduled"] == 1
 
 
@@ -47,8 +52,9 @@ def test_the_same_idempotency_key_returns_the_first_task(engine: Engine, redis_c
     first = engine.tasks.enqueue("dtq.echo", {"n": 1}, idempotency_key="order-42")
     second = engine.tasks.enqueue("dtq.echo", {"n": 2}, idempotency_key="order-42")
     assert first.created and not second.created and second.id == first.id
-    assert redis_client.xlen(engine.keys.stream("default", "normal")) == 1
-    ttl = redis_client.ttl(engine.keys.idem("order-42"))
+    tag = tag_of(first.id)
+    assert redis_client.xlen(engine.keys.stream(tag, "default", "normal")) == 1
+    ttl = redis_client.ttl(engine.keys.idem(tag, "order-42"))
     assert engine.config.idem_ttl_s - 5 < ttl <= engine.config.idem_ttl_s
 
 
@@ -56,7 +62,7 @@ def test_a_delayed_task_keeps_its_idempotency_key_through_its_delay(engine: Engi
     # A key that expired while its task still waited would let a resubmit create a second task.
     delay = engine.config.idem_ttl_s * 2
     first = engine.tasks.enqueue("dtq.echo", {"n": 1}, idempotency_key="report-9", delay_seconds=delay)
-    ttl = redis_client.ttl(engine.keys.idem("report-9"))
+    ttl = redis_client.ttl(engine.keys.idem(tag_of(first.id), "report-9"))
     assert delay + engine.config.idem_ttl_s - 5 < ttl <= delay + engine.config.idem_ttl_s
     assert engine.tasks.enqueue("dtq.echo", {"n": 2}, idempotency_key="report-9").id == first.id
 
@@ -130,9 +136,13 @@ def test_enqueue_many_keeps_order_and_reports_a_full_queue(config: DtqConfig) ->
 
 
 def test_unknown_ids_are_not_found(engine: Engine) -> None:
-    for bad in ("nope", "", "a:b", "x" * 300):
+    # Anything that is not a dtq task id names no task (no Redis key is even built from it), and a
+    # well-formed id of no task is not found either; so is an id from before partitions.
+    for bad in ("nope", "", "a:b", "x" * 300, "ab{c}-" + "0" * 32, "0" * 32, "abc123-" + "0" * 32):
         with pytest.raises(TaskNotFound):
             engine.tasks.get(bad)
+        with pytest.raises(TaskNotFound):
+            engine.tasks.cancel(bad, Actor.cli())
 
 
 def test_every_state_change_publishes_an_event(engine: Engine, redis_client: redis.Redis) -> None:
@@ -161,7 +171,7 @@ def test_a_cancelled_queued_task_leaves_the_depth_gate(config: DtqConfig, redis_
     with pytest.raises(QueueFull):
         engine.tasks.enqueue("dtq.echo")
     engine.tasks.cancel(first, Actor.cli())
-    assert redis_client.xlen(engine.keys.stream("default", "normal")) == 1
+    assert redis_client.xlen(engine.keys.stream(tag_of(first), "default", "normal")) == 1
     assert engine.tasks.enqueue("dtq.echo").status == "QUEUED"  # the cancelled task's slot is free again
 
 
@@ -181,4 +191,106 @@ def test_the_recent_tasks_index_keeps_the_newest_up_to_its_cap(engine: Engine, r
     for _ in range(5):
         ids.append(engine.tasks.enqueue("dtq.echo").id)
         engine.clock.advance(0.01)  # distinct scores: the index is ordered by submit time
-    assert redis_client.zrange(engine.keys.recent(), 0, -1) == ids[-3:]
+    assert redis_client.zrange(engine.keys.recent(tag_of(ids[0])), 0, -1) == ids[-3:]
+
+
+def _partitioned(config: DtqConfig, **settings: object) -> Engine:
+    return Engine(DtqConfig.from_mapping({**config.as_settings(), **settings}))
+
+
+def test_a_partitioned_queue_spreads_submits_and_gates_each_partition_at_its_share(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine = _partitioned(config, QUEUE_PARTITIONS="wide=3", MAX_QUEUE_DEPTH=5)
+    tags = engine.registry.ensure("wide").tags
+    assert len(tags) == 3
+    ids = [engine.tasks.enqueue("dtq.echo", {"i": i}, queue="wide").id for i in range(6)]
+    assert sorted(tag_of(i) for i in ids) == sorted(tags * 2)  # round robin without a key
+    for tag in tags:  # a partition holds ceil(5 / 3) = 2 at most: the queue up to 6 of its 5
+        assert sum(redis_client.xlen(s) for s in engine.keys.streams(tag, "wide")) == 2
+    with pytest.raises(QueueFull) as full:
+        engine.tasks.enqueue("dtq.echo", queue="wide")
+    assert full.value.details == {"queue": "wide", "depth": 2}
+    assert "limit per partition is 2" in full.value.message and "DTQ_MAX_QUEUE_DEPTH 5" in full.value.message
+    assert engine.tasks.enqueue("dtq.echo", queue="wide", delay_seconds=5).status == "PENDING"
+
+
+def test_an_idempotency_key_picks_one_partition_and_is_scoped_to_its_queue(config: DtqConfig) -> None:
+    engine = _partitioned(config, QUEUE_PARTITIONS="wide=4")
+    first = engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="wide", idempotency_key="invoice-7")
+    again = [engine.tasks.enqueue("dtq.echo", {"n": 2}, queue="wide", idempotency_key="invoice-7") for _ in range(5)]
+    assert {a.id for a in again} == {first.id} and not any(a.created for a in again)
+    assert again[0].task is not None and again[0].task["payload"] == {"n": 1}
+    elsewhere = engine.tasks.enqueue("dtq.echo", queue="other", idempotency_key="invoice-7")
+    assert elsewhere.created and elsewhere.id != first.id  # keys are per queue (docs/api.md)
+    batch = engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue="wide", idempotency_key=k)
+                                       for k in ("invoice-7", "invoice-8", "invoice-8")])
+    assert [(getattr(o, "id", None) == first.id, getattr(o, "created", None)) for o in batch] == [
+        (True, False), (False, True), (False, False)]
+
+
+def _delete_behind_the_cache(engine: Engine, redis_client: redis.Redis, queue: str) -> None:
+    """What deleting the queue does, as seen by a submitter that cached its layout: the registry
+    forgets it and each partition's owner key becomes a tombstone of that layout."""
+    layout = engine.registry.get(queue)
+    assert layout is not None
+    redis_client.hdel(engine.keys.queues(), queue)
+    for tag in layout.all_tags:
+        redis_client.set(engine.keys.owner(tag), f"deleted|{layout.owner}")
+
+
+def test_a_submit_holding_a_deleted_queues_layout_lands_in_the_queue_created_anew(
+        engine: Engine, redis_client: redis.Redis) -> None:
+    engine.tasks.enqueue("dtq.echo", queue="gone")
+    old = engine.registry.get("gone")
+    _delete_behind_the_cache(engine, redis_client, "gone")
+    out = engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="gone")  # refused once, then registered anew
+    new = engine.registry.get("gone")
+    assert out.created and new is not None and old is not None and new.epoch != old.epoch
+    assert redis_client.get(engine.keys.owner(tag_of(out.id))) == new.owner
+    assert engine.tasks.get(out.id)["payload"] == {"n": 1}
+    _delete_behind_the_cache(engine, redis_client, "gone")
+    outcomes = engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", {"i": i}, queue="gone") for i in range(3)])
+    assert [engine.tasks.get(o.id)["payload"] for o in outcomes] == [{"i": 0}, {"i": 1}, {"i": 2}]  # type: ignore[union-attr]
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_a_submit_to_a_known_queue_is_one_round_trip(engine: Engine, redis_client: redis.Redis,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The layout of a queue this process knows is cached, and the enqueue script returns the record:
+    # each submit (a new task, or an idempotency hit) is one EVALSHA in one write, a batch one
+    # pipeline of them, whatever the queue's partitions.
+    import redis.connection
+
+    sends: list[int] = []
+    original = redis.connection.Connection.send_packed_command
+
+    def counting(self: Any, command: Any, check_health: bool = True) -> None:
+        sends.append(1)
+        original(self, command, check_health)
+
+    wide = _partitioned(engine.config, QUEUE_PARTITIONS="wide=3")
+    for e, queue in ((engine, "known"), (wide, "wide")):
+        e.tasks.enqueue("dtq.echo", queue=queue)  # registers the queue and loads the script
+        before, sends[:] = _evalsha_calls(redis_client), []
+        with monkeypatch.context() as patch:
+            patch.setattr(redis.connection.Connection, "send_packed_command", counting)
+            for i in range(4):
+                e.tasks.enqueue("dtq.echo", {"i": i}, queue=queue, idempotency_key=f"k{i % 2}")
+            e.tasks.enqueue_many([e.tasks.validate("dtq.echo", queue=queue) for _ in range(5)])
+        assert len(sends) == 4 + 1, queue
+        assert _evalsha_calls(redis_client) - before == 4 + 5, queue
+
+
+def test_a_partition_its_registering_process_never_opened_is_opened_by_the_next_submit(
+        engine: Engine, redis_client: redis.Redis) -> None:
+    # A process that died between registering a queue and opening its partitions left the
+    # registry naming partitions whose owner key is unset: the first submit refused there opens them.
+    engine.tasks.enqueue("dtq.echo", queue="half")
+    layout = engine.registry.get("half")
+    assert layout is not None
+    redis_client.delete(engine.keys.owner(layout.tags[0]))
+    out = engine.tasks.enqueue("dtq.echo", queue="half")
+    assert out.created and redis_client.get(engine.keys.owner(layout.tags[0])) == layout.owner

@@ -162,18 +162,38 @@ def test_dlq_filters_page_across_the_scan_budget(dlq_engine: Engine, redis_clien
         assert _dlq_pages(dlq_engine, queue=queue, type=type) == expected, (queue, type)
 
 
+def _recent_ids(engine: Engine, client: redis.Redis) -> list[str]:
+    """Every partition's recent-tasks index together, in the listing's order: newest first, then
+    by id, descending."""
+    rows: list[tuple[str, float]] = []
+    for layout in engine.registry.layouts(fresh=True).values():
+        for tag in layout.all_tags:
+            rows += client.zrange(engine.keys.recent(tag), 0, -1, withscores=True)
+    return [task_id for task_id, _ in sorted(rows, key=lambda row: (row[1], row[0]), reverse=True)]
+
+
 def _tasks_reference(engine: Engine, client: redis.Redis, **filters: str | None) -> list[str]:
     out = []
-    for task_id in client.zrevrangebyscore(engine.keys.recent(), "+inf", "-inf"):
+    for task_id in _recent_ids(engine, client):
         record = client.hgetall(engine.keys.task(task_id))
         if record and all(not v or record.get(k) == v for k, v in filters.items()):
             out.append(task_id)
     return out
 
 
+@pytest.fixture(params=[1, 3], ids=["one-partition", "qa-in-3-partitions"])
+def partitioned_engine(request: pytest.FixtureRequest, engine: Engine) -> Engine:
+    """The engine, or one whose queue qa has three partitions (the listing merges them)."""
+    if request.param == 1:
+        return engine
+    config = dataclasses.replace(engine.config, queue_partitions=(("qa", request.param),))
+    return Engine(config, client=engine.client, clock=engine.clock)
+
+
 @pytest.mark.parametrize("limit", [1, 3, 50])
 def test_task_filters_page_across_the_budget_and_within_one_millisecond(
-        engine: Engine, redis_client: redis.Redis, small_budget: None, limit: int) -> None:
+        partitioned_engine: Engine, redis_client: redis.Redis, small_budget: None, limit: int) -> None:
+    engine = partitioned_engine
     ids = []
     for i in range(30):  # the engine's clock stands still: runs of tasks share a millisecond
         if i % 8 == 0:
@@ -245,3 +265,49 @@ def test_large_payloads_split_a_search_into_calls_of_about_a_megabyte(dlq_engine
     before = _script_calls(redis_client)
     assert len(dlq_engine.tasks.list(type="dtq.fail").items) == 6  # records carry their payloads
     assert _script_calls(redis_client) - before == 2
+
+
+def test_task_pages_hold_while_newer_tasks_arrive(partitioned_engine: Engine, redis_client: redis.Redis) -> None:
+    # A cursor is a position in the listing, not an offset: tasks submitted between two pages, in
+    # any partition, show above it and move nothing below it.
+    engine = partitioned_engine
+    older = []
+    for i in range(12):
+        if i % 5 == 0:
+            engine.clock.advance(0.001)  # type: ignore[attr-defined]
+        older.append(engine.tasks.enqueue("dtq.echo", {"i": i}, queue="qa" if i % 3 else "qb").id)
+    expected = _tasks_reference(engine, redis_client)
+    first = engine.tasks.list(limit=4)
+    assert [t["id"] for t in first.items] == expected[:4]
+    for i in range(6):  # in the same millisecond as the newest page, and later
+        engine.tasks.enqueue("dtq.echo", {"new": i}, queue="qa" if i % 2 else "qb")
+        engine.clock.advance(0.0005)  # type: ignore[attr-defined]
+    rest, cursor = [], first.next_cursor
+    while cursor:
+        page = engine.tasks.list(cursor=cursor, limit=3)
+        rest += [t["id"] for t in page.items]
+        cursor = page.next_cursor
+    assert rest == expected[4:]
+
+
+def test_a_task_listing_reads_one_queues_partitions_only(engine: Engine, redis_client: redis.Redis) -> None:
+    wide = Engine(dataclasses.replace(engine.config, queue_partitions=(("qa", 4),)), client=engine.client,
+                  clock=engine.clock)
+    for i in range(8):
+        wide.tasks.enqueue("dtq.echo", {"i": i}, queue="qa" if i % 2 else "qb")
+    before = _script_calls(redis_client)
+    assert len(wide.tasks.list(queue="qa").items) == 4
+    assert _script_calls(redis_client) - before == 4  # one round: a call per partition of qa
+    assert wide.tasks.list(queue="unknown").items == []
+
+
+@pytest.mark.parametrize("limit", [1, 3, 4, 12])
+def test_a_task_cursor_is_offered_only_when_an_older_match_exists(partitioned_engine: Engine,
+                                                                  redis_client: redis.Redis, limit: int) -> None:
+    engine = partitioned_engine
+    for i in range(24):  # 12 per queue: limits that divide the matches end a full page on the oldest
+        engine.tasks.enqueue("dtq.echo" if i % 4 else "dtq.fail", {"i": i}, queue="qa" if i % 2 else "qb")
+    for queue, type in itertools.product([None, "qa", "nope"], [None, "dtq.fail"]):
+        total = len(_tasks_reference(engine, redis_client, queue=queue, type=type))
+        sizes = _page_sizes(functools.partial(engine.tasks.list, queue=queue, type=type), limit)
+        assert sizes == _full_pages_then_the_rest(total, limit), (queue, type)

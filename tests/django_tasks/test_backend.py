@@ -19,9 +19,10 @@ from dtq_core.django_tasks.compat import (
 )
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
+from dtq_core.keys import tag_of
 
 from . import tasks_module as tm
-from .conftest import BACKEND
+from .conftest import BACKEND, task_keys
 
 
 def test_enqueue_returns_a_ready_result_and_queues_a_django_task(backend: DtqBackend, live_engine: Engine) -> None:
@@ -85,7 +86,7 @@ def test_run_after_becomes_a_delayed_task(backend: DtqBackend, live_engine: Engi
     result = tm.add.using(run_after=when).enqueue(1, 1)
     stored = live_engine.tasks.get(result.id)
     assert stored["status"] == "PENDING"
-    due = redis_client.zscore(live_engine.keys.schedule(), result.id)
+    due = redis_client.zscore(live_engine.keys.schedule(tag_of(result.id)), result.id)
     assert abs(due / 1000 - when.timestamp()) < 1
     again = tm.add.get_result(result.id)
     assert again.status == TaskResultStatus.READY and again.task.run_after == when
@@ -130,7 +131,7 @@ def test_arguments_without_a_json_form_are_refused(backend: DtqBackend, live_eng
                                                    redis_client: redis.Redis, args: Any) -> None:
     with pytest.raises(InvalidTask, match="JSON"):
         tm.add.enqueue(*args)
-    assert not list(redis_client.scan_iter(match=live_engine.keys.task("*")))
+    assert not task_keys(redis_client, live_engine)
 
 
 def test_oversized_arguments_are_refused_and_nothing_is_queued(tasks_settings: Any, live_engine: Engine,
@@ -138,10 +139,10 @@ def test_oversized_arguments_are_refused_and_nothing_is_queued(tasks_settings: A
     tasks_settings.DTQ = {**tasks_settings.DTQ, "PAYLOAD_MAX_BYTES": 1024}
     with pytest.raises(InvalidTask, match="PAYLOAD_MAX_BYTES"):
         tm.add.enqueue("x" * 2000, 1)
-    assert not list(redis_client.scan_iter(match=live_engine.keys.task("*")))
+    assert not task_keys(redis_client, live_engine)
 
 
-@pytest.mark.parametrize("bad_id", ["", "nope", "a:b", "x" * 500, "0" * 32])
+@pytest.mark.parametrize("bad_id", ["", "nope", "a:b", "x" * 500, "0" * 32, "abc123-" + "0" * 32])
 def test_unknown_ids_raise_task_result_does_not_exist(backend: DtqBackend, bad_id: str) -> None:
     with pytest.raises(TaskResultDoesNotExist):
         backend.get_result(bad_id)
@@ -177,7 +178,7 @@ def test_redis_down_fails_enqueue_and_get_result_fast(tasks_settings: Any) -> No
     with pytest.raises(redis.ConnectionError):
         tm.add.enqueue(1, 1)
     with pytest.raises(redis.ConnectionError):
-        tm.add.get_result("0" * 32)
+        tm.add.get_result("abc123-" + "0" * 32)  # an id of no task, but one dtq could have made
     assert datetime.now(tz=UTC) - started < timedelta(seconds=4)
 
 
@@ -221,5 +222,5 @@ def test_naive_run_after_works_when_use_tz_is_off(tasks_settings: Any, live_engi
     when = datetime.now() + timedelta(minutes=5)  # noqa: DTZ005 - naive local time, as USE_TZ=False apps use
     result = tm.add.using(run_after=when).enqueue(1, 1)
     assert live_engine.tasks.get(result.id)["status"] == "PENDING"
-    due = redis_client.zscore(live_engine.keys.schedule(), result.id) / 1000
+    due = redis_client.zscore(live_engine.keys.schedule(tag_of(result.id)), result.id) / 1000
     assert abs(due - when.timestamp()) < 2

@@ -11,19 +11,16 @@ from django.db import transaction
 from dtq_core.django_tasks import DtqBackend, enqueue_on_commit
 from dtq_core.django_tasks.compat import SOURCE, InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
 from dtq_core.engine import Engine
+from dtq_core.keys import tag_of
 
 from . import tasks_module as tm
-from .conftest import BACKEND
+from .conftest import BACKEND, task_keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Rollback(Exception):
     pass
-
-
-def task_keys(redis_client: redis.Redis, engine: Engine) -> list[str]:
-    return list(redis_client.scan_iter(match=engine.keys.task("*")))
 
 
 def test_rollback_leaves_nothing_in_redis(backend: DtqBackend, live_engine: Engine,
@@ -34,7 +31,7 @@ def test_rollback_leaves_nothing_in_redis(backend: DtqBackend, live_engine: Engi
         assert task_keys(redis_client, live_engine) == []  # not before the commit either
         raise Rollback
     assert task_keys(redis_client, live_engine) == []
-    assert redis_client.zcard(live_engine.keys.schedule()) == 0
+    assert not list(redis_client.scan_iter(match=live_engine.keys.schedule("*")))
     with pytest.raises(TaskResultDoesNotExist):
         tm.add.get_result(result.id)
 
@@ -90,3 +87,20 @@ def test_the_helper_refuses_a_backend_that_is_not_dtq(tasks_settings: Any) -> No
                             "immediate": {"BACKEND": f"{SOURCE}.backends.immediate.ImmediateBackend"}}
     with pytest.raises(InvalidTask, match="DtqBackend"):
         enqueue_on_commit(tm.add.using(backend="immediate"), 1, 1)
+
+
+def test_the_id_handed_out_before_the_commit_is_the_tasks_id(backend: DtqBackend, live_engine: Engine,
+                                                             redis_client: redis.Redis) -> None:
+    # The id names the task's partition, chosen at enqueue; the queue deleted before the commit
+    # (its partitions closed under this process's cached layout) is created anew at the commit.
+    with transaction.atomic():
+        result = enqueue_on_commit(tm.add, 1, 1)
+        handed_out = result.id
+        layout = live_engine.registry.get("default")
+        assert layout is not None and tag_of(handed_out) in layout.tags
+        redis_client.hdel(live_engine.keys.queues(), "default")
+        for tag in layout.all_tags:
+            redis_client.set(live_engine.keys.owner(tag), f"deleted|{layout.owner}")
+    assert result.id == handed_out and result.enqueued_at is not None
+    assert task_keys(redis_client, live_engine) == [live_engine.keys.task(handed_out)]
+    assert tm.add.get_result(handed_out).status == TaskResultStatus.READY
