@@ -28,7 +28,7 @@ rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at
 rcall('PEXPIRE', tkey, ARGV[4])
 schedule_rem(K.schedule, task_id, t.queue)
 if status == 'QUEUED' and t.entry_id and t.entry_id ~= '' and t.queue and t.priority then
-  rcall('XDEL', K.stream_prefix .. t.queue .. ':' .. t.priority, t.entry_id)
+  rcall('XDEL', stream_key(K, t.queue, t.priority), t.entry_id)
 end
 -- Counted like every other way a task ends (dtq_tasks_total), as an expiry before start is.
 rcall('HINCRBY', K.stats_tasks, outcome_field(t.queue, t.type, 'CANCELLED'), 1)

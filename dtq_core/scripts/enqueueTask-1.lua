@@ -47,10 +47,9 @@ if idem_key then
 end
 local due = tonumber(ARGV[8])
 local max_depth = tonumber(ARGV[7])
-local stream_prefix = K.stream_prefix .. queue .. ':'
 if due == 0 and max_depth > 0 then
   local depth = 0
-  for _, p in ipairs({'high', 'normal', 'low'}) do depth = depth + rcall('XLEN', stream_prefix .. p) end
+  for _, p in ipairs({'high', 'normal', 'low'}) do depth = depth + rcall('XLEN', stream_key(K, queue, p)) end
   if depth >= max_depth then return {CODE.QUEUE_FULL, depth} end
 end
 -- One HSET for the whole record (the stream entry's id is part of it, so XADD comes first).
@@ -66,7 +65,7 @@ if due > 0 then
   schedule_add(K.schedule, due, task_id, queue)
 else
   status = 'QUEUED'
-  local eid = rcall('XADD', stream_prefix .. priority, '*', 'task_id', task_id, 'attempt', 1)
+  local eid = rcall('XADD', stream_key(K, queue, priority), '*', 'task_id', task_id, 'attempt', 1)
   local n = #fields
   fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'status', status, 'enqueued_at', now_ms
   fields[n + 5], fields[n + 6] = 'entry_id', eid
