@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 import redis
+import redis.cluster
+from redis.crc import key_slot
 
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import PayloadTooLarge, QueueFull, TaskNotFound, ValidationError
 from dtq_core.keys import Keys, is_task_id, tag_of
+
+from .test_scans import _script_calls
 
 
 def test_it_queues_a_task_in_its_priority_stream(engine: Engine, redis_client: redis.Redis) -> None:
@@ -253,15 +258,20 @@ def test_a_submit_holding_a_deleted_queues_layout_lands_in_the_queue_created_ane
     assert [engine.tasks.get(o.id)["payload"] for o in outcomes] == [{"i": 0}, {"i": 1}, {"i": 2}]  # type: ignore[union-attr]
 
 
-def _evalsha_calls(client: redis.Redis) -> int:
-    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+def _nodes(engine: Engine, tags: Iterable[str]) -> int:
+    """How many Redis nodes hold these partitions (one, but on a cluster)."""
+    client = engine.client
+    if not isinstance(client, redis.cluster.RedisCluster):
+        return 1
+    return len({client.nodes_manager.get_node_from_slot(key_slot(engine.keys.partition(t).encode())).name
+                for t in tags})
 
 
 def test_a_submit_to_a_known_queue_is_one_round_trip(engine: Engine, redis_client: redis.Redis,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # The layout of a queue this process knows is cached, and the enqueue script returns the record:
-    # each submit (a new task, or an idempotency hit) is one EVALSHA in one write, a batch one
-    # pipeline of them, whatever the queue's partitions.
+    # each submit (a new task, or an idempotency hit) is one EVALSHA in one write, and a batch one
+    # write of them (per node holding its partitions, on a cluster).
     import redis.connection
 
     sends: list[int] = []
@@ -274,14 +284,17 @@ def test_a_submit_to_a_known_queue_is_one_round_trip(engine: Engine, redis_clien
     wide = _partitioned(engine.config, QUEUE_PARTITIONS="wide=3")
     for e, queue in ((engine, "known"), (wide, "wide")):
         e.tasks.enqueue("dtq.echo", queue=queue)  # registers the queue and loads the script
-        before, sends[:] = _evalsha_calls(redis_client), []
+        before = _script_calls(redis_client)
         with monkeypatch.context() as patch:
             patch.setattr(redis.connection.Connection, "send_packed_command", counting)
+            sends[:] = []
             for i in range(4):
                 e.tasks.enqueue("dtq.echo", {"i": i}, queue=queue, idempotency_key=f"k{i % 2}")
-            e.tasks.enqueue_many([e.tasks.validate("dtq.echo", queue=queue) for _ in range(5)])
-        assert len(sends) == 4 + 1, queue
-        assert _evalsha_calls(redis_client) - before == 4 + 5, queue
+            assert len(sends) == 4, queue
+            sends[:] = []
+            out = e.tasks.enqueue_many([e.tasks.validate("dtq.echo", queue=queue) for _ in range(5)])
+            assert len(sends) == _nodes(e, {tag_of(o.id) for o in out}), queue  # type: ignore[union-attr]
+        assert _script_calls(redis_client) - before == 4 + 5, queue
 
 
 def test_a_partition_its_registering_process_never_opened_is_opened_by_the_next_submit(

@@ -22,6 +22,7 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import ReplicationTimeout
+from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
@@ -85,7 +86,7 @@ def test_a_submit_no_replica_confirms_is_a_quick_503_and_its_retry_returns_the_s
         fresh = submit(api, {"type": "dtq.echo"})
         assert fresh.status_code == 201, fresh.content
         # What the replica has is what was acknowledged.
-        assert redis.Redis(port=replica.port).exists(f"{prefix}:task:{fresh.json()['id']}")
+        assert redis.Redis(port=replica.port).exists(Keys(prefix).task(fresh.json()["id"]))
     finally:
         replica.stop()
 
