@@ -161,9 +161,9 @@ class Scripts:
     def call_direct_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[object]]]) -> list[Any]:
         """Several call_direct calls, (name, keys, args) each, in one exchange: one write per node
         (a redis-py pipeline of scripts first asks SCRIPT EXISTS, a second round trip). With
-        DTQ_REDIS_MIN_REPLICAS a WAIT rides behind the calls of each routing key, down their
-        connection; too few replicas raise ReplicationTimeout once the writes are made. Replies in
-        order, an error reply as its exception."""
+        DTQ_REDIS_MIN_REPLICAS a WAIT rides behind the calls of each node, down their connection;
+        too few replicas raise ReplicationTimeout once the writes are made. Replies in order, an
+        error reply as its exception."""
         commands = [self.routed(name, keys=keys, args=args) for name, keys, args in calls]
         replies, acked = self._exchange_with_waits(commands)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
