@@ -4,8 +4,9 @@ on Redis Cluster as well as on one node.
 Each command comes with its routing key (KEYS[1] of a script: every key a script touches is in
 that key's slot). On one node (or behind Sentinel) everything goes down one connection, as
 before. On a cluster, commands are grouped by the master owning their slot and each group goes
-down that master's connection in one write, all groups at once: a batch costs one round trip
-per master, not per command.
+down that master's connection in one write: a batch costs one round trip per master, not per
+command (the worker's RoutedLines sends the groups at once; the blocking exchange_routed, on the
+API's request path, one master after the other).
 
 A command Redis did not run because its slot lives elsewhere (MOVED, ASK: a resharding) or
 because the node was demoted (READONLY: a failover) is sent again after the slot map is read
