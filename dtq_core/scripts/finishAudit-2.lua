@@ -1,5 +1,6 @@
 --[[
   Record an operator action's outcome (how many it changed, or why it stopped) and close it.
+  Both keys carry the {audit} hash tag, so they are in one slot (Redis Cluster).
   Input:
     KEYS[1] audit stream  KEYS[2] open operations (hash op id -> JSON)
     ARGV[1] stream cap (MAXLEN ~)  ARGV[2] operation id  ARGV[3..] field, value, ...

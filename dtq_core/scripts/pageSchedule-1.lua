@@ -1,27 +1,35 @@
 --[[
-  One page of the schedule, soonest first, resuming just after the last task of the page before.
-  Read-only. Tasks often share a due millisecond (delayed submits of one batch, many tasks set
-  for one moment), so the cursor names the last task, not only its time; the rank of that task
-  and the read after it happen together here, while the scheduler removes due tasks from the
-  front of the set.
+  One partition's share of a page of the schedule, soonest first, resuming after the last task of
+  the page before. Read-only. The page merges every partition's share in the order
+  (due ms, task id), the order a zset keeps its members of one score. Tasks often share a due
+  millisecond (delayed submits of one batch), so the cursor names the last task shown, not only
+  its time; the rank of that task and the read after it happen together here, while the
+  scheduler removes due tasks from the front of the set.
   Input:
-    KEYS[1] schedule zset (score: due ms)
-    ARGV[1] due ms of the last task shown ('' = from the start)   ARGV[2] its task id ('' = none)
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
+    ARGV[1] due ms of the last task shown ('' = from the start)
+    ARGV[2] that task's id when it is of this partition ('' otherwise)
     ARGV[3] how many to read
+    ARGV[4] 1 when this partition's tasks of that millisecond sort after the last task shown
+            (its tag sorts after the last task's), so they are on the page; 0 when before
   Output:
-    flat member/score pairs, as ZRANGE ... WITHSCORES. When the last task has left the schedule
-    (or was not named), the page starts after its millisecond: others of that millisecond are
-    then not shown, which is what a whole due batch leaving together looks like anyway.
+    flat member/score pairs, as ZRANGE ... WITHSCORES. When the last task was of this partition
+    and has left the schedule, the share starts after its millisecond: others of that
+    millisecond are then not shown, which is what a whole due batch leaving together looks like.
 ]]
-local key, due, after, count = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- #include common
+local key = partition_keys(KEYS[1]).schedule
+local due, after, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if due == '' then
-  return redis.call('ZRANGE', key, 0, count - 1, 'WITHSCORES')
+  return rcall('ZRANGE', key, 0, count - 1, 'WITHSCORES')
 end
 if after ~= '' then
-  local at = redis.call('ZSCORE', key, after)
+  local at = rcall('ZSCORE', key, after)
   if at and tonumber(at) == tonumber(due) then
-    local rank = redis.call('ZRANK', key, after)
-    return redis.call('ZRANGE', key, rank + 1, rank + count, 'WITHSCORES')
+    local rank = rcall('ZRANK', key, after)
+    return rcall('ZRANGE', key, rank + 1, rank + count, 'WITHSCORES')
   end
+elseif ARGV[4] == '1' then
+  return rcall('ZRANGE', key, due, '+inf', 'BYSCORE', 'LIMIT', 0, count, 'WITHSCORES')
 end
-return redis.call('ZRANGEBYSCORE', key, '(' .. due, '+inf', 'WITHSCORES', 'LIMIT', 0, count)
+return rcall('ZRANGE', key, '(' .. due, '+inf', 'BYSCORE', 'LIMIT', 0, count, 'WITHSCORES')

@@ -3,6 +3,7 @@
   killed part-way through still leaves who started what, on which selection. The operation stays in
   the open-operations hash until finishAudit records its outcome, or until its intent entry has
   been trimmed from the audit stream (then nothing could show it: it is dropped here).
+  Both keys carry the {audit} hash tag, so they are in one slot (Redis Cluster).
   Input:
     KEYS[1] audit stream  KEYS[2] open operations (hash op id -> JSON {start, at, done})
     ARGV[1] stream cap (MAXLEN ~)  ARGV[2] operation id  ARGV[3] now (ms)  ARGV[4..] field, value, ...

@@ -1,0 +1,53 @@
+--[[
+  Cancel up to LIMIT waiting (never delivered) entries of one priority stream of one partition,
+  up to a snapshot id, so work that arrives during a purge is left alone. In-flight entries are
+  not touched. A queue-wide purge calls this per partition and priority (pipelined) until each
+  returns ''.
+  Input:
+    KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
+    ARGV[1] queue  ARGV[2] priority  ARGV[3] group  ARGV[4] now (ms)  ARGV[5] now (ISO)
+    ARGV[6] snapshot id (inclusive upper bound)  ARGV[7] limit  ARGV[8] start after this id
+    ARGV[9] retention (ms)
+  Output:
+    {cancelled, last id seen or '' when done}
+]]
+-- #include common
+local K = partition_keys(KEYS[1])
+local function stream_of(queue, priority) return K.stream_prefix .. queue .. ':' .. priority end
+local stream = stream_of(ARGV[1], ARGV[2])
+local group, now_ms, now_iso, limit = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[7])
+local function id_lt(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  ams, aseq, bms, bseq = tonumber(ams), tonumber(aseq), tonumber(bms), tonumber(bseq)
+  return ams < bms or (ams == bms and aseq < bseq)
+end
+if rcall('EXISTS', stream) == 0 then return {0, ''} end
+local group_start = '0-0'
+for _, g in ipairs(rcall('XINFO', 'GROUPS', stream)) do
+  if field(g, 'name') == group then group_start = field(g, 'last-delivered-id') end
+end
+local start = ARGV[8]
+if start == '' or id_lt(start, group_start) then start = group_start end
+local entries = rcall('XRANGE', stream, '(' .. start, ARGV[6], 'COUNT', limit)
+local cancelled, last = 0, ''
+local counts = {}  -- per queue|type|cancelled field, for dtq_tasks_total (one HINCRBY each, not per task)
+for _, entry in ipairs(entries) do
+  last = entry[1]
+  local task_id = field(entry[2], 'task_id')
+  local tkey = K.task_prefix .. (task_id or '')
+  local t = read_task(tkey, 'status', 'queue', 'attempt', 'entry_id', 'type')
+  if t.status == 'QUEUED' and t.entry_id == entry[1] then
+    rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', now_ms,
+          'updated_at', now_ms, 'last_error', 'purged')
+    rcall('PEXPIRE', tkey, ARGV[9])
+    local counted = outcome_field(t.queue, t.type, 'CANCELLED')
+    counts[counted] = (counts[counted] or 0) + 1
+    emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, now_ms, now_iso)
+    cancelled = cancelled + 1
+  end
+  rcall('XDEL', stream, entry[1])
+end
+for counted, n in pairs(counts) do rcall('HINCRBY', K.stats_tasks, counted, n) end
+if #entries < limit then last = '' end
+return {cancelled, last}
