@@ -172,7 +172,8 @@ def raise_for_code(code: int, *, task_id: str | None, script: str, **details: An
     """Return the code of a script's reply as an ErrorCode, or raise the DtqError a negative one
     stands for (BullMQ's finishedErrors). `details` carries what the message names: queue,
     status (TASK_TERMINAL), count and max_depth / max_queues (QUEUE_FULL / QUEUE_LIMIT_REACHED:
-    the depth or number of queues the script found), waiting / in_flight / scheduled."""
+    the depth or number of queues the script found), waiting / in_flight / scheduled / dead
+    (QUEUE_NOT_EMPTY)."""
     code = ErrorCode(int(code))
     if code >= 0:
         return code
@@ -188,10 +189,13 @@ def raise_for_code(code: int, *, task_id: str | None, script: str, **details: An
         raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
     if code is ErrorCode.QUEUE_NOT_EMPTY:
         waiting, in_flight, scheduled = details["waiting"], details["in_flight"], details["scheduled"]
+        dead = details.get("dead", 0)
         raise QueueNotEmpty(
-            f"queue {queue!r} is not empty: {waiting} waiting, {in_flight} in flight, {scheduled} scheduled; "
-            "purge or cancel them (or let them finish) first",
-            queue=queue, waiting=waiting, in_flight=in_flight, scheduled=scheduled)
+            f"queue {queue!r} is not empty: {waiting} waiting, {in_flight} in flight, {scheduled} scheduled"
+            + (f", {dead} dead-lettered" if dead else "")
+            + "; purge or cancel them (or let them finish)" + (", retry or discard its dead letters" if dead else "")
+            + " first",
+            queue=queue, waiting=waiting, in_flight=in_flight, scheduled=scheduled, dead=dead)
     if code is ErrorCode.QUEUE_FULL:
         depth = int(details["count"])
         raise QueueFull(f"queue {queue!r} holds {depth} tasks, the limit is {details['max_depth']} "

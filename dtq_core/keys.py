@@ -188,6 +188,19 @@ class Keys:
         """Marker of dtq_tasks.idempotent_operation: kept apart from submit idempotency keys."""
         return f"{self.prefix}:once:{key}"
 
+    # Statistics no live partition holds, shaped like the partition's stats_* hashes and added to
+    # theirs by /metrics: a deleted queue's partitions fold their counts in (so the counters never
+    # go back), and the console's fanout counts events_dropped here. A single node upgraded from
+    # the unpartitioned layout keeps its old counts: these were their names.
+    def global_stats_tasks(self) -> str:
+        return f"{self.prefix}:stats:tasks"
+
+    def global_stats_duration(self) -> str:
+        return f"{self.prefix}:stats:duration"
+
+    def global_stats_counters(self) -> str:
+        return f"{self.prefix}:stats:counters"
+
     def audit(self) -> str:
         return f"{self.prefix}:{{audit}}:stream:audit"
 

@@ -19,6 +19,7 @@ from ..replies import text_hash
 from .plumbing import Noun
 
 LAYOUT_CACHE_S = 2.0
+TOMBSTONE_TTL_S = 86400  # how long a deleted queue's partitions refuse its stale submitters
 
 
 def slot_map(client: Any) -> tuple[Callable[[int], str] | None, list[str]]:
@@ -26,7 +27,7 @@ def slot_map(client: Any) -> tuple[Callable[[int], str] | None, list[str]]:
     if not isinstance(client, redis.cluster.RedisCluster):
         return None, []
     nodes = client.nodes_manager
-    masters = sorted(node.name for node in client.get_primaries())
+    masters = sorted(node.name for node in client.get_primaries())  # type: ignore[no-untyped-call]
     return (lambda slot: str(nodes.get_node_from_slot(slot).name)), masters
 
 
@@ -86,3 +87,43 @@ class Registry(Noun):
             if int(reply) == ErrorCode.PARTITION_CLOSED:
                 self.forget_cache()
                 raise PartitionClosed(f"a partition of queue {layout.queue!r} is closed", queue=layout.queue)
+
+    def unregister(self, layout: Layout) -> None:
+        """Forget a deleted queue whose partitions a delete has closed (deleteQueue close on each):
+        fold their statistics into the global ones, so the /metrics counters never go back, drop
+        their keys, leaving each owner a tombstone for TOMBSTONE_TTL_S (a submitter holding the
+        layout is refused meanwhile), and remove the registry entry and its pause. Two round trips."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        for tag in layout.all_tags:
+            pipe.hgetall(k.stats_tasks(tag))
+            pipe.hgetall(k.stats_duration(tag))
+            pipe.hgetall(k.stats_counters(tag))
+        stats = pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        for key, sums in ((k.global_stats_tasks(), stats[0::3]), (k.global_stats_duration(), stats[1::3]),
+                          (k.global_stats_counters(), stats[2::3])):
+            fold_into(pipe, key, sums)
+        for tag in layout.all_tags:
+            self.scripts("deleteQueue", keys=[k.partition(tag)],
+                         args=["drop", layout.owner, layout.queue, TOMBSTONE_TTL_S], client=pipe)
+        pipe.hdel(k.queues(), layout.queue)
+        pipe.hdel(k.paused_index(), layout.queue)
+        pipe.execute()
+        self.forget_cache()
+
+
+def fold_into(pipe: Any, key: str, hashes: list[dict[str, str]]) -> None:
+    """Queue on pipe the increments that add the hashes' numeric fields to the hash at key.
+    HINCRBYFLOAT writes a whole number as one ("12", not "12.0"), so a counter stays an integer
+    that HINCRBY can go on adding to."""
+    totals: dict[str, float] = {}
+    for fields in hashes:
+        for name, raw in fields.items():
+            try:
+                totals[name] = totals.get(name, 0.0) + float(raw)
+            except (TypeError, ValueError):
+                continue  # written by hand: not a count
+    for name, value in totals.items():
+        if value:
+            pipe.hincrbyfloat(key, name, value)
