@@ -42,9 +42,9 @@ class Engine:
         self.registry = Registry(plumbing)
         self.audit = Audit(plumbing)
         self.tasks = Tasks(plumbing, self.audit, self.registry)
-        self.queues = Queues(plumbing, self.audit)
+        self.queues = Queues(plumbing, self.audit, self.registry)
         self.dlq = DeadLetters(plumbing, self.audit, self.tasks, self.registry)
-        self.schedule = Schedule(plumbing)
+        self.schedule = Schedule(plumbing, self.registry)
         self.workers = Workers(plumbing)
 
     # -- health -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ class Workers(Noun):
         pipe = self.client.pipeline(transaction=False)
         for wid, _ in rows:
             pipe.hgetall(self.keys.worker(wid))
-        pipe.get(self.keys.scheduler_lock())
+        pipe.get(self.keys.leader())
         *details, leader = pipe.execute()
         now = self.clock.now_ms()
         out = []
@@ -44,4 +44,4 @@ class Workers(Noun):
         return out
 
     def leader(self) -> str | None:
-        return optional_text(self.client.get(self.keys.scheduler_lock()))
+        return optional_text(self.client.get(self.keys.leader()))
