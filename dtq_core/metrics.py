@@ -1,11 +1,12 @@
 """Prometheus collector that reads the cluster's state from Redis at scrape time.
 
 Every API process serves the same figures: queue gauges come from the streams themselves, and
-the worker-side counters and histogram are hashes the workers' Lua scripts keep in Redis, so a
-scrape of any API replica sees the whole cluster. A scrape costs two pipelined round trips
-however many queues exist: (1) the queue set, the schedule, DLQ, registry, lock and stats
-hashes; (2) XLEN and XPENDING for every queue stream. When Redis does not answer, the scrape
-still succeeds with dtq_redis_up 0 and nothing else from Redis (no stale values).
+the worker-side counters and histogram are hashes the workers' Lua scripts keep in Redis (one
+set per queue partition, summed here), so a scrape of any API replica sees the whole cluster. A
+scrape costs two pipelined round trips however many queues exist: (1) the partition registry,
+workers, leader lock, task types and the global stats hashes; (2) every partition's streams,
+schedule, DLQ and stats hashes. When Redis does not answer, the scrape still succeeds with
+dtq_redis_up 0 and nothing else from Redis (no stale values).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from .conf import get_engine
 from .connection import UNAVAILABLE_ERRORS
 from .keys import PRIORITIES, Keys
+from .partitions import parse_registry
 from .worker.executor import BUCKETS
 
 logger = logging.getLogger("dtq.metrics")
@@ -43,7 +45,7 @@ OTHER = "other"
 # A tuple of its own: mypy does not follow a starred tuple in an except clause.
 _REDIS_FAILURES: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, redis.RedisError)
 
-# Worker-written counters: field of keys.stats_counters() -> metric name (without _total) and help.
+# Worker-written counters: field of keys.stats_counters(tag) -> metric name (without _total) and help.
 COUNTERS: dict[str, tuple[str, str]] = {
     "redeliveries": ("dtq_redeliveries", "Entries reclaimed from a silent worker after the visibility timeout."),
     "absorbed": ("dtq_absorbed_duplicates", "Duplicate stream entries acknowledged without running."),
@@ -85,7 +87,7 @@ def _num(raw: Any) -> float:
         return 0.0
 
 
-def parse_tasks(raw: dict[str, str]) -> dict[tuple[str, str, str], float]:
+def parse_tasks(raw: dict[str, Any]) -> dict[tuple[str, str, str], float]:
     """Split "queue|type|outcome" fields; queue names and types cannot hold "|", outcomes neither."""
     out: dict[tuple[str, str, str], float] = {}
     for name, value in raw.items():
@@ -123,7 +125,7 @@ def bounded_tasks(tasks: dict[tuple[str, str, str], float], *, types: Container[
     return out
 
 
-def parse_histogram(raw: dict[str, str]) -> tuple[list[tuple[str, float]], float]:
+def parse_histogram(raw: dict[str, Any]) -> tuple[list[tuple[str, float]], float]:
     """Turn per-bucket counts (non-cumulative, as workers write them) into Prometheus buckets."""
     buckets: list[tuple[str, float]] = []
     running = 0.0
@@ -135,50 +137,75 @@ def parse_histogram(raw: dict[str, str]) -> tuple[list[tuple[str, float]], float
     return buckets, _num(raw.get("sum"))
 
 
+def _sum_fields(hashes: list[Any]) -> dict[str, float]:
+    """Field-wise sums of hashes (HGETALL replies; an error reply, a key of another type, adds
+    nothing)."""
+    total: dict[str, float] = {}
+    for fields in hashes:
+        if isinstance(fields, dict):
+            for name, value in fields.items():
+                total[name] = total.get(name, 0.0) + _num(value)
+    return total
+
+
 def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_ms: int) -> Snapshot:
-    """Read everything a scrape exports in two pipelined round trips."""
+    """Read everything a scrape exports in two pipelined round trips: (1) the partition registry,
+    workers, leader, task types and the global stats hashes; (2) every partition's streams,
+    schedule, DLQ and stats hashes, summed (dtq_core/keys.py: the global hashes hold what no live
+    partition does, so the sums never go back when a queue is deleted)."""
     snap = Snapshot()
     pipe = client.pipeline(transaction=False)
-    pipe.smembers(keys.queues())
-    pipe.zcard(keys.schedule())
-    pipe.xlen(keys.dlq())
+    pipe.hgetall(keys.queues())
     pipe.zcount(keys.workers(), now_ms - alive_window_ms, "+inf")
-    pipe.get(keys.scheduler_lock())
-    pipe.hgetall(keys.stats_tasks())
-    pipe.hgetall(keys.stats_duration())
-    pipe.hgetall(keys.stats_counters())
+    pipe.get(keys.leader())
     pipe.hkeys(keys.task_types())
-    queues, scheduled, dlq, alive, leader, tasks, duration, counters, types = pipe.execute()
-    snap.queues = sorted(queues)
-    snap.retry_scheduled, snap.dlq_depth, snap.workers_alive = int(scheduled), int(dlq), int(alive)
-    snap.leader = leader or None
-    snap.types = frozenset(types)
-    snap.tasks = bounded_tasks(parse_tasks(tasks), types=snap.types)
-    snap.duration_buckets, snap.duration_sum = parse_histogram(duration)
-    snap.counters = {name: _num(counters.get(name)) for name in COUNTERS}
+    pipe.hgetall(keys.global_stats_tasks())
+    pipe.hgetall(keys.global_stats_duration())
+    pipe.hgetall(keys.global_stats_counters())
+    registry, alive, leader, types, *global_stats = pipe.execute()
+    layouts = parse_registry(registry)
+    snap.queues = sorted(layouts)
+    snap.workers_alive, snap.leader, snap.types = int(alive), leader or None, frozenset(types)
 
-    if not snap.queues:
-        return snap
     pipe = client.pipeline(transaction=False)
     for queue in snap.queues:
-        for stream in keys.streams(queue):
-            pipe.xlen(stream)
-            pipe.xpending(stream, Keys.GROUP)
+        for tag in layouts[queue].all_tags:
+            for stream in keys.streams(tag, queue):
+                pipe.xlen(stream)
+                pipe.xpending(stream, Keys.GROUP)
+            pipe.zcard(keys.schedule(tag))
+            pipe.xlen(keys.dlq(tag))
+            pipe.hgetall(keys.stats_tasks(tag))
+            pipe.hgetall(keys.stats_duration(tag))
+            pipe.hgetall(keys.stats_counters(tag))
     # A stream or group may be missing (a queue known before its first worker): count it as 0.
     replies = pipe.execute(raise_on_error=False)
     for error in (r for r in replies if isinstance(r, Exception)):
         if isinstance(error, UNAVAILABLE_ERRORS):
             raise error
-    for i, queue in enumerate(snap.queues):
+    stats: list[list[Any]] = [[global_stats[0]], [global_stats[1]], [global_stats[2]]]
+    reply = iter(replies)
+    for queue in snap.queues:
         in_flight = 0
-        for j, priority in enumerate(PRIORITIES):
-            length, summary = replies[(i * len(PRIORITIES) + j) * 2: (i * len(PRIORITIES) + j) * 2 + 2]
-            pending = int(summary["pending"]) if isinstance(summary, dict) else 0
-            in_flight += pending
-            # Entries stay in the stream until acknowledged, so waiting = length - in flight
-            # (the same figure as GET /api/v1/queues); depth + pending is what the gate counts.
-            snap.depth[(queue, priority)] = max(0, (length if isinstance(length, int) else 0) - pending)
+        for _ in layouts[queue].all_tags:
+            for priority in PRIORITIES:
+                length, summary = next(reply), next(reply)
+                pending = int(summary["pending"]) if isinstance(summary, dict) else 0
+                in_flight += pending
+                # Entries stay in the stream until acknowledged, so waiting = length - in flight
+                # (the same figure as GET /api/v1/queues); depth + pending is what the gate counts.
+                waiting = max(0, (length if isinstance(length, int) else 0) - pending)
+                snap.depth[(queue, priority)] = snap.depth.get((queue, priority), 0) + waiting
+            scheduled, dead = next(reply), next(reply)
+            snap.retry_scheduled += scheduled if isinstance(scheduled, int) else 0
+            snap.dlq_depth += dead if isinstance(dead, int) else 0
+            for kind in stats:
+                kind.append(next(reply))
         snap.pending[queue] = in_flight
+    snap.tasks = bounded_tasks(parse_tasks(_sum_fields(stats[0])), types=snap.types)
+    snap.duration_buckets, snap.duration_sum = parse_histogram(_sum_fields(stats[1]))
+    counters = _sum_fields(stats[2])
+    snap.counters = {name: counters.get(name, 0.0) for name in COUNTERS}
     return snap
 
 

@@ -195,7 +195,7 @@ class EventHub:
         if not count:
             return
         try:
-            await client.hincrby(self.keys.stats_counters(), "events_dropped", count)
+            await client.hincrby(self.keys.global_stats_counters(), "events_dropped", count)
         except Exception as exc:  # noqa: BLE001 - best effort; kept for the next flush
             self._pending_drops += count
             if not quiet:
