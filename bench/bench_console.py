@@ -13,6 +13,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
@@ -38,14 +39,18 @@ ERRORS = [("RuntimeError", "card declined by issuer (code 51)"), ("TimeoutError"
           ("KeyError", "'customer_id'"), ("dtq.UnknownTaskType", "no handler registered for task type 'old.task'"),
           ("ValueError", "invalid literal for int() with base 10: 'abc'")]
 
-# Fill helper: runs inside Redis so the bench spends seconds, not minutes, making a million tasks.
+# Fill helpers: run inside Redis so the bench spends seconds, not minutes, making a million
+# tasks. Each works on one partition (KEYS[1], its key prefix), as dtq's own scripts do; task ids
+# are "<tag>-<32 hex digits of n>" (task_id below).
 FILL_WAITING = """
-local stream, task_prefix, recent, now = KEYS[1], ARGV[1], KEYS[2], tonumber(ARGV[2])
-local first, n, queue, priority, ttype = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local p, now = KEYS[1], tonumber(ARGV[1])
+local first, n, queue, priority, ttype = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6]
+local tag = string.match(p, '{([^}]*)}')
+local stream, recent = p .. 'stream:' .. queue .. ':' .. priority, p .. 'recent'
 for i = first, first + n - 1 do
-  local id = 'w' .. i
+  local id = tag .. '-' .. string.format('%032x', i)
   local eid = redis.call('XADD', stream, '*', 'task_id', id, 'attempt', 1)
-  redis.call('HSET', task_prefix .. id, 'id', id, 'type', ttype, 'queue', queue, 'priority', priority,
+  redis.call('HSET', p .. 'task:' .. id, 'id', id, 'type', ttype, 'queue', queue, 'priority', priority,
              'payload', '{"order":' .. i .. ',"note":"bench"}', 'status', 'QUEUED', 'attempt', 0,
              'max_attempts', 5, 'timeout_s', 300, 'created_at', now - i, 'updated_at', now - i,
              'enqueued_at', now - i, 'entry_id', eid)
@@ -54,17 +59,18 @@ end
 return n
 """
 FILL_DEAD = """
-local dlq, counts, task_prefix, now = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local first, n = tonumber(ARGV[3]), tonumber(ARGV[4])
-local queues, types = cjson.decode(ARGV[5]), {'billing.charge', 'emails.send', 'reports.build'}
-local errors = cjson.decode(ARGV[6])
-for i = first, first + n - 1 do
-  local id, queue = 'd' .. i, queues[(i % #queues) + 1]
+local p, now = KEYS[1], tonumber(ARGV[1])
+local first, n, step, base, queue = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local types, errors = {'billing.charge', 'emails.send', 'reports.build'}, cjson.decode(ARGV[7])
+local tag = string.match(p, '{([^}]*)}')
+for k = 0, n - 1 do
+  local i = first + k * step
+  local id = tag .. '-' .. string.format('%032x', base + i)
   local err, ttype = errors[(i % #errors) + 1], types[(i % 3) + 1]
-  local eid = redis.call('XADD', dlq, '*', 'task_id', id, 'queue', queue, 'type', ttype, 'attempt', 5,
+  local eid = redis.call('XADD', p .. 'dlq', '*', 'task_id', id, 'queue', queue, 'type', ttype, 'attempt', 5,
                          'error_class', err[1], 'error', err[2], 'failed_at', now - i)
-  redis.call('HINCRBY', counts, queue, 1)
-  redis.call('HSET', task_prefix .. id, 'id', id, 'type', ttype, 'queue', queue, 'priority', 'normal',
+  redis.call('HINCRBY', p .. 'dlq:counts', queue, 1)
+  redis.call('HSET', p .. 'task:' .. id, 'id', id, 'type', ttype, 'queue', queue, 'priority', 'normal',
              'payload', '{"customer":"cus_' .. i .. '"}', 'status', 'DEAD_LETTERED', 'attempt', 5,
              'max_attempts', 5, 'created_at', now - i, 'updated_at', now - i, 'dlq_entry_id', eid,
              'last_error', err[1] .. ': ' .. err[2],
@@ -73,56 +79,76 @@ for i = first, first + n - 1 do
 end
 return n
 """
+DEAD_BASE = 10**12  # dead letters' task numbers, apart from the waiting tasks'
 
 
-def fill(engine: Engine, waiting: int, dead: int) -> float:
+def task_id(tag: str, n: int) -> str:
+    return f"{tag}-{n:032x}"
+
+
+@dataclass
+class Filled:
+    took_s: float
+    waiting: list[tuple[range, str]]  # task numbers -> their partition's tag
+    dead_tags: dict[str, str]  # queue -> tag
+
+    def waiting_task(self, n: int) -> str:
+        return next(task_id(tag, n) for numbers, tag in self.waiting if n in numbers)
+
+    def dead_task(self, n: int) -> str:
+        return task_id(self.dead_tags[QUEUES[n % len(QUEUES)]], DEAD_BASE + n)
+
+
+def fill(engine: Engine, waiting: int, dead: int) -> Filled:
     """Make `waiting` queued tasks spread over queues and priorities, `dead` dead letters, and the rest."""
     import json
 
     started = time.perf_counter()
     client, k, now = engine.client, engine.keys, engine.clock.now_ms()
     fill_waiting, fill_dead = client.register_script(FILL_WAITING), client.register_script(FILL_DEAD)
-    client.sadd(k.queues(), *QUEUES)
-    for queue in QUEUES:
-        for stream in k.streams(queue):
-            client.xgroup_create(stream, Keys.GROUP, id="0", mkstream=True)
+    # Registered and opened as a first submit does (one partition each: DTQ_QUEUE_PARTITIONS unset).
+    tags = {queue: engine.registry.ensure(queue).tags[0] for queue in QUEUES}
     # 70% normal, 20% high, 10% low; most work waits in "default" and "emails".
     plan = [("default", "normal", 0.45), ("default", "high", 0.15), ("emails", "normal", 0.2),
             ("emails", "low", 0.1), ("billing", "high", 0.05), ("reports", "normal", 0.05)]
     first = 0
+    ranges: list[tuple[range, str]] = []
     for queue, priority, share in plan:
         count = int(waiting * share) if (queue, priority) != plan[-1][:2] else waiting - first
         for start in range(first, first + count, 10_000):
             n = min(10_000, first + count - start)
-            fill_waiting(keys=[k.stream(queue, priority), k.recent()],
-                         args=[k.task_prefix(), now, start, n, queue, priority, f"{queue}.work"])
+            fill_waiting(keys=[k.partition(tags[queue])], args=[now, start, n, queue, priority, f"{queue}.work"])
+        ranges.append((range(first, first + count), tags[queue]))
         first += count
-    for start in range(0, dead, 10_000):
-        fill_dead(keys=[k.dlq(), k.dlq_counts()],
-                  args=[k.task_prefix(), now, start, min(10_000, dead - start), json.dumps(list(QUEUES)),
-                        json.dumps(ERRORS)])
+    for j, queue in enumerate(QUEUES):  # dead letter n is of queue QUEUES[n % 4]
+        numbers = range(j, dead, len(QUEUES))
+        for start in range(0, len(numbers), 10_000):
+            chunk = numbers[start:start + 10_000]
+            fill_dead(keys=[k.partition(tags[queue])],
+                      args=[now, chunk.start, len(chunk), chunk.step, DEAD_BASE, queue, json.dumps(ERRORS)])
     # Some in flight (pending in the group), a schedule, workers, a leader and an audit trail.
-    client.xreadgroup(Keys.GROUP, "bench-worker", {k.stream("default", "high"): ">"}, count=200)
+    client.xreadgroup(Keys.GROUP, "bench-worker", {k.stream(tags["default"], "default", "high"): ">"}, count=200)
     pipe = client.pipeline(transaction=False)
     for i in range(10_000):
-        pipe.zadd(k.schedule(), {f"w{i}": now + 1000 * i})
-    pipe.hset(k.schedule_counts(), "default", 10_000)
+        pipe.zadd(k.schedule(tags["default"]), {task_id(tags["default"], i): now + 1000 * i})
+    pipe.hset(k.schedule_counts(tags["default"]), "default", 10_000)
     for i in range(20):
         wid = f"bench-host:{1000 + i}"
         pipe.zadd(k.workers(), {wid: now - i * 100})
         pipe.hset(k.worker(wid), mapping={"hostname": "bench-host", "pid": 1000 + i, "queues": "",
                                           "concurrency": 10, "in_flight": 10, "processed": 123456,
                                           "started_at": now - 3_600_000})
-    pipe.set(k.scheduler_lock(), "bench-host:1000")
+    pipe.set(k.leader(), "bench-host:1000")
     for i in range(10_000):
         pipe.xadd(k.audit(), {"ts": now - i, "actor": f"user:op{i % 7}", "source": ("api", "console", "cli")[i % 3],
                               "action": ("dlq.retry", "queue.pause", "task.cancel")[i % 3],
                               "target": "dlq:all", "count": i, "request_id": f"req-{i}"})
     pipe.execute()
-    return time.perf_counter() - started
+    return Filled(took_s=time.perf_counter() - started, waiting=ranges,
+                  dead_tags={queue: tags[queue] for queue in QUEUES})
 
 
-def pages(engine: Engine, waiting: int, dead: int) -> dict[str, str]:
+def pages(engine: Engine, filled: Filled, waiting: int, dead: int) -> dict[str, str]:
     deep = engine.queues.waiting("default", limit=500)
     for _ in range(3):  # a cursor a few pages in, to show paging by stream id does not slow down
         if deep.next_cursor:
@@ -137,8 +163,8 @@ def pages(engine: Engine, waiting: int, dead: int) -> dict[str, str]:
         "purge confirm": "/queues/default/purge/confirm",
         "tasks (recent)": "/tasks/",
         "tasks (status filter)": "/tasks/?status=QUEUED&queue=emails",
-        "task": f"/tasks/w{min(12345, waiting - 1)}/",
-        "dead task": f"/tasks/d{min(4242, dead - 1)}/",
+        "task": f"/tasks/{filled.waiting_task(min(12345, waiting - 1))}/",
+        "dead task": f"/tasks/{filled.dead_task(min(4242, dead - 1))}/",
         "dlq": "/dlq/",
         "dlq (page 2)": f"/dlq/?cursor={dlq_deep.next_cursor or ''}",
         "dlq (queue filter)": "/dlq/?queue=billing",
@@ -180,16 +206,16 @@ def main(argv: list[str] | None = None) -> int:
         config = DtqConfig(redis_url=server.url, key_prefix="bench", dlq_maxlen=max(args.dead, 1))
         engine = Engine(config)
         print(f"filling redis: {args.waiting:,} waiting tasks, {args.dead:,} dead letters ...", flush=True)
-        took = fill(engine, args.waiting, args.dead)
+        filled = fill(engine, args.waiting, args.dead)
         memory = engine.client.info("memory")["used_memory_human"]
-        print(f"filled in {took:.1f} s (redis used_memory {memory})", flush=True)
+        print(f"filled in {filled.took_s:.1f} s (redis used_memory {memory})", flush=True)
         setup_test_environment()
         results: list[dict[str, Any]] = []
         with override_settings(DTQ={**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": "bench",
                                     "DLQ_MAXLEN": max(args.dead, 1)}, ALLOWED_HOSTS=["testserver"]):
             reset_engine()
             client = Client()
-            for name, path in pages(engine, args.waiting, args.dead).items():
+            for name, path in pages(engine, filled, args.waiting, args.dead).items():
                 times = measure(client, path, args.repeat)
                 results.append({"page": name, "median": statistics.median(times), "p95": percentile(times, 95),
                                 "max": max(times)})
