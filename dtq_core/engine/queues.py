@@ -227,7 +227,7 @@ class Queues(Noun):
                     self.scripts("purgeQueue", keys=[k.partition(tag)],
                                  args=[queue, priority, Keys.GROUP, now, iso(now), snapshots[(tag, priority)],
                                        BATCH * 4, after, self.config.task_retention_s * 1000], client=pipe)
-                replies = pipe.execute()
+                replies = self.scripts.execute(pipe)
                 op.advance(sum(int(cancelled) for cancelled, _ in replies))
                 cursors = {stream: str(after) for stream, (_, after) in zip(list(cursors), replies, strict=True)
                            if after}
@@ -261,7 +261,7 @@ class Queues(Noun):
         for tag in layout.all_tags:
             self.scripts("deleteQueue", keys=[self.keys.partition(tag)],
                          args=["reopen", layout.owner, layout.queue, Keys.GROUP], client=pipe)
-        pipe.execute()
+        self.scripts.execute(pipe)
 
     def _each_partition(self, layout: Layout, script: str, args: Callable[[Layout, str], list[object]]
                         ) -> tuple[Layout, list[Any]]:
@@ -273,7 +273,7 @@ class Queues(Noun):
             pipe = self.client.pipeline(transaction=False)
             for tag in layout.all_tags:
                 self.scripts(script, keys=[self.keys.partition(tag)], args=args(layout, tag), client=pipe)
-            replies = pipe.execute()
+            replies = self.scripts.execute(pipe)
             if all(_code(reply) != ErrorCode.PARTITION_CLOSED for reply in replies):
                 return layout, replies
             if script == "deleteQueue":  # undo the closes of this attempt before reading again

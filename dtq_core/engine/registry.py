@@ -109,7 +109,7 @@ class Registry(Noun):
                          args=["drop", layout.owner, layout.queue, TOMBSTONE_TTL_S], client=pipe)
         pipe.hdel(k.queues(), layout.queue)
         pipe.hdel(k.paused_index(), layout.queue)
-        pipe.execute()
+        self.scripts.execute(pipe)
         self.forget_cache()
 
 

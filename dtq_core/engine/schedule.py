@@ -47,7 +47,7 @@ class Schedule(Noun):
             self.scripts("pageSchedule", keys=[self.keys.partition(tag)],
                          args=[due, after if tag == after_tag else "", limit + 1, later], client=pipe)
         rows: list[tuple[float, str]] = []
-        for flat in pipe.execute():
+        for flat in self.scripts.execute(pipe):
             rows.extend((float(flat[i + 1]), flat[i]) for i in range(0, len(flat), 2))
         rows.sort()
         more = len(rows) > limit
