@@ -1,30 +1,36 @@
-"""Queues are bounded (DTQ_MAX_QUEUES, checked in the enqueue script) and an empty one can be deleted
-(audited, all of its keys at once; refused while anything of it waits, runs or is scheduled)."""
+"""Queues are bounded (DTQ_MAX_QUEUES, checked when a queue is registered) and an empty one can be
+deleted (audited; every partition or none; refused while anything of it waits, runs, is scheduled
+or is dead-lettered)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import redis
 
 import dtq_tasks
-from dtq_core.clock import SystemClock
 from dtq_core.config import ConfigError, DtqConfig
-from dtq_core.connection import async_client
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
+from dtq_core.engine.registry import TOMBSTONE_TTL_S
 from dtq_core.errors import QueueLimitReached, QueueNotEmpty, QueueNotFound
-from dtq_core.keys import Keys
-from dtq_core.worker.store import WorkerStore
+from dtq_core.keys import Keys, tag_of
+from dtq_core.metrics import read_snapshot
 
+from ..api.support import make_dead_letters
 from ..conftest import WorkerProcess, wait_for
 
 
 def _bounded(config: DtqConfig, most: int) -> Engine:
     return Engine(DtqConfig.from_mapping({**config.as_settings(), "MAX_QUEUES": most}))
+
+
+def _partitioned(config: DtqConfig, **queues: int) -> Engine:
+    spec = ",".join(f"{queue}={n}" for queue, n in queues.items())
+    return Engine(DtqConfig.from_mapping({**config.as_settings(), "QUEUE_PARTITIONS": spec}))
 
 
 def test_a_submit_to_a_new_queue_past_the_bound_is_refused(config: DtqConfig, redis_client: redis.Redis) -> None:
@@ -81,19 +87,27 @@ def test_a_bound_of_zero_is_off(config: DtqConfig) -> None:
         engine.tasks.enqueue("dtq.echo", queue=f"free{n}")
 
 
-def _queue_keys(client: redis.Redis, keys: Keys, queue: str) -> dict[str, object]:
-    return {"known": client.sismember(keys.queues(), queue), "paused": client.sismember(keys.paused(), queue),
-            "paused_info": client.hexists(keys.paused_info(), queue), "ready": client.sismember(keys.ready(), queue),
-            "streams": client.exists(*keys.streams(queue)), "wake": client.exists(keys.wake(queue))}
+def _partition_keys(client: redis.Redis, keys: Keys, tag: str) -> list[str]:
+    """The keys of a partition (its prefix's), but its tasks' records, which expire on their own."""
+    return sorted(key for key in client.scan_iter(match=f"{keys.partition(tag)}*", count=1000)
+                  if not key.startswith(f"{keys.partition(tag)}task:"))
 
 
 def test_delete_removes_an_empty_queue_at_once_and_is_audited(engine: Engine, redis_client: redis.Redis) -> None:
     task_id = engine.tasks.enqueue("dtq.echo", queue="junk").id
+    layout = engine.registry.get("junk", fresh=True)
+    assert layout is not None
     engine.queues.pause("junk", Actor.cli())
     engine.tasks.cancel(task_id, Actor.cli())  # nothing left in it
     engine.queues.delete("junk", Actor.cli())
-    assert _queue_keys(redis_client, engine.keys, "junk") == {
-        "known": False, "paused": False, "paused_info": False, "ready": False, "streams": 0, "wake": 0}
+    assert not redis_client.hexists(engine.keys.queues(), "junk")
+    assert not redis_client.hexists(engine.keys.paused_index(), "junk")
+    (tag,) = layout.all_tags
+    # All that is left of the partition is its owner, now a tombstone that expires.
+    assert _partition_keys(redis_client, engine.keys, tag) == [engine.keys.owner(tag)]
+    assert redis_client.get(engine.keys.owner(tag)) == f"deleted|junk|{layout.epoch}"
+    assert 0 < redis_client.ttl(engine.keys.owner(tag)) <= TOMBSTONE_TTL_S
+    assert engine.tasks.get(task_id)["status"] == "CANCELLED"  # a task stays readable by id
     with pytest.raises(QueueNotFound):
         engine.queues.get("junk")
     assert [q["name"] for q in engine.queues.stats()] == []
@@ -101,9 +115,11 @@ def test_delete_removes_an_empty_queue_at_once_and_is_audited(engine: Engine, re
     assert (entry["action"], entry["target"], entry["count"]) == ("queue.delete", "queue:junk", 1)
     with pytest.raises(QueueNotFound):
         engine.queues.delete("junk", Actor.cli())
-    # A new submit creates it again, from scratch (not paused).
+    # A new submit creates it again, from scratch (not paused), as a new life of the queue.
     assert engine.tasks.enqueue("dtq.echo", queue="junk").created
     assert engine.queues.get("junk")["paused"] is False and engine.queues.get("junk")["waiting"] == 1
+    again = engine.registry.get("junk", fresh=True)
+    assert again is not None and again.epoch != layout.epoch
 
 
 def test_delete_frees_room_under_the_bound(config: DtqConfig) -> None:
@@ -116,10 +132,10 @@ def test_delete_frees_room_under_the_bound(config: DtqConfig) -> None:
     assert engine.tasks.enqueue("dtq.echo", queue="new").created
 
 
-def test_delete_refuses_a_queue_with_waiting_scheduled_or_running_tasks(engine: Engine, config: DtqConfig,
+def test_delete_refuses_a_queue_with_waiting_scheduled_or_running_tasks(engine: Engine,
                                                                         redis_client: redis.Redis) -> None:
     waiting = engine.tasks.enqueue("dtq.echo", queue="busy").id
-    with pytest.raises(QueueNotEmpty, match="1 waiting, 0 in flight, 0 scheduled") as refused:
+    with pytest.raises(QueueNotEmpty, match="1 waiting, 0 in flight, 0 scheduled;") as refused:
         engine.queues.delete("busy", Actor.cli())
     assert refused.value.code == "QUEUE_NOT_EMPTY" and refused.value.http_status == 409
     engine.tasks.cancel(waiting, Actor.cli())
@@ -128,20 +144,13 @@ def test_delete_refuses_a_queue_with_waiting_scheduled_or_running_tasks(engine: 
         engine.queues.delete("busy", Actor.cli())
     engine.tasks.cancel(later, Actor.cli())
 
-    # Delivered to a worker and not yet finished: in flight.
-    engine.tasks.enqueue("dtq.sleep", {"seconds": 30}, queue="busy")
-
-    async def claim() -> None:
-        store = WorkerStore(config, async_client(config, read_timeout_s=10), SystemClock(), "holder")
-        try:
-            assert len(await store.fetch(["busy"], 1)) == 1
-        finally:
-            await store.aclose()
-
-    asyncio.run(claim())
+    # Delivered to a worker (read by its consumer) and not yet finished: in flight.
+    held = engine.tasks.enqueue("dtq.sleep", {"seconds": 30}, queue="busy").id
+    stream = engine.keys.stream(tag_of(held), "busy", "normal")
+    assert redis_client.xreadgroup(Keys.GROUP, "holder", {stream: ">"}, count=1)
     with pytest.raises(QueueNotEmpty, match="0 waiting, 1 in flight, 0 scheduled"):
         engine.queues.delete("busy", Actor.cli())
-    assert redis_client.sismember(engine.keys.queues(), "busy")
+    assert redis_client.hexists(engine.keys.queues(), "busy")
     # Refusals change nothing, so leave no entry (the two cancels above are audited).
     assert [e["action"] for e in engine.audit.list().items] == ["task.cancel", "task.cancel"]
 
@@ -152,14 +161,57 @@ def test_delete_refuses_a_queue_whose_due_tasks_the_scheduler_has_claimed(engine
     # that died between its two scripts holds such claims until the stale-claim reaper returns them,
     # and deleting the queue meanwhile would leave those tasks in a queue nobody knows.
     task_id = engine.tasks.enqueue("dtq.echo", queue="claimed", delay_seconds=1).id
-    k = engine.keys
-    redis_client.set(k.scheduler_lock(), "leader")
-    due = engine.clock.now_ms() + 5000
-    assert engine.scripts("claimDue", keys=[k.schedule(), k.schedule_claims(), k.scheduler_lock(), k.task_prefix()],
-                          args=["leader", due, 10]) == [task_id]
+    k, tag = engine.keys, tag_of(task_id)
+    # What the leader's claim leaves: the task moved from the schedule to its claims.
+    assert redis_client.zrem(k.schedule(tag), task_id) == 1
+    redis_client.zadd(k.schedule_claims(tag), {task_id: engine.clock.now_ms()})
     with pytest.raises(QueueNotEmpty, match="0 waiting, 0 in flight, 1 scheduled"):
         engine.queues.delete("claimed", Actor.cli())
-    assert redis_client.sismember(k.queues(), "claimed")
+    assert redis_client.hexists(k.queues(), "claimed")
+
+
+def test_delete_refuses_a_queue_with_dead_letters(live_engine: Engine) -> None:
+    # A deleted queue's dead letters could be neither listed nor retried: they are its content too.
+    make_dead_letters(live_engine, 2, queue="failing")
+    with pytest.raises(QueueNotEmpty, match="0 waiting, 0 in flight, 0 scheduled, 2 dead-lettered; .*"
+                                            "retry or discard its dead letters first"):
+        live_engine.queues.delete("failing", Actor.cli())
+    assert live_engine.dlq.count() == 2 and live_engine.queues.get("failing")["dlq"] == 2
+
+
+def test_a_partitioned_queue_is_deleted_whole_or_not_at_all(config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine = _partitioned(config, wide=3)
+    ids = [engine.tasks.enqueue("dtq.echo", queue="wide").id for _ in range(6)]
+    layout = engine.registry.get("wide", fresh=True)
+    assert layout is not None and len(layout.tags) == 3 and {tag_of(i) for i in ids} == set(layout.tags)
+    for task_id in ids[:-1]:
+        engine.tasks.cancel(task_id, Actor.cli())
+    # One partition still holds a task: the others were closed, then opened again.
+    with pytest.raises(QueueNotEmpty, match="1 waiting, 0 in flight, 0 scheduled"):
+        engine.queues.delete("wide", Actor.cli())
+    assert [redis_client.get(engine.keys.owner(tag)) for tag in layout.tags] == [layout.owner] * 3
+    assert all(engine.tasks.enqueue("dtq.echo", queue="wide").created for _ in range(3))  # each takes work
+    engine.queues.purge("wide", Actor.cli())
+    engine.queues.delete("wide", Actor.cli())
+    assert [redis_client.get(engine.keys.owner(tag)) for tag in layout.tags] == [f"deleted|{layout.owner}"] * 3
+    assert not redis_client.hexists(engine.keys.queues(), "wide")
+
+
+def test_a_deleted_queues_counts_stay_in_the_metrics(config: DtqConfig, redis_client: redis.Redis) -> None:
+    # Counters that went back down would read as a reset to Prometheus: a deleted queue's
+    # partitions fold their counts into the global ones.
+    engine = _partitioned(config, wide=2)
+    for _ in range(4):
+        engine.tasks.cancel(engine.tasks.enqueue("dtq.echo", queue="wide").id, Actor.cli())
+
+    def snapshot() -> Any:
+        return read_snapshot(redis_client, engine.keys, now_ms=engine.clock.now_ms(), alive_window_ms=30_000)
+
+    before = snapshot()
+    assert before.tasks[("wide", "dtq.echo", "cancelled")] == 4
+    engine.queues.delete("wide", Actor.cli())
+    after = snapshot()
+    assert after.queues == [] and after.tasks == before.tasks and after.counters == before.counters
 
 
 @pytest.mark.slow
@@ -168,8 +220,9 @@ def test_a_worker_serving_a_deleted_queue_serves_it_again_once_a_submit_recreate
     worker = start_worker("--queues", "gone", "--name", "gone-w")
     first = engine.tasks.enqueue("dtq.echo", queue="gone").id
     wait_for(lambda: engine.tasks.get(first)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
+    (tag,) = engine.registry.get("gone", fresh=True).all_tags  # type: ignore[union-attr]
     engine.queues.delete("gone", Actor.cli())
-    assert not redis_client.exists(*engine.keys.streams("gone"))
+    assert not redis_client.exists(*engine.keys.streams(tag, "gone"))
     # The running worker keeps waiting on the queue; a submit creates it anew and rings it.
     second = engine.tasks.enqueue("dtq.echo", queue="gone").id
     wait_for(lambda: engine.tasks.get(second)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
