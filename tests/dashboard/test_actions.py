@@ -61,7 +61,7 @@ CASES = [
     Case("purge", "purge_queue", _queue, lambda s: "/queues/work/purge", lambda s: {"confirm": "yes"},
          lambda e, s: e.tasks.get(s["task"])["status"] == "CANCELLED", "cancelled 1 waiting task"),
     Case("delete-queue", "purge_queue", _empty_queue, lambda s: "/queues/work/delete", lambda s: {},
-         lambda e, s: "work" not in e.client.smembers(e.keys.queues()), "Deleted queue work"),
+         lambda e, s: not e.client.hexists(e.keys.queues(), "work"), "Deleted queue work"),
     Case("cancel", "cancel_task", _queue, lambda s: f"/tasks/{s['task']}/cancel", lambda s: {},
          lambda e, s: e.tasks.get(s["task"])["status"] == "CANCELLED", "Cancelled task"),
     Case("dlq-retry", "retry_deadletter", _dead, lambda s: "/dlq/retry", lambda s: {"ids": s["ids"]},

@@ -72,7 +72,7 @@ def test_login_required_makes_every_page_ask_for_login(client: Client, seeded: d
 def test_the_overview_shows_depth_per_priority_dlq_paused_and_the_leader(
         client: Client, live_engine: Engine, seeded: dict[str, Any]) -> None:
     live_engine.tasks.enqueue("x.y", queue="emails", priority="high")
-    live_engine.client.set(live_engine.keys.scheduler_lock(), "worker-7")
+    live_engine.client.set(live_engine.keys.leader(), "worker-7")
     from dtq_core.engine.audit import Actor
 
     live_engine.queues.pause("reports", Actor.user("ops", source="console"))
@@ -291,7 +291,7 @@ def test_a_leader_that_stopped_heartbeating_is_flagged_and_dlq_evictions_are_sho
     # and its 10 s lock has not lapsed yet.
     late = int(live_engine.clock.now_ms() - 9_500)
     redis_client.zadd(live_engine.keys.workers(), {"w-frozen": late})
-    redis_client.set(live_engine.keys.scheduler_lock(), "w-frozen", px=10_000)
+    redis_client.set(live_engine.keys.leader(), "w-frozen", px=10_000)
     for path in ("/", "/workers/"):
         assert "not heartbeating" in client.get(path).content.decode(), path
     redis_client.zadd(live_engine.keys.workers(), {"w-frozen": live_engine.clock.now_ms()})

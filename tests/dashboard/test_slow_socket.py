@@ -50,7 +50,7 @@ def stuck_client(server: ConsoleServer, publisher: Engine) -> RawWebSocket:
 
 
 def dropped_in_redis(publisher: Engine) -> int:
-    return int(publisher.client.hget(publisher.keys.stats_counters(), "events_dropped") or 0)
+    return int(publisher.client.hget(publisher.keys.global_stats_counters(), "events_dropped") or 0)
 
 
 def test_a_client_that_stops_reading_gets_its_events_dropped_and_counted_not_buffered_without_bound(

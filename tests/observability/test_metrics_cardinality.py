@@ -36,7 +36,8 @@ def test_a_thousand_junk_types_do_not_grow_metrics(live_engine: Engine, scrape: 
     open_engine.tasks.enqueue_many([open_engine.tasks.validate(f"junk.t{i:04d}", {}, max_attempts=1)
                                     for i in range(JUNK)])
     drain(live_engine.config, queues=["default"])
-    assert live_engine.client.hlen(live_engine.keys.stats_tasks()) == JUNK + 1  # Redis keeps the detail
+    (tag,) = live_engine.registry.ensure("default").tags
+    assert live_engine.client.hlen(live_engine.keys.stats_tasks(tag)) == JUNK + 1  # Redis keeps the detail
 
     after = scrape()
     assert after.status == 200

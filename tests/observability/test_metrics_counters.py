@@ -14,6 +14,7 @@ import redis
 import dtq_tasks  # noqa: F401 - registers the built-in task types in this process
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.keys import tag_of
 from dtq_core.metrics import parse_histogram, parse_tasks
 from dtq_core.worker import Worker
 
@@ -36,7 +37,7 @@ def test_dlq_trims_and_absorbed_duplicates_are_counted(dtq_settings: Any, config
     echo = engine.tasks.enqueue("dtq.echo", {"x": 1}).id
     run_burst(cfg)
     # A duplicate entry for a finished task, as a scheduler split-brain would leave: absorbed, not run.
-    redis_client.xadd(engine.keys.stream("default", "normal"), {"task_id": echo, "attempt": "1"})
+    redis_client.xadd(engine.keys.stream(tag_of(echo), "default", "normal"), {"task_id": echo, "attempt": "1"})
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="dtq.worker"):
         run_burst(cfg)
@@ -55,11 +56,17 @@ def test_dlq_trims_and_absorbed_duplicates_are_counted(dtq_settings: Any, config
 def test_every_counter_field_maps_to_its_metric(live_engine: Engine, redis_client: redis.Redis,
                                                 scrape: Callable[..., Scrape]) -> None:
     # The field names are the contract between the writers (Lua, the WebSocket fanout) and /metrics.
+    # Each partition's scripts count in the partition's hashes, the fanout in the global one, and
+    # /metrics adds them all up.
     keys = live_engine.keys
-    redis_client.hset(keys.stats_counters(), mapping={"redeliveries": 4, "absorbed": 5, "fenced": 6,
-                                                      "dlq_trimmed": 7, "events_dropped": 8, "unknown": 9})
-    redis_client.hset(keys.stats_tasks(), mapping={"mail|app.send:v2|succeeded": 3, "mail|x|y|failed": 1,
-                                                   "garbage": 2})
+    mail, other = (live_engine.registry.ensure(queue).tags[0] for queue in ("mail", "other"))
+    redis_client.hset(keys.stats_counters(mail), mapping={"redeliveries": 1, "absorbed": 5, "fenced": 6,
+                                                          "dlq_trimmed": 7, "unknown": 9})
+    redis_client.hset(keys.stats_counters(other), mapping={"redeliveries": 3})
+    redis_client.hset(keys.global_stats_counters(), mapping={"events_dropped": 8})
+    redis_client.hset(keys.stats_tasks(mail), mapping={"mail|app.send:v2|succeeded": 2, "mail|x|y|failed": 1,
+                                                       "garbage": 2})
+    redis_client.hset(keys.global_stats_tasks(), mapping={"mail|app.send:v2|succeeded": 1})  # a deleted life's
     m = scrape()
     assert m.value("dtq_redeliveries_total") == 4 and m.value("dtq_absorbed_duplicates_total") == 5
     assert m.value("dtq_fenced_completions_total") == 6 and m.value("dtq_dlq_trimmed_total") == 7
