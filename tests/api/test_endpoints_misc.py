@@ -90,6 +90,23 @@ def test_schedule_lists_delayed_tasks_by_due_time(api: APIClient, live_engine: E
     assert_error(api.get("/api/v1/schedule?cursor=x1"), 400, "VALIDATION_ERROR")
 
 
+def test_the_schedule_merges_every_partition_in_due_order(api: APIClient, live_engine: Engine, settings: Any) -> None:
+    from dtq_core.conf import get_engine
+
+    settings.DTQ = {**settings.DTQ, "QUEUE_PARTITIONS": "wide=4"}
+    engine = get_engine()
+    tasks = [engine.tasks.enqueue("dtq.echo", queue="wide", delay_seconds=60 + i % 2) for i in range(12)]
+    shown: list[str] = []
+    url: str | None = "/api/v1/schedule?limit=5"
+    while url:
+        body = api.get(url).json()
+        shown += [i["task_id"] for i in body["results"]]
+        url = body["next"]
+    assert sorted(shown) == sorted(t.id for t in tasks)  # each once
+    due = {i["task_id"]: i["due_at"] for i in api.get("/api/v1/schedule?limit=100").json()["results"]}
+    assert shown == sorted(shown, key=lambda task_id: (due[task_id], task_id))
+
+
 def test_reads_answer_503_when_redis_is_down(settings: Any) -> None:
     api = APIClient()
     for path in ("/api/v1/audit", "/api/v1/workers", "/api/v1/schedule", f"/api/v1/tasks/abc123-{'0' * 32}"):

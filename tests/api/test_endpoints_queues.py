@@ -12,9 +12,19 @@ import pytest
 from rest_framework.test import APIClient
 
 from dtq_core.engine import Engine
+from dtq_core.keys import tag_of
 
 from ..redis_server import RedisServer
 from .support import assert_error, make_dead_letters
+
+
+@pytest.fixture
+def wide(settings: Any, live_engine: Engine) -> Engine:
+    """The process-wide engine with queue "mail" in three partitions (DTQ_QUEUE_PARTITIONS)."""
+    from dtq_core.conf import get_engine
+
+    settings.DTQ = {**settings.DTQ, "QUEUE_PARTITIONS": "mail=3"}
+    return get_engine()
 
 
 def test_queue_detail_counts_depth_per_priority_scheduled_and_dead(api: APIClient, live_engine: Engine) -> None:
@@ -26,9 +36,38 @@ def test_queue_detail_counts_depth_per_priority_scheduled_and_dead(api: APIClien
     q = api.get("/api/v1/queues/mail").json()
     assert q["name"] == "mail" and q["depth"] == {"high": 3, "normal": 1, "low": 2}
     assert q["waiting"] == 6 and q["pending"] == 0 and q["retry_scheduled"] == 1 and q["dlq"] == 2
-    assert q["paused"] is False
+    assert q["paused"] is False and q["partitions"] == 1
     listed = api.get("/api/v1/queues").json()["results"]
     assert [x["name"] for x in listed] == ["mail"] and listed[0] == q
+
+
+def test_a_partitioned_queue_counts_and_acts_as_one_queue(api: APIClient, wide: Engine) -> None:
+    queued = [wide.tasks.enqueue("dtq.echo", queue="mail", priority=p).id
+              for p in ("high", "high", "high", "normal", "normal", "low")]
+    wide.tasks.enqueue("dtq.echo", queue="mail", delay_seconds=60)
+    wide.tasks.enqueue("dtq.echo", queue="mail", delay_seconds=60)
+    assert len({tag_of(i) for i in queued}) == 3  # spread over the partitions
+    q = api.get("/api/v1/queues/mail").json()
+    assert q["depth"] == {"high": 3, "normal": 2, "low": 1} and q["waiting"] == 6 and q["retry_scheduled"] == 2
+    assert q["partitions"] == 3 and q["dlq"] == 0
+    events = wide.client.pubsub(ignore_subscribe_messages=True)
+    events.subscribe(wide.keys.events())
+    assert api.post("/api/v1/queues/mail/pause").json()["changed"] is True
+    layout = wide.registry.get("mail", fresh=True)
+    assert layout is not None and all(wide.client.exists(wide.keys.paused(tag)) for tag in layout.tags)
+    assert api.post("/api/v1/queues/mail/resume").json()["paused"] is False
+    assert api.post("/api/v1/queues/mail/purge").json() == {"queue": "mail", "count": 6}
+    published: list[str] = []
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        message = events.get_message(timeout=0.1)
+        if message is not None:
+            published.append(json.loads(message["data"])["type"])
+    events.close()
+    # One event per queue-wide change, however many partitions changed.
+    assert [t for t in published if t.startswith("queue.")] == ["queue.paused", "queue.resumed", "queue.purged"]
+    assert published.count("task.cancelled") == 6
+    assert api.get("/api/v1/queues/mail").json()["waiting"] == 0
 
 
 @pytest.mark.parametrize("name", ["nope", "UPPER", "a" * 65, "dlq"])
