@@ -125,6 +125,7 @@ class QueueSerializer(serializers.Serializer):
     paused_by = serializers.CharField(allow_null=True, help_text="the actor that paused it (audit format)")
     paused_at = serializers.CharField(allow_null=True, help_text="when it was paused (ISO)")
     finished_last_minute = serializers.IntegerField()
+    partitions = serializers.IntegerField(help_text="partitions the counts are summed over (DTQ_QUEUE_PARTITIONS)")
 
 
 class QueueListSerializer(serializers.Serializer):
