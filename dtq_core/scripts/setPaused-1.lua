@@ -11,12 +11,14 @@
     ARGV[3] now (ms)  ARGV[4] actor
   Output:
     {changed (1 or 0), the pause in force (JSON {"by", "at"}, '' when not paused)};
-    {PARTITION_CLOSED} when the partition is not the layout's (deleted, or of another life)
+    {PARTITION_CLOSED} when the partition is another layout's (deleted, or of another life)
     (codes: CODE in includes/common.lua)
 ]]
 -- #include common
 local K = partition_keys(KEYS[1])
-if rcall('GET', K.owner) ~= ARGV[1] then return {CODE.PARTITION_CLOSED} end
+-- No owner at all (a partition registered and not opened yet): still the layout's to pause.
+local current = rcall('GET', K.owner)
+if current and current ~= ARGV[1] then return {CODE.PARTITION_CLOSED} end
 local changed = 0
 if ARGV[2] == '1' then
   if rcall('EXISTS', K.paused) == 0 then
