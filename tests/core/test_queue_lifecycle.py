@@ -227,3 +227,22 @@ def test_a_worker_serving_a_deleted_queue_serves_it_again_once_a_submit_recreate
     second = engine.tasks.enqueue("dtq.echo", queue="gone").id
     wait_for(lambda: engine.tasks.get(second)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
     assert worker.proc.poll() is None
+
+
+def test_an_action_on_a_layout_gone_stale_reads_the_registry_again(engine: Engine, redis_client: redis.Redis,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # The queue was deleted and created again (a new epoch) between the operator's read of the
+    # registry and the scripts: its partitions refuse the old layout (their owner names the new
+    # life), and the action reads the registry again and goes to the queue's new life.
+    engine.tasks.cancel(engine.tasks.enqueue("dtq.echo", queue="again").id, Actor.cli())
+    old = engine.registry.get("again", fresh=True)
+    engine.queues.delete("again", Actor.cli())
+    engine.tasks.enqueue("dtq.echo", queue="again")
+    new = engine.registry.get("again", fresh=True)
+    assert old is not None and new is not None and new.epoch != old.epoch
+    reads = iter([old])
+    real_get = engine.registry.get
+    monkeypatch.setattr(engine.registry, "get", lambda queue, **kw: next(reads, None) or real_get(queue, **kw))
+    assert engine.queues.pause("again", Actor.cli()) is True
+    assert engine.queues.get("again")["paused"] is True
+    assert [redis_client.get(engine.keys.owner(tag)) for tag in new.all_tags] == [new.owner] * len(new.all_tags)
