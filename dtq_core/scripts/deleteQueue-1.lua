@@ -32,12 +32,8 @@ local K = partition_keys(KEYS[1])
 local step, mine, queue = ARGV[1], ARGV[2], ARGV[3]
 local tombstone = 'deleted|' .. mine
 local current = rcall('GET', K.owner)
-local function streams_of(q)  -- the partition's streams of its queue, serving order
-  local out = {}
-  for i, priority in ipairs({'high', 'normal', 'low'}) do out[i] = K.stream_prefix .. q .. ':' .. priority end
-  return out
-end
-local streams = streams_of(queue)
+local streams = {}
+for i, priority in ipairs({'high', 'normal', 'low'}) do streams[i] = stream_key(K, queue, priority) end
 
 if step == 'reopen' then
   if current ~= tombstone then return {CODE.OK, 0} end

@@ -13,8 +13,7 @@
 ]]
 -- #include common
 local K = partition_keys(KEYS[1])
-local function stream_of(queue, priority) return K.stream_prefix .. queue .. ':' .. priority end
-local stream = stream_of(ARGV[1], ARGV[2])
+local stream = stream_key(K, ARGV[1], ARGV[2])
 local group, now_ms, now_iso, limit = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[7])
 local function id_lt(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
