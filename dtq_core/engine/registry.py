@@ -27,7 +27,7 @@ def slot_map(client: Any) -> tuple[Callable[[int], str] | None, list[str]]:
     if not isinstance(client, redis.cluster.RedisCluster):
         return None, []
     nodes = client.nodes_manager
-    masters = sorted(node.name for node in client.get_primaries())  # type: ignore[no-untyped-call]
+    masters = sorted(node.name for node in client.get_primaries())
     return (lambda slot: str(nodes.get_node_from_slot(slot).name)), masters
 
 

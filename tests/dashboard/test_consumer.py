@@ -146,8 +146,9 @@ def test_a_slow_client_drops_non_terminal_events_counts_them_and_keeps_every_ter
         while sum(1 for m in received if not m["type"].startswith("feed.")) < expected:
             received.append(json.loads(await ws.receive_from(timeout=3)))
         assert await ws.receive_nothing(timeout=0.2)
-        await until(lambda: int(live_engine.client.hget(live_engine.keys.global_stats_counters(), "events_dropped") or 0)
-                    == hub.dropped_total, timeout=5)
+        counter = live_engine.keys.global_stats_counters()
+        await until(lambda: int(live_engine.client.hget(counter, "events_dropped") or 0) == hub.dropped_total,
+                    timeout=5)
         dropped = hub.dropped_total
         await ws.disconnect()
         return {"received": received, "dropped": dropped}
