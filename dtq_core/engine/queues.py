@@ -141,7 +141,9 @@ class Queues(Noun):
         if after:
             priority, _, rest = after.partition(":")
             entry_id, _, tag = rest.partition(":")
-            if priority not in PRIORITIES or not valid_stream_id(entry_id) or (tag and not TAG_RE.fullmatch(tag)):
+            # No page ends at the largest id ("(" of it would make XRANGE fail).
+            if priority not in PRIORITIES or not valid_stream_id(entry_id) or (tag and not TAG_RE.fullmatch(tag)) \
+                    or id_parts(entry_id) == (MAX_ID_PART, MAX_ID_PART):
                 raise ValidationError("invalid cursor", field="cursor")
             start = (PRIORITIES.index(priority), id_parts(entry_id), tag)
         pipe = self.client.pipeline(transaction=False)
@@ -154,8 +156,6 @@ class Queues(Noun):
                     # The cursor's entry was shown: a partition whose tag sorts after its tag
                     # still has that id to show, the others only what follows it.
                     low = entry_id if tag > start[2] and start[2] else "(" + entry_id
-                    if low == "(" + f"{MAX_ID_PART}-{MAX_ID_PART}":
-                        continue  # nothing follows the largest id ("(" of it makes XRANGE fail)
                 reads.append((rank, tag))
                 pipe.xrange(self.keys.stream(tag, name, PRIORITIES[rank]), low, "+", count=limit + 1)
         rows: list[tuple[int, tuple[int, int], str, str, str]] = []
