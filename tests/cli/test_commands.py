@@ -228,9 +228,12 @@ def test_a_database_redis_does_not_have_exits_1_naming_the_variable(redis_server
         assert "Traceback" not in proc.stderr and "hunter2" not in proc.stderr
 
 
+TASK_ID = f"ab12cd-{'0' * 32}"  # a possible task id: one that could not be is refused without Redis
+
+
 @pytest.mark.parametrize("args", [("dlq", "show", "abc-1-0"), ("dlq", "retry", "--all"), ("dlq", "discard", "abc-1-0"),
-                                  ("queue", "list"), ("queue", "purge", "q"), ("task", "show", "abc"),
-                                  ("task", "cancel", "abc")])
+                                  ("queue", "list"), ("queue", "purge", "q"), ("task", "show", TASK_ID),
+                                  ("task", "cancel", TASK_ID)])
 def test_every_command_says_when_redis_is_down(args: tuple[str, ...]) -> None:
     with pytest.raises(CommandError, match="^cannot reach Redis at redis://127.0.0.1:1/0"):
         run(*args)

@@ -204,7 +204,7 @@ def test_a_database_redis_does_not_have_gives_503_pages_saying_so(settings: Any,
     settings.DTQ = {**settings.DTQ, "REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/99"}
     admin = login("admin")
     for response in (admin.get("/"), admin.get("/dlq/"), admin.post("/queues/default/pause"),
-                     admin.post("/tasks/abc/cancel"), admin.post("/dlq/retry", {"ids": ["1-1"]})):
+                     admin.post(f"/tasks/ab12cd-{'0' * 32}/cancel"), admin.post("/dlq/retry", {"ids": ["ab12cd-1-1"]})):
         assert response.status_code == 503, response.content[:300]
         assert b"DB index is out of range" in response.content
     state = admin.get("/console/state.json")
