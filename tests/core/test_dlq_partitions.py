@@ -1,7 +1,7 @@
 """The DLQ over many partitions: one list, merged newest first (entry id time, then partition tag,
 then sequence number), whose cursor stays put while dead letters arrive; counts and groups over
 every partition; actions by id, task id or filter that reach each entry in its own partition; and a
-retry into a queue deleted since, which registers the queue again."""
+retry into a queue no longer registered, which registers the queue again."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from dtq_core.engine import Engine, reads
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
+from dtq_core.errors import QueueNotEmpty
 from dtq_core.keys import dlq_ref
 
 from ..dead_letters import plant_dead_letters
@@ -176,7 +177,15 @@ def test_a_stale_dead_letter_is_dropped_not_queued_twice(dlq_engine: Engine) -> 
 def test_a_retry_into_a_deleted_queue_registers_it_again(dlq_engine: Engine) -> None:
     [task_id] = plant_dead_letters(dlq_engine, 1, queue="qd")
     ref = dlq_engine.tasks.get(task_id)["dlq_entry_id"]
-    dlq_engine.queues.delete("qd", OPERATOR)  # empty but for its dead letter
+    with pytest.raises(QueueNotEmpty, match="1 dead-lettered"):  # a delete leaves no dead letter behind
+        dlq_engine.queues.delete("qd", OPERATOR)
+    # A queue gone from the registry with its dead letters still there (removed by hand, or
+    # deleted before deletes refused queues with dead letters): its partition is a tombstone.
+    old = dlq_engine.registry.get("qd", fresh=True)
+    assert old is not None
+    dlq_engine.client.hdel(dlq_engine.keys.queues(), "qd")
+    for tag in old.all_tags:
+        dlq_engine.client.set(dlq_engine.keys.owner(tag), f"deleted|{old.owner}")
     assert dlq_engine.registry.get("qd", fresh=True) is None
     assert dlq_engine.dlq.get(ref)["task_id"] == task_id  # its id still finds it
     assert dlq_engine.dlq.retry(DlqSelection(task_ids=(task_id,)), OPERATOR) == 1
