@@ -75,8 +75,10 @@ class Queues(Noun):
         """Depth per priority, in flight, retry scheduled, DLQ count, paused, finished last minute,
         summed over each queue's partitions: the registry, then one pipelined round trip."""
         layouts = self.registry.layouts(fresh=True)
-        chosen = sorted(layouts) if names is None else [n for n in names if n in layouts]
-        return self._stats([layouts[name] for name in chosen])
+        if names is None:
+            names = sorted(layouts)
+        # A queue not registered (yet, or any more) holds nothing: a row of zeros.
+        return self._stats([layouts.get(name) or Layout(queue=name, tags=()) for name in names])
 
     def get(self, name: str) -> dict[str, Any]:
         return self._stats([self.layout(name)])[0]
