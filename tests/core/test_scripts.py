@@ -9,7 +9,6 @@ import pytest
 import redis
 
 from dtq_core.errors import DtqError, ErrorCode, raise_for_code
-from dtq_core.keys import Keys
 from dtq_core.scripts import _ROOT, NUMKEYS, SOURCES, ScriptKeyCountError, Scripts
 
 
@@ -57,11 +56,3 @@ def test_every_refusal_code_raises_a_dtq_error(code: ErrorCode) -> None:
 
 def test_a_success_code_is_returned_named() -> None:
     assert raise_for_code(1, task_id="t1", script="enqueueTask") is ErrorCode.EXISTING
-
-
-def test_a_stream_goes_to_a_script_without_its_prefix() -> None:
-    keys = Keys(prefix="p")
-    assert keys.stream_name(keys.stream("emails", "high")) == "emails:high"
-    assert keys.stream_prefix() + keys.stream_name(keys.stream("q", "low")) == keys.stream("q", "low")
-    with pytest.raises(ValueError, match="not a stream key"):
-        keys.stream_name("other:stream:q:low")

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import redis
 
+from dtq_core.keys import Keys
+
 from ..browser.server import PASSWORD
 from ..conftest import ROOT, wait_for
 from ..redis_server import free_port
@@ -59,7 +61,7 @@ def test_it_enqueues_and_a_burst_worker_runs_the_task(redis_server: Any, key_pre
             "(django.atask, django.task, dtq.echo, dtq.fail, dtq.flaky, dtq.sleep, dtq.sleep_sync, userproject.add)"
             ) in worker.stderr
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    assert client.hget(f"{key_prefix}:task:{task_id}", "status") == "SUCCEEDED"
+    assert client.hget(Keys(key_prefix).task(task_id), "status") == "SUCCEEDED"
     assert client.get(f"{key_prefix}:result:{task_id}") == "5"
 
 

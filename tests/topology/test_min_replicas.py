@@ -141,7 +141,7 @@ def test_a_worker_whose_completions_are_not_confirmed_warns_asks_again_and_goes_
             wait_for(lambda: engine.tasks.get(second)["status"] == "SUCCEEDED", timeout=30, message=worker.output)
             assert worker.output().count("not confirmed by") == shortfalls, worker.output()
             assert redis.Redis(port=replica.port, decode_responses=True).hget(
-                f"{prefix}:task:{second}", "status") == "SUCCEEDED"
+                engine.keys.task(second), "status") == "SUCCEEDED"
         finally:
             replica.stop()
         assert "Traceback" not in worker.output()

@@ -23,6 +23,7 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.errors import DtqError
+from dtq_core.keys import Keys
 from dtq_core.submit import Submission
 
 from ..browser.server import ConsoleServer
@@ -109,7 +110,7 @@ def test_the_api_and_a_worker_run_tasks_on_sentinel(fresh_sentinel: SentinelSetu
     status, paused = http(api, "POST", "/api/v1/queues/default/pause")
     assert status == 200, paused
     master = client(fresh_sentinel.master_port())
-    assert master.sismember(f"{prefix}:queues:paused", "default")
+    assert master.hexists(Keys(prefix).paused_index(), "default")  # written on the master
 
 
 @pytest.mark.parametrize("min_replicas", [0, 1])
