@@ -13,45 +13,40 @@ import pytest
 import redis
 
 from dtq_core.config import DtqConfig
-from dtq_core.connection import async_client
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import CancelRequested, TaskTerminal
-from dtq_core.keys import Keys
+from dtq_core.keys import Keys, tag_of
 from dtq_core.task import Outcome, Status
 from dtq_core.worker.executor import Completion, Row
-from dtq_core.worker.store import WorkerStore
+
+from ..worker.support import fetch, partitions, store
 
 ALL = list(Status)
+
+
+def _normal_stream(engine: Engine, task_id: str) -> str:
+    """The default queue's normal stream in the task's partition (the id carries its tag)."""
+    return engine.keys.stream(tag_of(task_id), "default", "normal")
 
 
 def _put_in_state(engine: Engine, redis_client: redis.Redis, status: Status) -> tuple[str, str, str]:
     """Enqueue a task, then force its hash into `status`; return (task id, stream, entry id)."""
     out = engine.tasks.enqueue("dtq.echo", {"v": 1})
-    stream = engine.keys.stream("default", "normal")
+    stream = _normal_stream(engine, out.id)
     entry_id = redis_client.xrange(stream)[0][0]
     attempt = 0 if status in (Status.QUEUED, Status.PENDING) else 1
     redis_client.hset(engine.keys.task(out.id), mapping={"status": status.value, "attempt": attempt})
     return out.id, stream, entry_id
 
 
-def _store(config: DtqConfig, worker_id: str = "w-test") -> tuple[WorkerStore, Any]:
-    client = async_client(config, read_timeout_s=5)
-    return WorkerStore(config, client, engine_clock(), worker_id), client
-
-
-def engine_clock() -> Any:
-    from dtq_core.clock import SystemClock
-
-    return SystemClock()
-
-
-async def _deliver_and_claim(config: DtqConfig, stream: str) -> list[Row]:
-    store, client = _store(config)
+async def _deliver_and_claim(engine: Engine, config: DtqConfig) -> list[Row]:
+    """One worker fetch (fetchTasks) of the default queue's partitions, as w-test."""
+    worker_store = store(config)
     try:
-        return await store.fetch([stream.split(":")[-2]], 10)  # the stream's queue
+        return await fetch(worker_store, partitions(engine, "default"), 10)
     finally:
-        await store.aclose()
+        await worker_store.aclose()
 
 
 @pytest.mark.parametrize("status", ALL, ids=lambda s: s.value)
@@ -59,7 +54,7 @@ def test_claim_runs_only_a_queued_task(engine: Engine, config: DtqConfig, redis_
                                        status: Status) -> None:
     task_id, stream, entry_id = _put_in_state(engine, redis_client, status)
     before = redis_client.hgetall(engine.keys.task(task_id))
-    rows = asyncio.run(_deliver_and_claim(config, stream))
+    rows = asyncio.run(_deliver_and_claim(engine, config))
     after = redis_client.hgetall(engine.keys.task(task_id))
     if status is Status.QUEUED:
         assert [r.task_id for r in rows] == [task_id]
@@ -95,28 +90,28 @@ def test_cancel_in_every_state(engine: Engine, redis_client: redis.Redis, status
 def test_a_cancelled_queued_task_never_starts(engine: Engine, config: DtqConfig, redis_client: redis.Redis) -> None:
     out = engine.tasks.enqueue("dtq.echo")
     engine.tasks.cancel(out.id, Actor.cli())
-    rows = asyncio.run(_deliver_and_claim(config, engine.keys.stream("default", "normal")))
+    rows = asyncio.run(_deliver_and_claim(engine, config))
     assert rows == [] and engine.tasks.get(out.id)["status"] == "CANCELLED"
 
 
-async def _claim_then_complete(config: DtqConfig, stream: str, tamper: Any) -> tuple[list[str], Row]:
-    store, client = _store(config)
+async def _claim_then_complete(engine: Engine, config: DtqConfig, tamper: Any) -> tuple[list[str], Row]:
+    worker_store = store(config)
     try:
-        (row,) = await store.fetch([stream.split(":")[-2]], 1)
+        (row,) = await fetch(worker_store, partitions(engine, "default"), 1)
         tamper(row)
-        statuses = await store.complete([Completion(row, Outcome.SUCCEEDED, result_json='"ok"')])
+        statuses = await worker_store.complete([Completion(row, Outcome.SUCCEEDED, result_json='"ok"')])
         return statuses, row
     finally:
-        await store.aclose()
+        await worker_store.aclose()
 
 
 def test_completion_is_fenced_against_a_newer_attempt(engine: Engine, config: DtqConfig,
                                                       redis_client: redis.Redis) -> None:
     # A peer reclaimed the entry and started attempt 2: the old owner's result must not land.
     out = engine.tasks.enqueue("dtq.echo")
-    stream = engine.keys.stream("default", "normal")
+    stream = _normal_stream(engine, out.id)
     key = engine.keys.task(out.id)
-    statuses, _ = asyncio.run(_claim_then_complete(config, stream, lambda row: redis_client.hset(key, "attempt", 2)))
+    statuses, _ = asyncio.run(_claim_then_complete(engine, config, lambda row: redis_client.hset(key, "attempt", 2)))
     assert statuses == ["fenced"]
     assert redis_client.hget(key, "status") == "RUNNING"
     assert redis_client.get(engine.keys.result(out.id)) is None
@@ -126,8 +121,8 @@ def test_completion_is_fenced_against_a_newer_attempt(engine: Engine, config: Dt
 def test_completion_writes_result_acks_and_deletes_the_entry(engine: Engine, config: DtqConfig,
                                                              redis_client: redis.Redis) -> None:
     out = engine.tasks.enqueue("dtq.echo")
-    stream = engine.keys.stream("default", "normal")
-    statuses, _ = asyncio.run(_claim_then_complete(config, stream, lambda row: None))
+    stream = _normal_stream(engine, out.id)
+    statuses, _ = asyncio.run(_claim_then_complete(engine, config, lambda row: None))
     assert statuses == ["SUCCEEDED"]
     assert engine.tasks.get(out.id)["result"] == "ok"
     assert redis_client.xlen(stream) == 0 and redis_client.xpending(stream, Keys.GROUP)["pending"] == 0
@@ -141,8 +136,8 @@ def test_a_task_reclaimed_into_a_paused_queue_goes_back_queued_and_says_so(
     # the task back at the tail, and that RUNNING -> QUEUED change is published like any other.
     config = dataclasses.replace(config, visibility_timeout_s=0.1, heartbeat_interval_s=0.05)
     out = engine.tasks.enqueue("dtq.echo")
-    stream = engine.keys.stream("default", "normal")
-    asyncio.run(_deliver_and_claim(config, stream))  # w-test runs attempt 1, then goes silent
+    stream = _normal_stream(engine, out.id)
+    asyncio.run(_deliver_and_claim(engine, config))  # w-test runs attempt 1, then goes silent
     engine.queues.pause("default", Actor.cli())
     deadline = time.monotonic() + 5
     while redis_client.xpending_range(stream, Keys.GROUP, "-", "+", 1)[0]["time_since_delivered"] <= 150:
@@ -153,11 +148,11 @@ def test_a_task_reclaimed_into_a_paused_queue_goes_back_queued_and_says_so(
     assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # listening before the reclaim
 
     async def reclaim() -> list[Row]:
-        store, _ = _store(config, worker_id="peer")
+        peer = store(config, "peer")
         try:
-            return await store.reclaim([stream], 10)
+            return await peer.reclaim(partitions(engine, "default"), 10)
         finally:
-            await store.aclose()
+            await peer.aclose()
 
     assert asyncio.run(reclaim()) == []
     task = redis_client.hgetall(engine.keys.task(out.id))
