@@ -30,8 +30,20 @@ dev: bootstrap $(BIN)/.installed-dev
 run: bootstrap
 	@$(BIN)/python scripts/run.py
 
+# The engine, API, worker and failure tests that `make test` runs again on a local Redis Cluster
+# (3 masters, 3 replicas) and behind Sentinel (a master, 2 replicas, 3 sentinels): a representative
+# subset (docs/contributing.md), so the whole run stays within about 25 minutes on 2 cores. Tests
+# of single-node mechanics are marked single_node and left out there.
+TOPOLOGY_TESTS = tests/core/test_enqueue.py tests/core/test_scans.py tests/core/test_partitions.py \
+	tests/core/test_lua_states.py tests/api/test_submit.py tests/api/test_endpoints_tasks.py \
+	tests/api/test_endpoints_queues.py tests/api/test_endpoints_dlq.py tests/worker/test_worker_behaviour.py \
+	tests/worker/test_partitioned_fetch.py tests/worker/test_drain.py tests/failure/test_worker_crash.py \
+	tests/failure/test_scheduler.py tests/failure/test_cancel.py
+
 test: dev
 	$(BIN)/python -m pytest -n auto --dist loadfile
+	DTQ_TEST_TOPOLOGY=cluster $(BIN)/python -m pytest -n auto --dist loadfile -m "not single_node" $(TOPOLOGY_TESTS)
+	DTQ_TEST_TOPOLOGY=sentinel $(BIN)/python -m pytest -n auto --dist loadfile -m "not single_node" $(TOPOLOGY_TESTS)
 
 bench: bootstrap
 	$(BIN)/python -m bench

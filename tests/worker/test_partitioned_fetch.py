@@ -55,6 +55,7 @@ def _partitioned(config: DtqConfig, **queues: int) -> DtqConfig:
     return dataclasses.replace(config, queue_partitions=tuple(sorted(queues.items())))
 
 
+@pytest.mark.single_node
 def test_one_fetch_round_asks_every_partition_in_one_write_high_before_low_in_each(
         config: DtqConfig, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     config = _partitioned(config, spread=3)

@@ -281,6 +281,7 @@ class LosesOneReply:
         server_w.close()
 
 
+@pytest.mark.single_node
 def test_a_completion_resent_after_a_lost_reply_is_recognised_not_fenced(
         config: DtqConfig, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     # It should: the worker's completion batch lands but its reply is lost; the worker sends the
@@ -668,6 +669,7 @@ class _AfterFirstCall(redis.Redis):
         return reply
 
 
+@pytest.mark.single_node
 def test_a_failed_caller_never_releases_the_lease_of_the_caller_after_it(
         live_engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     # It should: the first caller's lease expires while its release is under way (right after
