@@ -4,8 +4,10 @@ and no script call can send keys of two slots."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from pathlib import Path
 
 import pytest
 import redis
@@ -22,6 +24,7 @@ LUA_TO_PYTHON = {
     "stats_duration": ("stats_duration", ()), "stats_counters": ("stats_counters", ()),
     "event_seq": ("event_seq", ()),
 }
+ROOT = Path(__file__).resolve().parents[2]
 TAG = "ab12cd"
 TASK_ID = f"{TAG}-{'0' * 32}"
 
@@ -90,3 +93,68 @@ def test_a_call_with_keys_of_two_slots_is_refused_before_redis() -> None:
     with pytest.raises(CrossSlotKeys):
         check_keys(name, [keys.partition("aaaaaa"), keys.partition("bbbbbb")][: NUMKEYS[name]]
                    + [keys.partition(f"t{i}") for i in range(NUMKEYS[name] - 2)])
+
+
+# -- the static check: every script call site in the product sends keys of one slot --------------
+PRODUCT = ("dtq_core", "dtq_tasks", "dtq_api", "dtq_dashboard", "dtq_worker")
+SCRIPT_CALLS = {"scripts", "call_direct", "command", "routed", "call_direct_many", "_call", "__call__"}
+# Call sites that pass keys on from their own caller (checked where those callers build them).
+FORWARDERS = {("dtq_core/scripts/__init__.py", "keys"), ("dtq_core/worker/hotpath.py", "keys")}
+
+
+def _script_call_sites() -> list[tuple[str, int, ast.expr]]:
+    sites = []
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                for kw in node.keywords:
+                    if kw.arg == "keys":
+                        sites.append((str(path.relative_to(ROOT)), node.lineno, kw.value))
+    return sites
+
+
+def _slot_of_builder(expr: ast.expr) -> int | None:
+    """The slot of a key written as keys.<method>() with no argument (a global key); None for a
+    key built from an argument (a partition's: checked by the Keys tests above)."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and not expr.args:
+        method = getattr(Keys("dtq"), expr.func.attr, None)
+        if callable(method):
+            return int(key_slot(method().encode()))
+    return None
+
+
+def test_every_script_call_site_sends_keys_of_one_slot() -> None:
+    """Statically, over the product's source: a script call passes one key (a partition's prefix,
+    or one global key), or a literal list whose keys are global keys of one slot (the {audit}
+    pair). Anything else must be a known forwarder of its caller's keys."""
+    sites = _script_call_sites()
+    assert len(sites) > 20
+    problems = []
+    for path, line, value in sites:
+        if isinstance(value, ast.List):
+            if len(value.elts) <= 1:
+                continue
+            slots = {_slot_of_builder(e) for e in value.elts}
+            if None in slots or len(slots) != 1:
+                problems.append(f"{path}:{line}: {ast.unparse(value)}")
+        elif isinstance(value, ast.Name) and (path, value.id) in FORWARDERS:
+            continue
+        elif isinstance(value, ast.Attribute) and value.attr == "keys":
+            continue  # a Keys instance handed to a constructor (Plumbing(keys=...)), not a script's KEYS
+        else:
+            problems.append(f"{path}:{line}: keys={ast.unparse(value)}")
+    assert problems == []
+
+
+def test_the_static_check_tells_one_slot_from_two() -> None:
+    one = ast.parse("f(keys=[self.keys.audit(), self.keys.audit_open()])", mode="eval").body
+    two = ast.parse("f(keys=[self.keys.queues(), self.keys.task_types()])", mode="eval").body
+    built = ast.parse("f(keys=[k.partition(a), k.partition(b)])", mode="eval").body
+    slots = [{_slot_of_builder(e) for e in call.keywords[0].value.elts}  # type: ignore[attr-defined]
+             for call in (one, two, built)]
+    assert len(slots[0]) == 1 and None not in slots[0]
+    assert len(slots[1]) == 2
+    assert None in slots[2]
