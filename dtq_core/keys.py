@@ -159,14 +159,15 @@ class Keys:
     # -- global keys: no script touches one of them together with another key ------------------
     def queues(self) -> str:
         """Hash queue -> JSON partition layout {"tags": [...], "draining": [...]}: the registry
-        (dtq_core/partitions.py). Written only by registerQueue-1 and reconcileQueue-1."""
-        return f"{self.prefix}:queues"
+        (dtq_core/partitions.py). Written only by registerQueue-1 and reconcileQueue-1. Named
+        apart from the earlier layout's `queues` set, so an upgraded Redis never answers WRONGTYPE."""
+        return f"{self.prefix}:registry"
 
     def paused_index(self) -> str:
         """Hash queue -> JSON {"by", "at"} of the pauses in force: a copy for listings and for
         workers choosing what to wait on, written after the partitions' own flags (paused(tag)),
         which are what the fetch script obeys."""
-        return f"{self.prefix}:queues:paused"
+        return f"{self.prefix}:registry:paused"
 
     def task_types(self) -> str:
         """Hash task type -> when a worker serving it last registered (ms). Submit refuses types not
