@@ -173,7 +173,9 @@ def test_a_lost_election_hands_the_leases_back_and_the_new_leader_takes_them(
     async def scenario() -> list[object]:
         try:
             steps: list[object] = [await first._lead_once(), await second._lead_once()]
-            # w1 stalls past the election's TTL; w2 takes the election, but not yet the leases.
+            # w1 stalls past the election's TTL (its last renewal is now a TTL old, and the key
+            # expired); w2 takes the election, but not yet the leases.
+            first.store._renewed_at -= int(config.scheduler_lock_ttl_s * 1000)
             redis_client.delete(keys.leader())
             steps += [await second._lead_once(), sorted(second.store.held_leases)]
             # w1 wakes up, finds the election lost and hands its leases back; w2 takes them.
