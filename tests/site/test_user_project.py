@@ -62,7 +62,7 @@ def test_it_enqueues_and_a_burst_worker_runs_the_task(redis_server: Any, key_pre
             ) in worker.stderr
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     assert client.hget(Keys(key_prefix).task(task_id), "status") == "SUCCEEDED"
-    assert client.get(f"{key_prefix}:result:{task_id}") == "5"
+    assert client.get(Keys(key_prefix).result(task_id)) == "5"
 
 
 def test_the_worker_s_start_up_line_masks_the_redis_password(redis_server: Any, key_prefix: str) -> None:
