@@ -223,13 +223,7 @@ class ClusterSetup:
 
     def _start(self) -> None:
         ports = free_ports(12)
-        for i in range(6):
-            directory = self.directory / f"node-{i}"
-            # The bus port is the data port + 10000 unless named: name a free one (a port from the
-            # ephemeral range plus 10000 can be past 65535).
-            self.servers.append(RedisServer(directory, appendonly=False, port=ports[i], args=[
-                *REPLICATION_ARGS, "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
-                "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS), "--cluster-port", str(ports[6 + i])]))
+        self.servers = [self._node(i, ports[i], ports[6 + i]) for i in range(6)]
         for server in self.servers:
             server.start(wait=False)
         for server in self.servers:
@@ -242,6 +236,32 @@ class ClusterSetup:
         if done.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
         self.wait_healthy(timeout=20)
+
+    def _node(self, index: int, port: int, bus_port: int) -> RedisServer:
+        directory = self.directory / f"node-{index}"
+        # The bus port is the data port + 10000 unless named: name a free one (a port from the
+        # ephemeral range plus 10000 can be past 65535).
+        return RedisServer(directory, appendonly=False, port=port, args=[
+            *REPLICATION_ARGS, "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
+            "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS), "--cluster-port", str(bus_port)])
+
+    def add_replica(self, master: RedisServer, *, timeout: float = 20.0) -> RedisServer:
+        """Start one more node as a second replica of `master` (redis-cli --cluster add-node
+        --cluster-slave), so that its shard still has a replica once one of them is promoted."""
+        server = self._node(len(self.servers), *free_ports(2))
+        self.servers.append(server)
+        server.start()
+        cli = shutil.which("redis-cli")
+        assert cli is not None, "redis-cli not found: apt-get install redis-tools"
+        master_id = str(client(master.port).cluster("myid"))
+        done = subprocess.run([cli, "--cluster", "add-node", f"{HOST}:{server.port}", f"{HOST}:{master.port}",
+                               "--cluster-slave", "--cluster-master-id", master_id], capture_output=True, text=True,
+                              timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster add-node failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+        poll(lambda: link_up(server.port), timeout=timeout, what=f"replica {server.port} in sync")
+        self.wait_healthy(timeout=timeout)
+        return server
 
     def wait_healthy(self, *, timeout: float) -> None:
         """Every live node says cluster_state:ok and every replica's link is up."""
@@ -262,18 +282,22 @@ class ClusterSetup:
     def masters(self) -> list[RedisServer]:
         return [s for s in self.live() if role(s.port) == "master"]
 
-    def kill_master(self, master: RedisServer | None = None, *, timeout: float = 20.0) -> RedisServer:
-        """SIGKILL a master (the first by default) and wait until its replica says ROLE master and
-        the cluster is ok again on every live node. Returns the promoted replica."""
+    def kill_master(self, master: RedisServer | None = None, *, timeout: float = 20.0,
+                    on_kill: Callable[[], object] = lambda: None) -> RedisServer:
+        """SIGKILL a master (the first by default), call on_kill, and wait until one of its
+        replicas says ROLE master and the cluster is ok again on every live node. Returns the
+        promoted replica."""
         master = master or self.masters()[0]
-        replica = next(s for s in self.live() if s is not master and role(s.port) == "slave"
-                       and int(client(s.port).info("replication")["master_port"]) == master.port)
+        replicas = [s for s in self.live() if s is not master and role(s.port) == "slave"
+                    and int(client(s.port).info("replication")["master_port"]) == master.port]
         master.kill()
-        poll(lambda: role(replica.port) == "master", timeout=timeout, what=f"replica {replica.port} promoted")
+        on_kill()
+        promoted = poll(lambda: next((r for r in replicas if role(r.port) == "master"), None), timeout=timeout,
+                        what=f"a replica of {master.port} promoted")
         for server in self.live():
             poll(lambda port=server.port: client(port).cluster("info")["cluster_state"] == "ok", timeout=timeout,
                  what=f"cluster_state:ok on {server.port} after the failover")
-        return replica
+        return promoted
 
     def stop(self) -> None:
         for server in self.servers:

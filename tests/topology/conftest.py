@@ -1,6 +1,6 @@
 """Fixtures of the topology suite: a Sentinel setup and a Redis Cluster on loopback (see
-tests/redis_topologies.py), each started once per module; `fresh_sentinel` is a setup of the
-test's own, for tests that kill its master."""
+tests/redis_topologies.py), each started once per module; `fresh_sentinel` and `fresh_cluster` are
+the test's own, for tests that kill a master."""
 
 from __future__ import annotations
 
@@ -27,6 +27,14 @@ def fresh_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentine
 
 @pytest.fixture(scope="module")
 def cluster_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSetup]:
+    setup = ClusterSetup(tmp_path_factory.mktemp("cluster")).start()
+    yield setup
+    setup.stop()
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSetup]:
+    """A cluster of the test's own, for tests that kill one of its masters."""
     setup = ClusterSetup(tmp_path_factory.mktemp("cluster")).start()
     yield setup
     setup.stop()
