@@ -10,8 +10,10 @@ API's request path, one master after the other).
 
 A command Redis did not run because its slot lives elsewhere (MOVED, ASK: a resharding) or
 because the node was demoted (READONLY: a failover) is sent again after the slot map is read
-anew. A connection error is raised, not retried: the command may have run, and only its caller
-knows whether running it twice is safe (scripts are idempotent where dtq retries them).
+anew. A connection error is not retried: the command may have run, and only its caller knows
+whether running it twice is safe (scripts are idempotent where dtq retries them). The blocking
+exchange raises it; the worker's RoutedLines answers it for that master's commands only, as the
+other masters' replies stand (their commands ran: a fetch's claims there must reach the worker).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: 
 
 class RoutedLines:
     """The worker's hot-path connection(s): one Line on one node, one Line per master on a
-    cluster, with the same exchange() for both."""
+    cluster, with the same exchange() for both (but on a cluster a master that fails answers
+    its commands with the error, where one node raises it)."""
 
     def __init__(self, client: aioredis.Redis | aiocluster.RedisCluster) -> None:
         self._client = client
@@ -110,23 +113,28 @@ class RoutedLines:
                 *(self._line_for(groups[name][0]).exchange([commands[i][1] for i in groups[name][1]], timeout_s)
                   for name in names), return_exceptions=True)
             again: list[int] = []
-            failure: BaseException | None = None
+            failed = False
             for name, got in zip(names, results, strict=True):
                 indexes = groups[name][1]
                 if isinstance(got, BaseException):
-                    failure = got
+                    if not isinstance(got, Exception):
+                        raise got  # cancelled: the worker is stopping
+                    # A master down (or failing over): its commands' replies are the error, and
+                    # the others' stand. Raising instead would drop what the live masters did,
+                    # such as the claims of a fetch, left to be reclaimed as lost attempts.
+                    failed = True
+                    for i in indexes:
+                        replies[i] = got
                     continue
                 for i, reply in zip(indexes, got, strict=True):
                     if not_run_here(reply) and attempt < MAX_REDIRECTS:
                         again.append(i)
                     else:
                         replies[i] = reply
-            if failure is not None:
+            if failed or again:
                 await client.nodes_manager.initialize()  # a failover: the next call finds the new master
-                raise failure
             if not again:
                 break
-            await client.nodes_manager.initialize()
             pending = again
         return replies
 
