@@ -17,6 +17,12 @@ set on one subscription to that channel, whatever the number of queues or nodes:
 
 While the flag is set, every subscribed worker has the tag in its set or a message for it on the
 way, so a partition left ready by a full batch needs no new message.
+
+On Redis Cluster a PUBLISH reaches every node, so any node will do for the subscription. redis-py
+subscribes through the master of the channel's slot; when that fails, the next attempt goes
+through the next node in the slot map (replicas included), not that master again: a master that
+died stays in the slot map until its replica is promoted (seconds, or for good when none can be),
+and meanwhile the partitions on the other masters must still be heard.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Iterable
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
 
 logger = logging.getLogger("dtq.worker")
 
@@ -51,6 +58,7 @@ class WakeSubscription:
         self._task: asyncio.Task[None] | None = None
         self.subscribed = False
         self._failures = 0  # subscriptions lost in a row (for the backoff and the log)
+        self._failed_node = ""  # on a cluster, the node whose subscription failed last
         self._retry = asyncio.Event()  # set by retry_now: Redis answers again, subscribe at once
 
     # -- the ready set --------------------------------------------------------------------------
@@ -133,7 +141,7 @@ class WakeSubscription:
     async def _listen(self) -> None:
         """Stay subscribed: on any failure back off, subscribe again and sweep."""
         while True:
-            pubsub = self.client.pubsub()
+            pubsub = self._pubsub()
             try:
                 await pubsub.subscribe(self.channel)
                 await self._read(pubsub)
@@ -142,6 +150,8 @@ class WakeSubscription:
             except Exception as exc:  # noqa: BLE001 - a lost subscription is retried, never fatal
                 self.subscribed = False
                 self._failures += 1
+                node = getattr(pubsub, "node", None)  # a cluster's: the node it went through
+                self._failed_node = str(node.name) if node is not None else ""
                 delay = min(MAX_BACKOFF_S, 0.1 * 2 ** min(self._failures, 6))
                 # Once per outage; a loading Redis is said once for every loop by the supervisor.
                 quiet = self._failures > 1 or isinstance(exc, redis.exceptions.BusyLoadingError)
@@ -155,6 +165,16 @@ class WakeSubscription:
                     pass
             finally:
                 await asyncio.shield(_close_quietly(pubsub))
+
+    def _pubsub(self) -> aioredis.client.PubSub:
+        """A PubSub; on a cluster, after a failure, through the node after the one that failed."""
+        client = self.client
+        if not isinstance(client, aiocluster.RedisCluster) or not self._failed_node:
+            return client.pubsub()
+        nodes = sorted(client.get_nodes(), key=lambda n: str(n.name))
+        names = [str(n.name) for n in nodes]
+        after = names.index(self._failed_node) + 1 if self._failed_node in names else 0
+        return client.pubsub(node=nodes[after % len(nodes)]) if nodes else client.pubsub()
 
     async def _read(self, pubsub: aioredis.client.PubSub) -> None:
         pinged = False
