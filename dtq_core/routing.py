@@ -36,11 +36,25 @@ Routed = tuple[str, bytes]  # (routing key, packed command)
 
 
 def not_run_here(reply: object) -> bool:
-    """Redis refused the command without running it: the slot moved, or this node is a replica now."""
-    if isinstance(reply, redis.exceptions.ReadOnlyError):
+    """Redis refused the command without running it: the slot moved or is migrating (MOVED, ASK),
+    the cluster is settling (TRYAGAIN, CLUSTERDOWN), or this node is a replica now (READONLY).
+    redis-py parses these replies into their own exceptions, whose text drops the keyword."""
+    if isinstance(reply, (redis.exceptions.ReadOnlyError, redis.exceptions.AskError,
+                          redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)):
         return True
     return isinstance(reply, redis.exceptions.ResponseError) and str(reply).startswith(("MOVED", "ASK", "READONLY",
                                                                                          "TRYAGAIN", "CLUSTERDOWN"))
+
+
+def asked_elsewhere(reply: object) -> tuple[str, int] | None:
+    """The node an ASK reply sends the command to (its slot is migrating there): the command
+    goes there once, behind ASKING, without changing the slot map (MOVED changes it)."""
+    if isinstance(reply, redis.exceptions.AskError) and not isinstance(reply, redis.exceptions.MovedError):
+        return reply.host, reply.port
+    return None
+
+
+ASKING = pack(["ASKING"])
 
 
 def is_cluster(client: object) -> bool:
@@ -54,28 +68,46 @@ def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: 
         return exchange_pooled(client.connection_pool, [command for _, command in commands])
     replies: list[Any] = [None] * len(commands)
     pending = list(range(len(commands)))
+    asked: dict[int, tuple[str, int]] = {}  # command -> the node an ASK sent it to
     for attempt in range(MAX_REDIRECTS + 1):
         groups: dict[Any, list[int]] = defaultdict(list)
         for i in pending:
-            groups[client.nodes_manager.get_node_from_slot(key_slot(commands[i][0].encode()))].append(i)
+            node = client.get_node(*asked[i]) if i in asked else None
+            groups[node or client.nodes_manager.get_node_from_slot(key_slot(commands[i][0].encode()))].append(i)
+        was_asked, asked = asked, {}
         again: list[int] = []
         for node, indexes in groups.items():
             pool = client.get_redis_connection(node).connection_pool
+            packed = [part for i in indexes
+                      for part in ((ASKING, commands[i][1]) if i in was_asked else (commands[i][1],))]
             try:
-                got = exchange_pooled(pool, [commands[i][1] for i in indexes])
+                got = _answers(exchange_pooled(pool, packed), [i in was_asked for i in indexes])
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                 client.nodes_manager.initialize()  # a failover: the next call finds the new master
                 raise
             for i, reply in zip(indexes, got, strict=True):
                 if not_run_here(reply) and attempt < MAX_REDIRECTS:
                     again.append(i)
+                    if (target := asked_elsewhere(reply)) is not None:
+                        asked[i] = target
                 else:
                     replies[i] = reply
         if not again:
             break
-        client.nodes_manager.initialize()
+        if any(i not in asked for i in again):
+            client.nodes_manager.initialize()
         pending = again
     return replies
+
+
+def _answers(replies: list[Any], asking: list[bool]) -> list[Any]:
+    """The commands' own replies, without the +OK of the ASKING sent before an asked command."""
+    answers, position = [], 0
+    for behind_asking in asking:
+        position += 1 if behind_asking else 0
+        answers.append(replies[position])
+        position += 1
+    return answers
 
 
 class RoutedLines:
@@ -103,15 +135,18 @@ class RoutedLines:
             await client.initialize()
         replies: list[Any] = [None] * len(commands)
         pending = list(range(len(commands)))
+        asked: dict[int, tuple[str, int]] = {}  # command -> the node an ASK sent it to
         for attempt in range(MAX_REDIRECTS + 1):
             groups: dict[str, tuple[Any, list[int]]] = {}
             for i in pending:
-                node = client.nodes_manager.get_node_from_slot(key_slot(commands[i][0].encode()))
+                node = client.get_node(*asked[i]) if i in asked else None
+                node = node or client.nodes_manager.get_node_from_slot(key_slot(commands[i][0].encode()))
                 groups.setdefault(node.name, (node, []))[1].append(i)
             names = list(groups)
             results = await asyncio.gather(
-                *(self._line_for(groups[name][0]).exchange([commands[i][1] for i in groups[name][1]], timeout_s)
+                *(self._send(groups[name][0], [(commands[i][1], i in asked) for i in groups[name][1]], timeout_s)
                   for name in names), return_exceptions=True)
+            asked = {}
             again: list[int] = []
             failed = False
             for name, got in zip(names, results, strict=True):
@@ -129,14 +164,21 @@ class RoutedLines:
                 for i, reply in zip(indexes, got, strict=True):
                     if not_run_here(reply) and attempt < MAX_REDIRECTS:
                         again.append(i)
+                        if (target := asked_elsewhere(reply)) is not None:
+                            asked[i] = target
                     else:
                         replies[i] = reply
-            if failed or again:
+            if failed or any(i not in asked for i in again):
                 await client.nodes_manager.initialize()  # a failover: the next call finds the new master
             if not again:
                 break
             pending = again
         return replies
+
+    async def _send(self, node: Any, commands: list[tuple[bytes, bool]], timeout_s: float) -> list[Any]:
+        """One node's commands in one write; an asked one goes behind ASKING."""
+        packed = [part for command, asked in commands for part in ((ASKING, command) if asked else (command,))]
+        return _answers(await self._line_for(node).exchange(packed, timeout_s), [asked for _, asked in commands])
 
     async def close(self) -> None:
         lines = list(self._lines.values()) + ([self._single] if self._single is not None else [])
