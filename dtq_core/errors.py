@@ -72,6 +72,24 @@ class QueueNotFound(DtqError, LookupError):
     http_status = 404
 
 
+class PeriodicNotFound(DtqError, LookupError):
+    code = "PERIODIC_NOT_FOUND"
+    http_status = 404
+
+
+class PeriodicExists(DtqError):
+    code = "PERIODIC_EXISTS"
+    http_status = 409
+
+
+class PeriodicDeclaredInCode(DtqError):
+    """A schedule declared in code (@dtq_tasks.periodic, DTQ_PERIODIC) changes with a deploy:
+    editing or deleting it at run time would be undone by the next worker start."""
+
+    code = "PERIODIC_DECLARED_IN_CODE"
+    http_status = 409
+
+
 class CancelRequested(DtqError):
     code = "CANCEL_REQUESTED"
     http_status = 409
@@ -166,6 +184,8 @@ class ErrorCode(IntEnum):
     QUEUE_LIMIT_REACHED = -7
     LEASE_LOST = -8  # leader scripts: this worker no longer holds the scheduler lock
     PARTITION_CLOSED = -9  # the partition's owner key does not name the caller's layout
+    PERIODIC_NOT_FOUND = -10  # savePeriodic/dropPeriodic/firePeriodic: no such schedule here
+    PERIODIC_EXISTS = -11  # savePeriodic create: the schedule exists already
 
 
 def raise_for_code(code: int, *, task_id: str | None, script: str, **details: Any) -> ErrorCode:
@@ -206,6 +226,10 @@ def raise_for_code(code: int, *, task_id: str | None, script: str, **details: An
             f"queue {queue!r} does not exist and {queues} queues do, the limit is "
             f"{limit} (DTQ_MAX_QUEUES): submit to an existing queue, or delete unused ones",
             queue=queue, queues=queues, limit=limit)
+    if code is ErrorCode.PERIODIC_NOT_FOUND:
+        raise PeriodicNotFound(f"periodic schedule {details.get('name')!r} not found", name=details.get("name"))
+    if code is ErrorCode.PERIODIC_EXISTS:
+        raise PeriodicExists(f"periodic schedule {details.get('name')!r} exists already", name=details.get("name"))
     if code is ErrorCode.PARTITION_CLOSED:
         raise PartitionClosed(f"{script}: the partition of queue {queue!r} is closed (deleted or re-created)",
                               queue=queue)

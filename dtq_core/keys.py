@@ -136,6 +136,17 @@ class Keys:
         and the fetch script checks it in the same script as the read)."""
         return f"{self.partition(tag)}paused"
 
+    def periodic(self, tag: str, name: str) -> str:
+        """Hash of one periodic schedule kept in this partition (the first partition of its
+        queue): its spec (JSON), its state (next tick, paused, the last run's task) and its last
+        runs. Written by savePeriodic-1, dropPeriodic-1 and firePeriodic-1 only."""
+        return f"{self.partition(tag)}periodic:{name}"
+
+    def periodic_index(self, tag: str) -> str:
+        """Zset schedule name -> its next tick (ms; +inf while paused) of the partition's
+        periodic schedules: what the leader reads each tick to find the due ones."""
+        return f"{self.partition(tag)}periodic"
+
     def stats_tasks(self, tag: str) -> str:
         """Hash "queue|type|outcome" -> count, written by the partition's scripts, read by /metrics."""
         return f"{self.partition(tag)}stats:tasks"
@@ -176,6 +187,12 @@ class Keys:
 
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    def periodic_registry(self) -> str:
+        """Hash schedule name -> the partition tag that holds it (Keys.periodic): lists the
+        periodic schedules without scanning partitions. Written after the partition's own keys,
+        which are what the leader fires from."""
+        return f"{self.prefix}:periodic"
 
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"

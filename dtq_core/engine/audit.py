@@ -38,7 +38,7 @@ from .reads import Page, page_limit, stream_cursor, stream_fields
 logger = logging.getLogger("dtq.audit")
 
 OUTCOMES = ("finished", "refused", "failed", "unfinished")
-AUDIT_SOURCES = ("api", "console", "cli")
+AUDIT_SOURCES = ("api", "console", "cli", "worker")  # worker: a deploy's periodic schedules synced at start
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -6,7 +6,7 @@ local rcall = redis.call
 local CODE = {OK = 0, EXISTING = 1, CANCEL_SIGNALLED = 2, TASK_NOT_FOUND = -1, TASK_TERMINAL = -2,
               CANCEL_REQUESTED = -3, QUEUE_NOT_FOUND = -4, QUEUE_NOT_EMPTY = -5, QUEUE_FULL = -6,
               QUEUE_LIMIT_REACHED = -7, LEASE_LOST = -8,
-              PARTITION_CLOSED = -9}
+              PARTITION_CLOSED = -9, PERIODIC_NOT_FOUND = -10, PERIODIC_EXISTS = -11}
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, DEAD_LETTERED = true, CANCELLED = true, EXPIRED = true}
 
@@ -62,6 +62,7 @@ local function partition_keys(p)
           ready = p .. 'ready', paused = p .. 'paused', stats_tasks = p .. 'stats:tasks',
           stats_duration = p .. 'stats:duration', stats_counters = p .. 'stats:counters',
           throughput_prefix = p .. 'stats:done:', event_seq = p .. 'events:seq',
+          periodic_prefix = p .. 'periodic:', periodic_index = p .. 'periodic',
           events_channel = global .. ':events', wake_channel = global .. ':wake'}
 end
 

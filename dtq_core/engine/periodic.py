@@ -1,0 +1,481 @@
+"""Periodic schedules (docs/tasks.md#periodic-tasks): declare, list, change, pause, resume,
+trigger and delete them; the leader fires them (dtq_core/worker/periodic.py, firePeriodic-1.lua).
+
+A schedule lives in the first partition of its target queue (Layout.tags[0]: lowering
+DTQ_QUEUE_PARTITIONS drains the last partitions, never the first): its hash Keys.periodic(tag,
+name) holds the spec (JSON) and the state, the partition's index Keys.periodic_index(tag) its
+next tick, and the global hash Keys.periodic_registry() names its partition. Changes go through
+savePeriodic-1 and dropPeriodic-1; the registry is written after the partition (create) or
+before it is emptied (delete) so a listing may briefly miss a schedule, never fire it twice.
+
+Every changing call is an audited operator action, like the queues' (engine/queues.py).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..clock import iso
+from ..errors import (
+    ErrorCode,
+    PartitionClosed,
+    PeriodicDeclaredInCode,
+    PeriodicExists,
+    PeriodicNotFound,
+    ValidationError,
+    raise_for_code,
+)
+from ..keys import PRIORITIES
+from ..partitions import Layout
+from ..replies import text_hash
+from ..submit import validate as validate_submission
+from ..task import TASK_TYPE_RE
+from ..ticks import BadSchedule, Ticks
+from .audit import Actor, Audit
+from .plumbing import Noun, Plumbing
+from .registry import Registry
+from .tasks import Tasks
+
+logger = logging.getLogger("dtq.periodic")
+
+OVERLAP = ("allow", "skip")
+MISFIRE = ("skip", "run_once")
+SOURCES = ("code", "api")
+RUNS_KEPT = 20  # last runs a schedule shows (newest first)
+INF = "+inf"  # index score of a paused schedule: never due
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PeriodicSpec:
+    """What a user declares (@dtq_tasks.periodic, DTQ_PERIODIC) or POSTs."""
+
+    name: str
+    type: str
+    payload: Any = None
+    queue: str = "default"
+    priority: str = "normal"
+    cron: str | None = None  # 5 fields, or 6 with seconds first
+    timezone: str = "UTC"  # IANA name; cron only
+    every_seconds: float | None = None  # exactly one of cron / every_seconds
+    overlap: str = "allow"  # "allow" | "skip": skip a tick while the previous run is not finished
+    misfire: str = "skip"  # "skip" | "run_once": what ticks missed while no leader fired become
+    max_attempts: int | None = None
+    timeout_seconds: float | None = None
+    source: str = "api"  # "code": declared, synced at worker start | "api"
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "api") -> PeriodicSpec:
+        """A spec from a request body (or a DTQ_PERIODIC entry); ValidationError naming an unknown
+        field. Not validated yet: Periodic.create and update do that."""
+        if not isinstance(data, dict):
+            raise ValidationError("a periodic schedule is a JSON object", field=None)
+        known = {f.name for f in dataclasses.fields(cls)} - {"source"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValidationError(f"unknown field {unknown[0]!r}", field=unknown[0])
+        for required in ("name", "type"):
+            if required not in data:
+                raise ValidationError(f"{required} is required", field=required)
+        return cls(**data, source=source)
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The spec as stored (everything but the name)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+
+    @property
+    def ticks(self) -> Ticks:
+        return Ticks(cron=self.cron, timezone=self.timezone, every_seconds=self.every_seconds)
+
+
+# Fields a PATCH may change (the name is the schedule's identity; the source is how it was made).
+CHANGEABLE = frozenset(f.name for f in dataclasses.fields(PeriodicSpec)) - {"name", "source"}
+SCHEDULE_FIELDS = ("cron", "timezone", "every_seconds")
+
+
+def validate_spec(config: Any, spec: PeriodicSpec) -> PeriodicSpec:
+    """Check every field; raise ValidationError naming the first one wrong. Returns the spec with
+    its numbers normalised (every_seconds a float, cron's whitespace collapsed)."""
+    if not isinstance(spec.name, str) or not TASK_TYPE_RE.fullmatch(spec.name):
+        raise ValidationError("name must be 1-200 characters of letters, digits and _ . : -", field="name")
+    # The task it fires is checked as a submission would be (type, payload, queue, options).
+    validate_submission(config, spec.type, spec.payload, queue=spec.queue, priority=spec.priority,
+                        max_attempts=spec.max_attempts, timeout_seconds=spec.timeout_seconds)
+    if spec.cron is not None and not isinstance(spec.cron, str):
+        raise ValidationError("cron must be a string", field="cron")
+    if not isinstance(spec.timezone, str):
+        raise ValidationError("timezone must be a string", field="timezone")
+    if spec.every_seconds is not None and spec.timezone != "UTC":
+        raise ValidationError("timezone applies to cron schedules only (every_seconds counts from the Unix epoch)",
+                              field="timezone")
+    try:
+        ticks = Ticks(cron=" ".join(spec.cron.split()) if spec.cron else spec.cron, timezone=spec.timezone,
+                      every_seconds=spec.every_seconds)
+    except BadSchedule as exc:
+        raise ValidationError(str(exc), field=exc.field) from None
+    if spec.overlap not in OVERLAP:
+        raise ValidationError(f"overlap must be one of {', '.join(OVERLAP)}", field="overlap")
+    if spec.misfire not in MISFIRE:
+        raise ValidationError(f"misfire must be one of {', '.join(MISFIRE)}", field="misfire")
+    if spec.source not in SOURCES:
+        raise ValidationError(f"source must be one of {', '.join(SOURCES)}", field="source")
+    if spec.priority not in PRIORITIES:  # validate_submission checked it; kept for type checkers
+        raise ValidationError("priority must be one of high, normal, low", field="priority")
+    every = None if ticks.every_seconds is None else float(ticks.every_seconds)
+    return dataclasses.replace(spec, cron=ticks.cron, every_seconds=every)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A schedule as its hash holds it."""
+
+    spec: PeriodicSpec
+    tag: str
+    hash: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def paused(self) -> bool:
+        return self.hash.get("paused") == "1"
+
+    @property
+    def next_ms(self) -> int | None:
+        raw = self.hash.get("next") or ""
+        return int(raw) if raw.isdigit() else None
+
+    def runs(self) -> builtins.list[dict[str, Any]]:
+        try:
+            runs = json.loads(self.hash.get("runs") or "[]")
+        except ValueError:
+            return []
+        return runs if isinstance(runs, builtins.list) else []
+
+
+def stored_from_hash(name: str, tag: str, raw: dict[str, str]) -> Stored:
+    data = json.loads(raw["spec"])
+    return Stored(spec=PeriodicSpec(name=name, **data), tag=tag, hash=raw)
+
+
+class Periodic(Noun):
+    """The periodic schedules: CRUD, pause/resume/trigger, and the worker-start sync."""
+
+    def __init__(self, plumbing: Plumbing, audit: Audit, registry: Registry, tasks: Tasks) -> None:
+        super().__init__(plumbing)
+        self.audit = audit
+        self.registry = registry
+        self.tasks = tasks
+
+    # -- reads ------------------------------------------------------------------------------------
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Every schedule's representation, sorted by name (three round trips)."""
+        return [self._view(s, statuses) for s, statuses in self._with_statuses(self._load_all())]
+
+    def get(self, name: str) -> dict[str, Any]:
+        [(stored, statuses)] = self._with_statuses([self._load(name)])
+        return self._view(stored, statuses)
+
+    def names(self) -> dict[str, str]:
+        """Schedule name -> the partition tag that holds it."""
+        return text_hash(self.client.hgetall(self.keys.periodic_registry()))
+
+    def _load(self, name: str) -> Stored:
+        tag = self.client.hget(self.keys.periodic_registry(), name) if isinstance(name, str) else None
+        raw = text_hash(self.client.hgetall(self.keys.periodic(tag, name))) if tag else {}
+        if not raw.get("spec"):
+            raise PeriodicNotFound(f"periodic schedule {name!r} not found", name=name)
+        return stored_from_hash(name, tag, raw)
+
+    def _load_all(self) -> builtins.list[Stored]:
+        names = sorted(self.names().items())
+        pipe = self.client.pipeline(transaction=False)
+        for name, tag in names:
+            pipe.hgetall(self.keys.periodic(tag, name))
+        out = []
+        for (name, tag), raw in zip(names, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(raw, dict) and raw.get("spec"):
+                try:
+                    out.append(stored_from_hash(name, tag, text_hash(raw)))
+                except (ValueError, TypeError):
+                    logger.warning("periodic schedule %r: its stored spec does not parse; skipped", name)
+        return out
+
+    def _with_statuses(self, schedules: builtins.list[Stored]) -> builtins.list[tuple[Stored, builtins.list[Any]]]:
+        """Each schedule with the current status of the tasks its last runs fired."""
+        pipe = self.client.pipeline(transaction=False)
+        wanted: builtins.list[builtins.list[str]] = []
+        for stored in schedules:
+            ids = [str(run.get("task_id") or "") for run in stored.runs()]
+            wanted.append(ids)
+            for task_id in ids:
+                if task_id:
+                    pipe.hget(self.keys.task(task_id), "status")
+        replies = iter(pipe.execute(raise_on_error=False) if any(any(ids) for ids in wanted) else [])
+        out = []
+        for stored, ids in zip(schedules, wanted, strict=True):
+            statuses = [next(replies) if task_id else None for task_id in ids]
+            out.append((stored, [s if isinstance(s, str) else None for s in statuses]))
+        return out
+
+    def _view(self, stored: Stored, statuses: builtins.list[str | None]) -> dict[str, Any]:
+        spec, h = stored.spec, stored.hash
+        runs = []
+        for run, status in zip(stored.runs(), statuses, strict=False):
+            task_id = run.get("task_id") or None
+            runs.append({
+                "scheduled_for": iso(run.get("scheduled_for")),
+                "task_id": task_id,
+                # A run that fired no task says why (SKIPPED: overlap=skip; QUEUE_FULL); a task
+                # whose record has expired (DTQ_TASK_RETENTION_S) reads UNKNOWN.
+                "status": (status or "UNKNOWN") if task_id else (run.get("outcome") or "SKIPPED"),
+                "fired_at": iso(run.get("fired_at")),
+                "kind": run.get("kind") or "tick",  # tick | catch_up (misfire=run_once) | trigger
+                "missed": int(run.get("missed") or 0),  # ticks a catch_up run stands for
+            })
+        return {
+            "name": spec.name, "type": spec.type, "payload": spec.payload, "queue": spec.queue,
+            "priority": spec.priority, "cron": spec.cron, "timezone": spec.timezone,
+            "every_seconds": spec.every_seconds, "overlap": spec.overlap, "misfire": spec.misfire,
+            "max_attempts": spec.max_attempts, "timeout_seconds": spec.timeout_seconds,
+            "paused": stored.paused, "paused_at": iso(h.get("paused_at") or None) if stored.paused else None,
+            "paused_by": (h.get("paused_by") or None) if stored.paused else None,
+            "source": spec.source, "description": spec.ticks.describe(),
+            "next_run_at": None if stored.paused or stored.next_ms is None else iso(stored.next_ms),
+            "created_at": iso(h.get("created_at") or None), "updated_at": iso(h.get("updated_at") or None),
+            "last_runs": runs,
+        }
+
+    # -- changes ----------------------------------------------------------------------------------
+    def create(self, spec: PeriodicSpec, *, actor: Actor) -> dict[str, Any]:
+        """Add a schedule; PeriodicExists when the name is taken. Its first tick is the first
+        after now. Registers its queue when new (QueueLimitReached past DTQ_MAX_QUEUES)."""
+        spec = self._checked(spec)
+        with self.audit.operation(actor, "periodic.create", f"periodic:{spec.name}", selected=1,
+                                  selection={"name": spec.name}) as op:
+            self._create(spec)
+            op.done = 1
+        return self.get(spec.name)
+
+    def _create(self, spec: PeriodicSpec, *, paused: bool = False, carry: dict[str, str] | None = None) -> None:
+        """Write a new schedule (carry: state moved from its previous partition)."""
+        layout = self.registry.ensure(spec.queue)
+        tag = layout.tags[0]
+        registry = self.keys.periodic_registry()
+        if not self.client.hsetnx(registry, spec.name, tag):
+            held = self.client.hget(registry, spec.name)
+            if held and self.client.exists(self.keys.periodic(held, spec.name)):
+                raise PeriodicExists(f"periodic schedule {spec.name!r} exists already", name=spec.name)
+            self.client.hset(registry, spec.name, tag)  # a create cut short left the name behind
+        now = self.clock.now_ms()
+        state = dict(carry or {})
+        paused = paused or state.get("paused") == "1"
+        next_ms = int(state["next"]) if (state.get("next") or "").isdigit() else spec.ticks.next_after(now)
+        fields: dict[str, object] = {"spec": _spec_json(spec), "paused": "1" if paused else "0",
+                                     "next": "" if paused else next_ms}
+        for kept in ("runs", "last_task", "paused_at", "paused_by", "paused_next", "created_at"):
+            if state.get(kept):
+                fields[kept] = state[kept]
+        try:
+            self._save(layout, spec.name, "create", INF if paused else next_ms, fields)
+        except BaseException:
+            self.client.hdel(registry, spec.name)
+            raise
+
+    def update(self, name: str, changes: dict[str, Any], *, actor: Actor, _sync: bool = False) -> dict[str, Any]:
+        """PATCH a schedule: the fields given change, the others stay. A changed schedule (cron,
+        timezone, every_seconds) takes effect from its next tick after now; other changes
+        (payload, queue, priority, ...) from the next tick fired. A schedule declared in code
+        refuses (PeriodicDeclaredInCode): a deploy changes it."""
+        stored = self._load(name)
+        if stored.spec.source == "code" and not _sync:
+            raise PeriodicDeclaredInCode(f"periodic schedule {name!r} is declared in code: change it there "
+                                         "(the next worker start applies it)", name=name)
+        if not isinstance(changes, dict):
+            raise ValidationError("changes must be a JSON object", field=None)
+        unknown = sorted(set(changes) - CHANGEABLE)
+        if unknown:
+            raise ValidationError(f"field {unknown[0]!r} cannot be changed", field=unknown[0])
+        merged = dataclasses.replace(stored.spec, **changes)
+        if "cron" in changes and changes["cron"] is not None and "every_seconds" not in changes:
+            merged = dataclasses.replace(merged, every_seconds=None)
+        if "every_seconds" in changes and changes["every_seconds"] is not None and "cron" not in changes:
+            merged = dataclasses.replace(merged, cron=None, timezone="UTC" if "timezone" not in changes
+                                         else merged.timezone)
+        spec = self._checked(merged, check_type=not _sync)
+        with self.audit.operation(actor, "periodic.update", f"periodic:{name}", selected=1,
+                                  selection={"name": name, "changes": sorted(changes)}) as op:
+            self._apply(stored, spec)
+            op.done = 1
+        return self.get(name)
+
+    def _apply(self, stored: Stored, spec: PeriodicSpec) -> None:
+        if spec.queue != stored.spec.queue:
+            self._move(stored, spec)
+            return
+        schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
+        fields: dict[str, object] = {"spec": _spec_json(spec)}
+        score: object
+        if stored.paused:
+            score = INF
+        elif schedule_changed or stored.next_ms is None:
+            score = fields["next"] = spec.ticks.next_after(self.clock.now_ms())
+        else:
+            score = stored.next_ms
+        self._save(self._layout_of(stored), spec.name, "update", score, fields)
+
+    def _move(self, stored: Stored, spec: PeriodicSpec) -> None:
+        """To another queue, so another partition: dropped from the old one first (never two
+        partitions that can fire it), then written in the new one with its state."""
+        carry = self._drop(stored.tag, spec.name)
+        schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
+        if schedule_changed:
+            carry.pop("next", None)
+        self.client.hdel(self.keys.periodic_registry(), spec.name)
+        self._create(spec, carry=carry)
+
+    def delete(self, name: str, *, actor: Actor, _sync: bool = False) -> None:
+        """Remove a schedule: it fires nothing from now on (a fire running concurrently either
+        finished before, or finds it gone). The tasks it fired are left alone."""
+        stored = self._load(name)
+        if stored.spec.source == "code" and not _sync:
+            raise PeriodicDeclaredInCode(f"periodic schedule {name!r} is declared in code: remove it there "
+                                         "(the next worker start retires it)", name=name)
+        with self.audit.operation(actor, "periodic.delete", f"periodic:{name}", selected=1,
+                                  selection={"name": name}) as op:
+            try:
+                self._drop(stored.tag, name)
+            except PeriodicNotFound:
+                pass  # a concurrent delete won: the registry entry below is what remains
+            self.client.hdel(self.keys.periodic_registry(), name)
+            op.done = 1
+
+    def pause(self, name: str, *, actor: Actor) -> dict[str, Any]:
+        """Stop firing until resumed (a paused schedule fires nothing; triggers still run)."""
+        stored = self._load(name)
+        with self.audit.operation(actor, "periodic.pause", f"periodic:{name}", selected=1,
+                                  selection={"name": name}) as op:
+            if not stored.paused:
+                now = self.clock.now_ms()
+                # The tick it would have fired next is kept: misfire=run_once catches up from it.
+                self._save(self._layout_of(stored), name, "update", INF,
+                           {"paused": "1", "paused_at": now, "paused_by": actor.name,
+                            "paused_next": stored.next_ms if stored.next_ms is not None else now})
+                op.done = 1
+        return self.get(name)
+
+    def resume(self, name: str, *, actor: Actor) -> dict[str, Any]:
+        """Fire again. misfire decides what becomes of the ticks that passed while paused:
+        skip: none fires (the next tick is the first after now); run_once: one task fires for
+        all of them (the leader catches up at once), then the schedule goes on."""
+        stored = self._load(name)
+        with self.audit.operation(actor, "periodic.resume", f"periodic:{name}", selected=1,
+                                  selection={"name": name}) as op:
+            if stored.paused:
+                now = self.clock.now_ms()
+                next_ms = stored.spec.ticks.next_after(now)
+                held = stored.hash.get("paused_next") or ""
+                if stored.spec.misfire == "run_once" and held.isdigit() and int(held) <= now:
+                    next_ms = int(held)  # due: the leader's next tick fires one task for the missed ones
+                self._save(self._layout_of(stored), name, "update", next_ms,
+                           {"paused": "0", "paused_at": "", "paused_by": "", "paused_next": "", "next": next_ms})
+                op.done = 1
+        return self.get(name)
+
+    def trigger(self, name: str, *, actor: Actor) -> dict[str, Any]:
+        """Fire one task now (scheduled_for = now), paused or not; not a tick: next_run_at stays."""
+        raise NotImplementedError("trigger: firePeriodic-1 comes next")
+
+    # -- worker start -------------------------------------------------------------------------------
+    def sync_declared(self, specs: builtins.list[PeriodicSpec], *, served_types: frozenset[str] | None = None
+                      ) -> dict[str, builtins.list[str]]:
+        """Make Redis hold the schedules declared in code (source="code"): add the new ones,
+        change the changed ones (paused state and history kept), retire the ones no longer
+        declared. Schedules made through the API are never touched; a declared name taken by
+        one is reported as a conflict and left alone.
+
+        served_types: the task types of the worker syncing. It retires only schedules firing a
+        type it serves, so a worker deployed with other code (another set of handlers) does not
+        retire the schedules of the deployment that declares them. None: retire any.
+        """
+        declared: dict[str, PeriodicSpec] = {}
+        for spec in specs:
+            spec = self._checked(dataclasses.replace(spec, source="code"), check_type=False)
+            declared[spec.name] = spec
+        current = {s.spec.name: s for s in self._load_all()}
+        report: dict[str, builtins.list[str]] = {"added": [], "changed": [], "retired": [], "unchanged": [],
+                                                 "conflicts": []}
+        actor = Actor(name="code:sync", source="worker")
+        for name, spec in sorted(declared.items()):
+            stored = current.get(name)
+            if stored is None:
+                with self.audit.operation(actor, "periodic.create", f"periodic:{name}", selected=1,
+                                          selection={"name": name}) as op:
+                    try:
+                        self._create(spec)
+                    except PeriodicExists:
+                        report["unchanged"].append(name)  # another worker starting at once added it
+                        continue
+                    op.done = 1
+                report["added"].append(name)
+            elif stored.spec.source != "code":
+                logger.warning("periodic schedule %r is declared in code and was created through the API: "
+                               "the API's one is kept; rename one of them", name)
+                report["conflicts"].append(name)
+            elif stored.spec != spec:
+                with self.audit.operation(actor, "periodic.update", f"periodic:{name}", selected=1,
+                                          selection={"name": name}) as op:
+                    self._apply(stored, spec)
+                    op.done = 1
+                report["changed"].append(name)
+            else:
+                report["unchanged"].append(name)
+        for name, stored in sorted(current.items()):
+            if name in declared or stored.spec.source != "code":
+                continue
+            if served_types is not None and stored.spec.type not in served_types:
+                continue
+            self.delete(name, actor=actor, _sync=True)
+            report["retired"].append(name)
+        return report
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    def _checked(self, spec: PeriodicSpec, *, check_type: bool = True) -> PeriodicSpec:
+        spec = validate_spec(self.config, spec)
+        if check_type:  # the type it fires must be served, as a submit's must (UnknownTaskType)
+            self.tasks.check_type(spec.type)
+        return spec
+
+    def _layout_of(self, stored: Stored) -> Layout:
+        layout = self.registry.get(stored.spec.queue, fresh=True)
+        if layout is None or not layout.tags or layout.tags[0] != stored.tag:
+            # Its queue was deleted (and maybe created again) under it: nothing can be written there.
+            raise PartitionClosed(f"the queue {stored.spec.queue!r} of periodic schedule {stored.spec.name!r} "
+                                  "no longer holds it", queue=stored.spec.queue)
+        return layout
+
+    def _save(self, layout: Layout, name: str, mode: str, score: object, fields: dict[str, object]) -> dict[str, str]:
+        flat: builtins.list[object] = []
+        for key, value in fields.items():
+            flat += [key, value]
+        reply = self.scripts("savePeriodic", keys=[self.keys.partition(layout.tags[0])],
+                             args=[name, mode, layout.owner, self.clock.now_ms(), score, *flat])
+        code = int(reply[0])
+        if code == ErrorCode.PARTITION_CLOSED:
+            self.registry.forget_cache()
+        raise_for_code(code, task_id=None, script="savePeriodic", queue=layout.queue, name=name)
+        return _pairs(reply[1])
+
+    def _drop(self, tag: str, name: str) -> dict[str, str]:
+        reply = self.scripts("dropPeriodic", keys=[self.keys.partition(tag)], args=[name])
+        raise_for_code(int(reply[0]), task_id=None, script="dropPeriodic", name=name)
+        return _pairs(reply[1])
+
+
+def _spec_json(spec: PeriodicSpec) -> str:
+    return json.dumps(spec.spec_fields(), separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def _pairs(flat: builtins.list[Any]) -> dict[str, str]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
