@@ -20,6 +20,7 @@
     show the task.
 ]]
 -- #include common
+-- #include create_task
 local K = partition_keys(KEYS[1])
 local task_id, priority, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local want_record = ARGV[12] == '1'
@@ -52,33 +53,9 @@ if due == 0 and max_depth > 0 then
   for _, p in ipairs({'high', 'normal', 'low'}) do depth = depth + rcall('XLEN', stream_key(K, queue, p)) end
   if depth >= max_depth then return {CODE.QUEUE_FULL, depth} end
 end
--- One HSET for the whole record (the stream entry's id is part of it, so XADD comes first).
+local status = create_task(K, {
+  task_id = task_id, queue = queue, priority = priority, now_ms = now_ms, now_iso = now_iso, due = due,
+  retention_ms = ARGV[5], idem_key = idem_key, idem_ttl_ms = ARGV[6], recent_cap = ARGV[11],
+  fields = ARGV, fields_from = 13})
 local tkey = K.task_prefix .. task_id
-local fields = {'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms, 'errors', '[]',
-                'cancel_requested', '0', 'result_truncated', '0'}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
-local status
-if due > 0 then
-  status = 'PENDING'
-  fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'status', status, 'due_at', due
-  rcall('HSET', tkey, unpack(fields))
-  schedule_add(K.schedule, due, task_id, queue)
-else
-  status = 'QUEUED'
-  local eid = rcall('XADD', stream_key(K, queue, priority), '*', 'task_id', task_id, 'attempt', 1)
-  local n = #fields
-  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'status', status, 'enqueued_at', now_ms
-  fields[n + 5], fields[n + 6] = 'entry_id', eid
-  rcall('HSET', tkey, unpack(fields))
-  ring(K)
-end
--- A delayed task's record, and its idempotency key, must outlive its wait (a delay may be longer
--- than either lifetime): a resubmit while it waits must still find it.
-local wait = due > 0 and math.max(0, due - tonumber(now_ms)) or 0
-rcall('PEXPIRE', tkey, tonumber(ARGV[5]) + wait)
-if idem_key then rcall('SET', idem_key, task_id, 'PX', tonumber(ARGV[6]) + wait) end
-rcall('ZADD', K.recent, now_ms, task_id)
-local recent_cap = tonumber(ARGV[11])
-if rcall('ZCARD', K.recent) > recent_cap then rcall('ZREMRANGEBYRANK', K.recent, 0, -recent_cap - 1) end
-emit(K, 'task.queued', task_id, queue, status, 0, now_ms, now_iso)
 return {CODE.OK, task_id, status, want_record and rcall('HGETALL', tkey) or {}}

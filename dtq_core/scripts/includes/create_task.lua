@@ -1,0 +1,40 @@
+-- Create a task's record in its partition: QUEUED in its priority stream, or PENDING in the
+-- partition's schedule when it is due later. Shared by enqueueTask (a submit) and firePeriodic
+-- (a schedule's tick), so a fired task is the same record as a submitted one.
+-- Needs: common. The caller has made its checks (owner, idempotency, depth).
+-- c: task_id, queue, priority, now_ms, now_iso, due (number, 0 = now), retention_ms,
+-- idem_key (nil = none), idem_ttl_ms, recent_cap, fields (the caller's field/value pairs),
+-- fields_from (the index in fields where they start). Returns the task's status.
+local function create_task(K, c)
+  local task_id, queue, now_ms, due = c.task_id, c.queue, c.now_ms, c.due
+  -- One HSET for the whole record (the stream entry's id is part of it, so XADD comes first).
+  local tkey = K.task_prefix .. task_id
+  local fields = {'id', task_id, 'attempt', 0, 'created_at', now_ms, 'updated_at', now_ms, 'errors', '[]',
+                  'cancel_requested', '0', 'result_truncated', '0'}
+  for i = c.fields_from, #c.fields do fields[#fields + 1] = c.fields[i] end
+  local status
+  if due > 0 then
+    status = 'PENDING'
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = 'status', status, 'due_at', due
+    rcall('HSET', tkey, unpack(fields))
+    schedule_add(K.schedule, due, task_id, queue)
+  else
+    status = 'QUEUED'
+    local eid = rcall('XADD', stream_key(K, queue, c.priority), '*', 'task_id', task_id, 'attempt', 1)
+    local n = #fields
+    fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'status', status, 'enqueued_at', now_ms
+    fields[n + 5], fields[n + 6] = 'entry_id', eid
+    rcall('HSET', tkey, unpack(fields))
+    ring(K)
+  end
+  -- A delayed task's record, and its idempotency key, must outlive its wait (a delay may be longer
+  -- than either lifetime): a resubmit while it waits must still find it.
+  local wait = due > 0 and math.max(0, due - tonumber(now_ms)) or 0
+  rcall('PEXPIRE', tkey, tonumber(c.retention_ms) + wait)
+  if c.idem_key then rcall('SET', c.idem_key, task_id, 'PX', tonumber(c.idem_ttl_ms) + wait) end
+  rcall('ZADD', K.recent, now_ms, task_id)
+  local recent_cap = tonumber(c.recent_cap)
+  if rcall('ZCARD', K.recent) > recent_cap then rcall('ZREMRANGEBYRANK', K.recent, 0, -recent_cap - 1) end
+  emit(K, 'task.queued', task_id, queue, status, 0, now_ms, c.now_iso)
+  return status
+end
