@@ -147,6 +147,12 @@ class Keys:
         periodic schedules: what the leader reads each tick to find the due ones."""
         return f"{self.partition(tag)}periodic"
 
+    def periodic_tick(self, tag: str, name: str, tick_ms: int) -> str:
+        """String: the schedule fired this tick (the task id, '' when the tick was skipped), for
+        DTQ_IDEM_TTL_S. Written by firePeriodic-1 with the task, so a tick is never fired twice
+        even by a caller that got past the schedule's compare-and-set."""
+        return f"{self.partition(tag)}periodic-tick:{name}:{tick_ms}"
+
     def stats_tasks(self, tag: str) -> str:
         """Hash "queue|type|outcome" -> count, written by the partition's scripts, read by /metrics."""
         return f"{self.partition(tag)}stats:tasks"

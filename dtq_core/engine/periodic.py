@@ -35,18 +35,19 @@ from ..partitions import Layout
 from ..replies import text_hash
 from ..submit import validate as validate_submission
 from ..task import TASK_TYPE_RE
+from ..firing import FirePlan, fire_args
+from ..firing import count as count_ticks
 from ..ticks import BadSchedule, Ticks
 from .audit import Actor, Audit
 from .plumbing import Noun, Plumbing
 from .registry import Registry
-from .tasks import Tasks
+from .tasks import RECENT_CAP, Tasks
 
 logger = logging.getLogger("dtq.periodic")
 
 OVERLAP = ("allow", "skip")
 MISFIRE = ("skip", "run_once")
 SOURCES = ("code", "api")
-RUNS_KEPT = 20  # last runs a schedule shows (newest first)
 INF = "+inf"  # index score of a paused schedule: never due
 
 
@@ -272,7 +273,7 @@ class Periodic(Noun):
         state = dict(carry or {})
         paused = paused or state.get("paused") == "1"
         next_ms = int(state["next"]) if (state.get("next") or "").isdigit() else spec.ticks.next_after(now)
-        fields: dict[str, object] = {"spec": _spec_json(spec), "paused": "1" if paused else "0",
+        fields: dict[str, object] = {**self._spec_fields(spec), "paused": "1" if paused else "0",
                                      "next": "" if paused else next_ms}
         for kept in ("runs", "last_task", "paused_at", "paused_by", "paused_next", "created_at"):
             if state.get(kept):
@@ -315,7 +316,7 @@ class Periodic(Noun):
             self._move(stored, spec)
             return
         schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
-        fields: dict[str, object] = {"spec": _spec_json(spec)}
+        fields: dict[str, object] = self._spec_fields(spec)
         score: object
         if stored.paused:
             score = INF
@@ -366,26 +367,57 @@ class Periodic(Noun):
         return self.get(name)
 
     def resume(self, name: str, *, actor: Actor) -> dict[str, Any]:
-        """Fire again. misfire decides what becomes of the ticks that passed while paused:
-        skip: none fires (the next tick is the first after now); run_once: one task fires for
-        all of them (the leader catches up at once), then the schedule goes on."""
+        """Fire again from the next tick after now. misfire decides what becomes of the ticks
+        that passed while paused: skip: none fires; run_once: one task fires now for all of them
+        (scheduled_for: the first of them)."""
         stored = self._load(name)
+        layout = self._layout_of(stored)
         with self.audit.operation(actor, "periodic.resume", f"periodic:{name}", selected=1,
                                   selection={"name": name}) as op:
             if stored.paused:
                 now = self.clock.now_ms()
-                next_ms = stored.spec.ticks.next_after(now)
+                ticks = stored.spec.ticks
+                next_ms = ticks.next_after(now)
+                saved = self._save(layout, name, "update", next_ms,
+                                   {"paused": "0", "paused_at": "", "paused_by": "", "paused_next": "", "next": next_ms})
                 held = stored.hash.get("paused_next") or ""
                 if stored.spec.misfire == "run_once" and held.isdigit() and int(held) <= now:
-                    next_ms = int(held)  # due: the leader's next tick fires one task for the missed ones
-                self._save(self._layout_of(stored), name, "update", next_ms,
-                           {"paused": "0", "paused_at": "", "paused_by": "", "paused_next": "", "next": next_ms})
+                    missed = count_ticks(ticks, int(held), now)
+                    self.scripts("firePeriodic", keys=[self.keys.partition(stored.tag)],
+                                 args=self.fire_args(stored.tag, layout, name, "", None, "run_once", now,
+                                                     rev=saved.get("rev", ""), catch_up=(int(held), missed)))
                 op.done = 1
         return self.get(name)
 
     def trigger(self, name: str, *, actor: Actor) -> dict[str, Any]:
-        """Fire one task now (scheduled_for = now), paused or not; not a tick: next_run_at stays."""
-        raise NotImplementedError("trigger: firePeriodic-1 comes next")
+        """Fire one task now (scheduled_for = now), paused or not, whatever overlap says; not a
+        tick: next_run_at stays. Returns {"task_id", "scheduled_for", "name"}."""
+        stored = self._load(name)
+        layout = self._layout_of(stored)
+        with self.audit.operation(actor, "periodic.trigger", f"periodic:{name}", selected=1,
+                                  selection={"name": name}) as op:
+            now = self.clock.now_ms()
+            code, created, *_ = self.scripts("firePeriodic", keys=[self.keys.partition(stored.tag)],
+                                             args=self.fire_args(stored.tag, layout, name, "", None, "", now))
+            code = int(code)
+            if code == ErrorCode.PARTITION_CLOSED:
+                self.registry.forget_cache()
+            raise_for_code(code, task_id=None, script="firePeriodic", queue=stored.spec.queue, name=name)
+            if not created:  # the partition is full (DTQ_MAX_QUEUE_DEPTH): the run says QUEUE_FULL
+                raise_for_code(ErrorCode.QUEUE_FULL, task_id=None, script="firePeriodic", queue=stored.spec.queue,
+                               count=self.tasks.depth_limit(layout), max_depth=self.config.max_queue_depth)
+            op.done = 1
+        return {"name": name, "task_id": str(created[0]), "scheduled_for": iso(now)}
+
+    def fire_args(self, tag: str, layout: Layout | None, name: str, worker_id: str, fire: FirePlan | None,
+                  misfire: str, now_ms: int, *, rev: str = "", catch_up: tuple[int, int] | None = None
+                  ) -> builtins.list[object]:
+        """firePeriodic-1's arguments with this engine's settings (retention, marker TTL, depth)."""
+        depth = self.tasks.depth_limit(layout) if layout is not None else self.config.max_queue_depth
+        return fire_args(tag=tag, worker_id=worker_id, name=name, rev=rev, fire=fire, misfire=misfire,
+                         now_ms=now_ms, retention_ms=self.config.task_retention_s * 1000,
+                         marker_ttl_ms=self.config.idem_ttl_s * 1000, max_depth=depth, recent_cap=RECENT_CAP,
+                         catch_up=catch_up)
 
     # -- worker start -------------------------------------------------------------------------------
     def sync_declared(self, specs: builtins.list[PeriodicSpec], *, served_types: frozenset[str] | None = None
@@ -441,6 +473,12 @@ class Periodic(Noun):
         return report
 
     # -- plumbing -----------------------------------------------------------------------------------
+    def _spec_fields(self, spec: PeriodicSpec) -> dict[str, object]:
+        """The hash fields a spec sets: the spec itself, and what firePeriodic-1 reads of it."""
+        return {"spec": _spec_json(spec), "overlap": spec.overlap,
+                "task_fields": json.dumps(task_fields(self.config, spec), separators=(",", ":"),
+                                          ensure_ascii=False)}
+
     def _checked(self, spec: PeriodicSpec, *, check_type: bool = True) -> PeriodicSpec:
         spec = validate_spec(self.config, spec)
         if check_type:  # the type it fires must be served, as a submit's must (UnknownTaskType)
@@ -475,6 +513,16 @@ class Periodic(Noun):
 
 def _spec_json(spec: PeriodicSpec) -> str:
     return json.dumps(spec.spec_fields(), separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def task_fields(config: Any, spec: PeriodicSpec) -> builtins.list[str]:
+    """The record fields of a task the schedule fires, as a submit of it would write them
+    (engine/tasks.py), less the tick's own (periodic_name, scheduled_for: the script's)."""
+    s = validate_submission(config, spec.type, spec.payload, queue=spec.queue, priority=spec.priority,
+                            max_attempts=spec.max_attempts, timeout_seconds=spec.timeout_seconds)
+    return ["type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
+            "max_attempts", str(s.max_attempts), "timeout_s", f"{s.timeout_s:g}", "expires_at", "",
+            "idempotency_key", "", "request_id", ""]
 
 
 def _pairs(flat: builtins.list[Any]) -> dict[str, str]:

@@ -25,5 +25,6 @@ local fields = {'updated_at', now_ms}
 if mode == 'create' then fields[#fields + 1], fields[#fields + 2] = 'created_at', now_ms end
 for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
 rcall('HSET', hkey, unpack(fields))
+rcall('HINCRBY', hkey, 'rev', 1)
 rcall('ZADD', K.periodic_index, ARGV[5], name)
 return {CODE.OK, rcall('HGETALL', hkey)}

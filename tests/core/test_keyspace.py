@@ -22,7 +22,7 @@ LUA_TO_PYTHON = {
     "lock": ("lock", ()), "dlq": ("dlq", ()), "running": ("running", ()), "recent": ("recent", ()),
     "ready": ("ready", ()), "paused": ("paused", ()), "stats_tasks": ("stats_tasks", ()),
     "stats_duration": ("stats_duration", ()), "stats_counters": ("stats_counters", ()),
-    "event_seq": ("event_seq", ()),
+    "event_seq": ("event_seq", ()), "periodic_index": ("periodic_index", ()),
 }
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "ab12cd"
@@ -52,6 +52,9 @@ def test_lua_builds_a_partitions_keys_as_keys_py_names_them(redis_client: redis.
     assert lua["throughput_prefix"] + "7" == keys.throughput(TAG, 7)
     assert lua["schedule"] + ":counts" == keys.schedule_counts(TAG)
     assert lua["dlq"] + ":counts" == keys.dlq_counts(TAG)
+    assert lua["periodic_prefix"] + "report.nightly" == keys.periodic(TAG, "report.nightly")
+    assert lua["periodic_tick_prefix"] + "report.nightly:1700000000000" == \
+        keys.periodic_tick(TAG, "report.nightly", 1700000000000)
     assert (lua["events_channel"], lua["wake_channel"], lua["tag"]) == (keys.events(), keys.wake(), TAG)
 
 
@@ -60,7 +63,8 @@ def test_every_key_of_a_partition_is_in_its_slot() -> None:
     slot = key_slot(keys.partition(TAG).encode())
     names = [getattr(keys, method)(TAG, *args) for method, args in LUA_TO_PYTHON.values()]
     names += [keys.task(TASK_ID), keys.result(TASK_ID), keys.idem(TAG, "k"), keys.throughput(TAG, 1),
-              keys.schedule_counts(TAG), keys.dlq_counts(TAG), *keys.streams(TAG, "q")]
+              keys.schedule_counts(TAG), keys.dlq_counts(TAG), *keys.streams(TAG, "q"),
+              keys.periodic(TAG, "a:b"), keys.periodic_tick(TAG, "a:b", 1)]
     assert {key_slot(n.encode()) for n in names} == {slot}
     assert key_slot(keys.audit().encode()) == key_slot(keys.audit_open().encode())
     assert len(PRIORITIES) == len(keys.streams(TAG, "q"))

@@ -63,6 +63,7 @@ local function partition_keys(p)
           stats_duration = p .. 'stats:duration', stats_counters = p .. 'stats:counters',
           throughput_prefix = p .. 'stats:done:', event_seq = p .. 'events:seq',
           periodic_prefix = p .. 'periodic:', periodic_index = p .. 'periodic',
+          periodic_tick_prefix = p .. 'periodic-tick:',
           events_channel = global .. ':events', wake_channel = global .. ':wake'}
 end
 
