@@ -100,6 +100,9 @@ def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, An
         task_id = fields.get("id") or ""
         out["dlq_entry_id"] = (dlq_ref(tag_of(task_id), fields["dlq_entry_id"]) if is_task_id(task_id)
                                else fields["dlq_entry_id"])
+    # Fired by a periodic schedule: its name and the tick (UTC ISO) it stands for; None otherwise.
+    out["periodic_name"] = fields.get("periodic_name") or None
+    out["scheduled_for"] = fields.get("scheduled_for") or None
     if fields.get("handler"):  # run by another type's handler (Django tasks: django.task / django.atask)
         out["handler"] = fields["handler"]
     # What became of its dead letter: an operator's discard or retry, or the DLQ cap's trim.

@@ -73,9 +73,9 @@ class RecentTasks(Noun):
     """One page of the merged recent-tasks listing (Tasks.list checks the filters)."""
 
     def page(self, tags: Sequence[str], *, queue: str | None, status: str | None, type: str | None,
-             start: Position | None, limit: int) -> Page:
+             start: Position | None, limit: int, periodic_name: str | None = None) -> Page:
         target = limit + 1  # one match past the page says whether an older page exists
-        filtering = bool(queue or status or type)
+        filtering = bool(queue or status or type or periodic_name)
         walks = [_Walk(tag, start) for tag in tags]
         shown: list[tuple[Position, dict[str, Any]]] = []
         scanned = 0
@@ -90,7 +90,8 @@ class RecentTasks(Noun):
             remaining = target - len(shown)
             wanted = min(remaining, max(1, math.ceil(2 * remaining / len(readers))))
             count = max(1, min(MAX_CALL, (reads.SCAN_BUDGET - scanned) // len(readers))) if filtering else wanted
-            scanned += self._read(readers, queue=queue, status=status, type=type, count=count, wanted=wanted)
+            scanned += self._read(readers, queue=queue, status=status, type=type, count=count, wanted=wanted,
+                                  periodic_name=periodic_name)
         if len(shown) > limit:
             return Page(items=[view for _, view in shown[:limit]], next_cursor=shown[limit - 1][0].cursor())
         # Stopped on the budget: every partition was read down to the newest of the walks still
@@ -113,11 +114,12 @@ class RecentTasks(Noun):
             shown.append(best.matches.popleft())
 
     def _read(self, walks: list[_Walk], *, queue: str | None, status: str | None, type: str | None,
-              count: int, wanted: int) -> int:
+              count: int, wanted: int, periodic_name: str | None = None) -> int:
         """One round: a scanRecentTasks call per walk, in one exchange; returns the ids examined."""
         replies = self.scripts.call_direct_many([("scanRecentTasks", [self.keys.partition(w.tag)], [
             "+inf" if w.upper is None else w.upper.score, "" if w.upper is None else w.upper.task_id, count,
-            queue or "", status or "", type or "", wanted, reads.SCAN_CALL_BYTES]) for w in walks])
+            queue or "", status or "", type or "", wanted, reads.SCAN_CALL_BYTES, periodic_name or ""])
+            for w in walks])
         examined = 0
         for w, reply in zip(walks, replies, strict=True):
             if isinstance(reply, Exception):

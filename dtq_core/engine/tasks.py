@@ -20,13 +20,14 @@ from ..errors import (
     TaskNotFound,
     TaskTerminal,
     UnknownTaskType,
+    ValidationError,
     raise_for_code,
 )
 from ..keys import is_task_id, tag_of
 from ..partitions import Layout
 from ..replies import text_list
 from ..submit import Submission, validate
-from ..task import TERMINAL
+from ..task import TASK_TYPE_RE, TERMINAL
 from .audit import Actor, Audit
 from .plumbing import Noun, Plumbing
 from .reads import Page, page_limit, queue_filter, type_filter
@@ -195,11 +196,11 @@ class Tasks(Noun):
             fields += ["handler", s.handler]
         keys = [self.keys.partition(tag_of(s.task_id))]
         args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
-                self.config.idem_ttl_s * 1000, self._depth_limit(layout), due, layout.owner,
+                self.config.idem_ttl_s * 1000, self.depth_limit(layout), due, layout.owner,
                 s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, *fields]
         return "enqueueTask", keys, args
 
-    def _depth_limit(self, layout: Layout) -> int:
+    def depth_limit(self, layout: Layout) -> int:
         """The depth gate of one partition: DTQ_MAX_QUEUE_DEPTH shared evenly by the queue's
         partitions (rounded up), each checked in its own script, as a queue has no one key that
         could hold its total."""
@@ -208,7 +209,7 @@ class Tasks(Noun):
 
     def _enqueued(self, s: Submission, layout: Layout, reply: builtins.list[Any]) -> Enqueued:
         if int(reply[0]) == ErrorCode.QUEUE_FULL and len(layout.tags) > 1:
-            depth, per = int(reply[1]), self._depth_limit(layout)
+            depth, per = int(reply[1]), self.depth_limit(layout)
             raise QueueFull(f"queue {s.queue!r} is full: the partition this task went to holds {depth} tasks, "
                             f"the limit per partition is {per} (DTQ_MAX_QUEUE_DEPTH {self.config.max_queue_depth} "
                             f"over {len(layout.tags)} partitions)", queue=s.queue, depth=depth)
@@ -240,17 +241,24 @@ class Tasks(Noun):
         return fields, result
 
     def list(self, *, queue: str | None = None, status: str | None = None,
-             type: str | None = None, cursor: str | None = None, limit: int | None = None) -> Page:
+             type: str | None = None, cursor: str | None = None, limit: int | None = None,
+             periodic_name: str | None = None) -> Page:
         """Recent tasks of every partition of every queue (or of one queue), newest first,
-        filtered; the cursor is opaque (engine/recent.py says what it holds)."""
+        filtered; the cursor is opaque (engine/recent.py says what it holds). periodic_name: the
+        tasks a periodic schedule fired, which are all in the first partition of their queue
+        (engine/periodic.py), so only those partitions are read."""
         limit = page_limit(limit)
         queue, type = queue_filter(queue), type_filter(type)
+        if periodic_name and not TASK_TYPE_RE.fullmatch(periodic_name):
+            raise ValidationError("periodic_name must be 1-200 characters of letters, digits and _ . : -",
+                                  field="periodic_name")
         start = parse_cursor(cursor)
         # Fresh: a queue another process has just created must show (one read of the registry).
         layouts = self.registry.layouts(fresh=True)
         chosen = [layouts[queue]] if queue in layouts else [] if queue else builtins.list(layouts.values())
-        tags = sorted({tag for layout in chosen for tag in layout.all_tags})
-        return self.recent.page(tags, queue=queue, status=status, type=type, start=start, limit=limit)
+        tags = sorted({tag for layout in chosen for tag in (layout.tags[:1] if periodic_name else layout.all_tags)})
+        return self.recent.page(tags, queue=queue, status=status, type=type, start=start, limit=limit,
+                                periodic_name=periodic_name or None)
 
     def cancel(self, task_id: str, actor: Actor) -> CancelResult:
         """Cancel a task, audited: at once when it waits, via the worker when it runs.

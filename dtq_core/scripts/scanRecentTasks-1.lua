@@ -12,6 +12,7 @@
     ARGV[3] COUNT (ids read at most)   ARGV[4] queue ('' = any)   ARGV[5] status ('' = any)
     ARGV[6] type ('' = any)   ARGV[7] stop after this many matches
     ARGV[8] stop after returning this many bytes (a record holds its payload, up to 1 MB)
+    ARGV[9] periodic schedule name that fired it ('' or absent = any)
   Output:
     {examined, 1 when the walk reached the oldest id else 0, score of the last id examined ('' if
     none), the last id examined, matches}: each match is {id, score, record}, the record a task
@@ -22,7 +23,8 @@ local K = partition_keys(KEYS[1])
 local upper, upper_id, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queue, status, ttype = ARGV[4], ARGV[5], ARGV[6]
 local wanted, byte_budget, bytes = tonumber(ARGV[7]), tonumber(ARGV[8]), 0
-local filtering = queue ~= '' or status ~= '' or ttype ~= ''
+local periodic = ARGV[9] or ''
+local filtering = queue ~= '' or status ~= '' or ttype ~= '' or periodic ~= ''
 
 -- a sorts before b as Redis sorts members of one score (byte by byte): Lua's own < follows the
 -- server's locale.
@@ -56,9 +58,9 @@ for i = 1, #rows, 2 do
   local key = K.task_prefix .. last_id
   local keep = true
   if filtering then
-    local t = read_task(key, 'queue', 'status', 'type')
+    local t = read_task(key, 'queue', 'status', 'type', 'periodic_name')
     keep = t.status and (queue == '' or t.queue == queue) and (status == '' or t.status == status)
-      and (ttype == '' or t.type == ttype)
+      and (ttype == '' or t.type == ttype) and (periodic == '' or t.periodic_name == periodic)
   end
   if keep then
     local record = rcall('HGETALL', key)
