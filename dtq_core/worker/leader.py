@@ -7,7 +7,10 @@ lock did. As the leader it
 - promotes due delayed tasks and retries to their streams (promote_once),
 - returns scheduler claims a dead leader left between its two scripts (stale_claims_once),
 - requeues running tasks whose stream entry is gone (lost_tasks_once),
-- resizes queues to DTQ_QUEUE_PARTITIONS and forgets drained partitions (reconcile.py).
+- resizes queues to DTQ_QUEUE_PARTITIONS and forgets drained partitions (reconcile.py),
+- fires the periodic schedules that are due (periodic.py), probed in the lease pipeline of each
+  round, so a schedule fires within one DTQ_SCHEDULER_INTERVAL_S of its tick and an idle leader
+  sends nothing more.
 
 Every worker is a candidate; the key's TTL hands leadership over when its holder stops renewing,
 and the leases, renewed in the same pipeline, lapse with it.
@@ -16,8 +19,10 @@ and the leases, renewed in the same pipeline, lapse with it.
 from __future__ import annotations
 
 import logging
+import math
 
 from ..partitions import parse_registry
+from .periodic import PeriodicFirer
 from .reconcile import PartitionReconciler
 from .state import WorkerState
 
@@ -34,6 +39,9 @@ class LeaderLoop(WorkerState):
     _partitions: tuple[str, ...] = ()
     _registry_read_at: float = float("-inf")
     _reconciler: PartitionReconciler | None = None
+    # Each queue's first partition (where its periodic schedules live) -> its depth gate.
+    _periodic_depths: dict[str, int] = {}  # noqa: RUF012 - replaced whole by _learn, never mutated
+    _firer: PeriodicFirer | None = None
 
     async def _scheduler_loop(self) -> None:
         last_stale_check = last_sweep = last_reconcile = 0.0
@@ -60,31 +68,45 @@ class LeaderLoop(WorkerState):
             # Said at once: should the round below fail, the next tick renews what it holds.
             logger.info("worker_id=%s took scheduler leadership", self.worker_id)
             self.is_leader = True
-        leader, due = await self._lead_round()
+        leader, due, periodic_due = await self._lead_round()
         if not leader:
             logger.info("worker_id=%s lost scheduler leadership", self.worker_id)
             self.is_leader = False
             return False
         await self._promote_once(due)
+        await self._periodic_once(periodic_due)
         return True
 
-    async def _lead_round(self) -> tuple[bool, tuple[str, ...]]:
-        """(still leader, partitions with something due). When the registry read in the round
-        names partitions not leased yet (a new leader, a new queue), a second round leases them
-        at once rather than one tick later."""
+    async def _lead_round(self) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+        """(still leader, partitions with something due, partitions with a periodic schedule
+        due). When the registry read in the round names partitions not leased yet (a new leader,
+        a new queue), a second round leases them at once rather than one tick later."""
         read = self.clock.monotonic() - self._registry_read_at > REGISTRY_EVERY_S
-        found = await self.store.lead_round(self._partitions, read_registry=read)
+        found = await self.store.lead_round(self._partitions, read_registry=read,
+                                            periodic_tags=tuple(self._periodic_depths))
         if found.leader and found.registry is not None and self._learn(found.registry):
-            found = await self.store.lead_round(self._partitions, read_registry=False)
-        return found.leader, found.due
+            found = await self.store.lead_round(self._partitions, read_registry=False,
+                                                periodic_tags=tuple(self._periodic_depths))
+        return found.leader, found.due, found.periodic_due
 
     def _learn(self, registry: dict[str, str]) -> bool:
         """Take in the registry just read; True when it names partitions this leader did not know."""
         self._registry_read_at = self.clock.monotonic()
-        partitions = tuple(sorted({tag for layout in parse_registry(registry).values() for tag in layout.all_tags}))
+        layouts = parse_registry(registry).values()
+        partitions = tuple(sorted({tag for layout in layouts for tag in layout.all_tags}))
         new = not set(partitions) <= set(self._partitions)
         self._partitions = partitions
+        most = self.config.max_queue_depth
+        self._periodic_depths = {layout.tags[0]: most if most <= 0 else math.ceil(most / len(layout.tags))
+                                 for layout in layouts if layout.tags}
         return new
+
+    async def _periodic_once(self, due: tuple[str, ...]) -> None:
+        if not due:
+            return
+        if self._firer is None or self._firer.store is not self.store:
+            self._firer = PeriodicFirer(self.store)
+        await self._firer.fire_due({tag: self._periodic_depths.get(tag, 0) for tag in due})
 
     async def _promote_once(self, due: tuple[str, ...]) -> None:
         tags = list(due)

@@ -518,9 +518,11 @@ class WorkerStore:
             self._renewed_at = -(2**62)  # the first round takes every lease
         return elected
 
-    async def lead_round(self, tags: Sequence[str], *, read_registry: bool) -> LeadRound:
+    async def lead_round(self, tags: Sequence[str], *, read_registry: bool,
+                         periodic_tags: Sequence[str] = ()) -> LeadRound:
         """One pipeline: renew the election, take or renew the lease of every partition in `tags`,
-        see which of them have an entry due, and (read_registry) read the partition registry.
+        see which of them have an entry due (and which of periodic_tags, the queues' first
+        partitions, a periodic schedule due), and (read_registry) read the partition registry.
 
         When the election was lost meanwhile, the leases this round renewed or took are handed
         back at once, so the new leader need not wait for them to expire.
@@ -538,6 +540,8 @@ class WorkerStore:
                 await self.scripts("renewLock", keys=[k.lock(tag)], args=[self.worker_id, ttl, 1], client=pipe)
         for tag in tags:
             pipe.zrangebyscore(k.schedule(tag), "-inf", now, start=0, num=1)
+        for tag in periodic_tags:
+            pipe.zrangebyscore(k.periodic_index(tag), "-inf", now, start=0, num=1)
         if read_registry:
             pipe.hgetall(k.queues())
         replies = await self.scripts.aexecute(pipe)
@@ -549,13 +553,16 @@ class WorkerStore:
         else:
             leader, held = True, tuple(tag for tag in tags if tag in self.held_leases)
         probes = replies[:len(tags)]
+        periodic_probes = replies[len(tags):len(tags) + len(periodic_tags)]
         if not leader:
             await self._release(held)
             held = ()
         self.held_leases = frozenset(held)
         due = tuple(tag for tag, reply in zip(tags, probes, strict=True) if reply and tag in self.held_leases)
+        periodic_due = tuple(tag for tag, reply in zip(periodic_tags, periodic_probes, strict=True)
+                             if reply and tag in self.held_leases)
         registry = {str(q): str(v) for q, v in replies[-1].items()} if read_registry else None
-        return LeadRound(leader=leader, held=held, due=due, registry=registry)
+        return LeadRound(leader=leader, held=held, due=due, registry=registry, periodic_due=periodic_due)
 
     async def release_lock(self) -> None:
         """Hand back the election and every lease held (on shutdown)."""
@@ -708,6 +715,7 @@ class LeadRound:
     held: tuple[str, ...]  # partitions whose lease it holds
     due: tuple[str, ...]  # of those, the ones with a schedule entry due now
     registry: dict[str, str] | None  # the partition registry, when the round read it
+    periodic_due: tuple[str, ...] = ()  # partitions with a periodic schedule due (worker/periodic.py)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,102 @@
+"""The leader's firing of periodic schedules (docs/tasks.md#periodic-tasks).
+
+Each leader round probes the periodic index of every queue's first partition (where schedules
+live: engine/periodic.py) in its lease pipeline; for a partition with a schedule due it reads the
+due schedules, computes what each fires (dtq_core/firing.py: the ticks on time, the missed ones
+and what misfire makes of them, the next tick) and calls firePeriodic-1 once per schedule, all
+pipelined. The script is fenced by the partition's lease and compare-and-sets the schedule's
+next tick and revision, so a leader that stalled past its lease, or one that read a schedule
+just changed, fires nothing; the next round computes again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+
+from ..engine.tasks import RECENT_CAP
+from ..errors import ErrorCode
+from ..firing import FirePlan, fire_args, plan
+from ..ticks import BadSchedule, Ticks
+from .store import WorkerStore
+
+logger = logging.getLogger("dtq.worker")
+
+DUE_BATCH = 100  # schedules of one partition fired per round at most (the rest the next round)
+
+
+def grace_ms(config: object) -> int:
+    """How late a tick may fire and still count as on time: a leader handover takes up to the
+    lease TTL, plus a few leader rounds to notice."""
+    ttl = float(getattr(config, "scheduler_lock_ttl_s"))
+    interval = float(getattr(config, "scheduler_interval_s"))
+    return int((ttl + max(1.0, 4 * interval)) * 1000)
+
+
+class PeriodicFirer:
+    """Fires the due schedules of the partitions the leader holds."""
+
+    def __init__(self, store: WorkerStore) -> None:
+        self.store = store
+
+    async def fire_due(self, depth_limits: Mapping[str, int]) -> int:
+        """Fire what is due in these partitions (tag -> its depth gate); return tasks created."""
+        store, k = self.store, self.store.keys
+        tags = list(depth_limits)
+        if not tags:
+            return 0
+        now = store.clock.now_ms()
+        pipe = store.client.pipeline(transaction=False)
+        for tag in tags:
+            pipe.zrangebyscore(k.periodic_index(tag), "-inf", now, start=0, num=DUE_BATCH)
+        due = [(tag, str(name)) for tag, names in zip(tags, await pipe.execute(), strict=True) for name in names]
+        if not due:
+            return 0
+        pipe = store.client.pipeline(transaction=False)
+        for tag, name in due:
+            pipe.hmget(k.periodic(tag, name), "spec", "next", "rev", "paused")
+        plans: list[tuple[str, str, list[object]]] = []
+        for (tag, name), (spec, next_raw, rev, paused) in zip(due, await pipe.execute(), strict=True):
+            args = self._args(tag, name, spec, next_raw, rev, paused, now, depth_limits[tag])
+            if args is not None:
+                plans.append((tag, name, args))
+        if not plans:
+            return 0
+        pipe = store.client.pipeline(transaction=False)
+        for tag, _, args in plans:
+            await store.scripts("firePeriodic", keys=[k.partition(tag)], args=args, client=pipe)
+        created = 0
+        for (tag, name, _), reply in zip(plans, await store.scripts.aexecute(pipe, raise_on_error=False), strict=True):
+            if isinstance(reply, Exception):
+                logger.error("periodic=%s tag=%s fire failed: %s", name, tag, reply)
+            elif reply == ErrorCode.LEASE_LOST:
+                logger.info("periodic=%s tag=%s not fired: the partition's lease is no longer ours", name, tag)
+            elif int(reply[0]) != ErrorCode.OK:
+                logger.warning("periodic=%s tag=%s not fired (code %s)", name, tag, reply[0])
+            else:
+                created += len(reply[1])
+                for task_id in reply[1]:
+                    logger.info("periodic=%s fired task_id=%s", name, task_id)
+        return created
+
+    def _args(self, tag: str, name: str, spec_raw: str | None, next_raw: str | None, rev: str | None,
+              paused: str | None, now: int, depth: int) -> list[object] | None:
+        if not spec_raw or paused == "1" or not (next_raw or "").isdigit():
+            return None
+        try:
+            spec = json.loads(spec_raw)
+            ticks = Ticks(cron=spec.get("cron"), timezone=spec.get("timezone") or "UTC",
+                          every_seconds=spec.get("every_seconds"))
+            fire: FirePlan | None = plan(ticks, int(str(next_raw)), now, grace_ms(self.store.config),
+                                         str(spec.get("misfire") or "skip"))
+        except (ValueError, TypeError, AttributeError, BadSchedule) as exc:
+            logger.error("periodic=%s tag=%s: its stored spec cannot be evaluated (%s); not fired", name, tag, exc)
+            return None
+        if fire is None:
+            return None
+        c = self.store.config
+        return fire_args(tag=tag, worker_id=self.store.worker_id, name=name, rev=str(rev or "0"), fire=fire,
+                         misfire=str(spec.get("misfire") or "skip"), now_ms=now,
+                         retention_ms=c.task_retention_s * 1000, marker_ttl_ms=c.idem_ttl_s * 1000,
+                         max_depth=depth, recent_cap=RECENT_CAP)
