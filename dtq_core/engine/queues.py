@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..clock import iso
-from ..errors import ErrorCode, PartitionClosed, QueueNotFound, ValidationError, raise_for_code
+from ..errors import ErrorCode, PartitionClosed, QueueNotEmpty, QueueNotFound, ValidationError, raise_for_code
 from ..keys import PRIORITIES, TAG_RE, Keys, is_task_id
 from ..partitions import Layout
-from ..replies import entries
+from ..replies import entries, text_hash
 from ..task import valid_queue_name
 from .audit import Actor, Audit
 from .plumbing import BATCH, Noun, Plumbing
@@ -243,6 +243,7 @@ class Queues(Noun):
         is not empty the others are opened again. Audited when it happened (a refusal withdraws
         its intent: nothing changed)."""
         layout = self.layout(queue)  # QueueNotFound before any audit entry
+        self._refuse_with_schedules(layout)
         with self.audit.operation(actor, "queue.delete", f"queue:{queue}", selected=1,
                                   selection={"queue": queue}) as op:
             layout, replies = self._each_partition(
@@ -257,6 +258,16 @@ class Queues(Noun):
             op.done = 1
         # Numbered by the layout's epoch: the partitions' counters went with their keys.
         self._publish_queue_event("queue.deleted", layout, self.clock.now_ms(), seq=layout.epoch)
+
+    def _refuse_with_schedules(self, layout: Layout) -> None:
+        """A queue its periodic schedules fire into is not deleted (QueueNotEmpty naming them):
+        deleting it would leave them firing into nothing. Delete or move them first."""
+        tags = set(layout.all_tags)
+        names = sorted(name for name, tag in text_hash(self.client.hgetall(self.keys.periodic_registry())).items()
+                       if tag in tags)
+        if names:
+            raise QueueNotEmpty(f"queue {layout.queue!r} has periodic schedules: {', '.join(names)}; delete them "
+                                "(or move them to another queue) first", queue=layout.queue, periodic=names)
 
     def _reopen(self, layout: Layout) -> None:
         pipe = self.client.pipeline(transaction=False)
