@@ -7,6 +7,7 @@ Reloaded on setting_changed so pytest-django's `settings` fixture works.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import environ
 from django.conf import settings
@@ -44,6 +45,30 @@ def get_engine() -> Engine:
     if _engine is None or _engine.config is not config:
         _engine = Engine(config)
     return _engine
+
+
+def declared_periodic() -> list[Any]:
+    """The periodic schedules declared in code: @dtq_tasks.periodic's (the task modules must be
+    imported first) and settings.DTQ_PERIODIC's (a list of dicts with the API's body fields),
+    each a PeriodicSpec with source="code". ConfigError naming a bad DTQ_PERIODIC entry or a name
+    declared twice."""
+    from .engine.periodic import PeriodicSpec
+    from .errors import ValidationError
+    from .periodic_declared import declared
+
+    specs = {spec.name: spec for spec in declared()}
+    entries = getattr(settings, "DTQ_PERIODIC", None) or []
+    if not isinstance(entries, list | tuple):
+        raise ConfigError("DTQ_PERIODIC must be a list of periodic schedules (dicts)")
+    for i, entry in enumerate(entries):
+        try:
+            spec = PeriodicSpec.from_dict(entry, source="code")
+        except ValidationError as exc:
+            raise ConfigError(f"DTQ_PERIODIC[{i}]: {exc.message}") from None
+        if spec.name in specs:
+            raise ConfigError(f"DTQ_PERIODIC[{i}]: periodic schedule {spec.name!r} is declared twice")
+        specs[spec.name] = spec
+    return [specs[name] for name in sorted(specs)]
 
 
 def reset_engine() -> None:

@@ -1,16 +1,16 @@
-"""What handler authors import: the `task` decorator, RetryableError, enqueue,
+"""What handler authors import: the `task` and `periodic` decorators, RetryableError, enqueue,
 idempotent_operation and current_task. Importing this module registers the built-in tasks."""
 
 from __future__ import annotations
 
 from dtq_core.registry import RetryableError, TaskContext, current_task
 
-from .api import enqueue, task
+from .api import enqueue, periodic, task
 from .once import aidempotent_operation, idempotent_operation
 
 __all__ = [
     "RetryableError", "TaskContext", "aidempotent_operation", "current_task", "enqueue", "idempotent_operation",
-    "task",
+    "periodic", "task",
 ]
 
 from . import builtins as _builtins  # noqa: F401  (registers dtq.echo, dtq.sleep, ...)

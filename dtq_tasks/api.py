@@ -31,6 +31,54 @@ def task(name: str) -> Callable[[F], F]:
     return decorate
 
 
+def periodic(
+    name: str,
+    *,
+    cron: str | None = None,
+    every_seconds: float | None = None,
+    timezone: str = "UTC",
+    type: str | None = None,
+    payload: Any = None,
+    queue: str = "default",
+    priority: str = "normal",
+    overlap: str = "allow",
+    misfire: str = "skip",
+    max_attempts: int | None = None,
+    timeout_seconds: float | None = None,
+) -> Callable[[F], F]:
+    """Declare a periodic schedule beside its handler: the decorated function handles task type
+    `type` (default: the schedule's name) and the schedule fires one such task per tick, with
+    `payload`. Give `cron` (5 fields, or 6 with seconds first; in `timezone`) or `every_seconds`.
+
+    Declared schedules are synced to Redis when a worker starts (added, changed, and retired
+    when removed from code): a deploy is the way to change them. docs/tasks.md#periodic-tasks.
+    A schedule whose arguments are wrong raises ValueError at import (the worker refuses to
+    start, naming it).
+    """
+    from dtq_core.engine.periodic import PeriodicSpec
+    from dtq_core.periodic_declared import declare
+    from dtq_core.ticks import BadSchedule, Ticks
+
+    ttype = name if type is None else type
+    if not isinstance(name, str) or not TASK_TYPE_RE.fullmatch(name):
+        raise ValueError(f"invalid periodic schedule name {name!r}")
+    try:
+        Ticks(cron=cron, timezone=timezone, every_seconds=every_seconds)
+    except BadSchedule as exc:
+        raise ValueError(f"@dtq_tasks.periodic({name!r}): {exc}") from None
+    spec = PeriodicSpec(name=name, type=ttype, payload=payload, queue=queue, priority=priority, cron=cron,
+                        timezone=timezone, every_seconds=every_seconds, overlap=overlap, misfire=misfire,
+                        max_attempts=max_attempts, timeout_seconds=timeout_seconds, source="code")
+    register_handler = task(ttype)
+
+    def decorate(fn: F) -> F:
+        register_handler(fn)
+        declare(spec)
+        return fn
+
+    return decorate
+
+
 def enqueue(
     type: str,
     payload: Any = None,

@@ -24,6 +24,8 @@ from .. import registry
 from ..clock import Clock, RedisAlignedClock
 from ..config import DtqConfig
 from ..connection import async_client, eviction_policy_async, eviction_problem
+from ..engine import Engine
+from ..engine.periodic import PeriodicSpec
 from ..errors import WorkerNameTaken
 from ..keys import Keys
 from .execution import ExecutionLoops
@@ -72,8 +74,12 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         burst: bool = False,
         max_tasks: int | None = None,
         clock: Clock | None = None,
+        periodic: Sequence[PeriodicSpec] | None = None,
     ) -> None:
+        """periodic: the schedules declared in code, synced at start (None: no sync; an empty
+        list retires the declared schedules of the types this worker serves)."""
         self.config = config
+        self.periodic = None if periodic is None else list(periodic)
         self.keys = Keys(config.key_prefix)
         self.fixed_queues = list(dict.fromkeys(queues)) if queues else None
         self.concurrency = concurrency
@@ -221,9 +227,24 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         if self.fixed_queues:
             await self.store.ensure_queues(self.fixed_queues)
         await self.store.register_types(registry.served_types())
+        if self.periodic is not None:
+            await self._sync_periodic(self.periodic)
         await self.store.heartbeat(self._info(), [])
         self.liveness.beat_done()
         self.started_at = self.clock.now_ms()
+
+    async def _sync_periodic(self, specs: list[PeriodicSpec]) -> None:
+        """Make Redis hold the schedules declared in code (engine.periodic.sync_declared), once at
+        start; the engine's blocking client, in a thread, for this one call."""
+        engine = Engine(self.config, clock=self.clock)
+        try:
+            report = await asyncio.to_thread(engine.periodic.sync_declared, specs,
+                                             served_types=frozenset(registry.served_types()))
+        finally:
+            engine.client.close()
+        changes = {k: v for k, v in report.items() if v and k != "unchanged"}
+        logger.info("worker_id=%s periodic schedules synced: %d declared%s", self.worker_id, len(specs),
+                    "".join(f"; {k}: {', '.join(v)}" for k, v in changes.items()))
 
     def _in_flight_rows(self) -> list[Row]:
         """The rows whose entries are this worker's: completing, running, and run by the sync

@@ -19,8 +19,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 import dtq_core.django_tasks.runner  # noqa: F401  (registers django.task / django.atask: the Django Tasks backend)
 import dtq_tasks  # noqa: F401  (registers the built-in types, before DTQ_TASK_MODULES can clash with them)
 from dtq_core import registry
-from dtq_core.conf import get_config
-from dtq_core.errors import WorkerNameTaken
+from dtq_core.conf import declared_periodic, get_config
+from dtq_core.config import ConfigError
+from dtq_core.engine.periodic import validate_spec
+from dtq_core.errors import ValidationError, WorkerNameTaken
 from dtq_core.logs import TextFormatter
 from dtq_core.redis_errors import one_line, translate
 from dtq_core.registry import TaskModuleError, import_task_modules
@@ -112,9 +114,15 @@ class Command(BaseCommand):
         config = get_config()
         try:
             import_task_modules(config.task_modules)
+            periodic = declared_periodic()
+            for spec in periodic:  # a bad declaration stops the start, naming it
+                validate_spec(config, spec)
         except TaskModuleError as exc:
             raise CommandError(str(exc)) from None
-        worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks)
+        except (ConfigError, ValidationError) as exc:
+            raise CommandError(f"periodic schedules: {getattr(exc, 'message', exc)}") from None
+        worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks,
+                        periodic=periodic)
         show_worker_logs()
         types = registry.names()
         logger.info("worker_id=%s serving queues=%s concurrency=%d redis=%s task_types=%d (%s)", worker.worker_id,
