@@ -1,0 +1,151 @@
+"""Periodic schedules fired by real worker processes (issue 21's proof): every tick fired once
+while the leader is SIGKILLed and its successor SIGSTOPped past its lease; ticks missed while no
+leader was alive follow misfire; overlap=skip with a handler slower than the interval; schedules
+declared in code synced (and retired) at worker start."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.periodic import PeriodicSpec
+from dtq_core.keys import Keys
+
+from ..conftest import WorkerProcess, wait_for
+from .support import cont, env, stop
+
+pytestmark = pytest.mark.slow
+
+ACTOR = Actor.user("ops", source="api")
+RUN_S = 20
+
+
+def _ticks(engine: Engine, name: str) -> list[int]:
+    """The scheduled_for of every task the schedule fired, as epoch seconds, in firing order."""
+    items = engine.tasks.list(periodic_name=name, limit=500).items
+    return [_seconds(t["scheduled_for"]) for t in reversed(items)]
+
+
+def _seconds(stamp: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+
+
+def _leader(client: redis.Redis, keys: Keys) -> str | None:
+    return client.get(keys.leader())
+
+
+def _three(start_worker: Callable[..., WorkerProcess]) -> dict[str, WorkerProcess]:
+    return {name: start_worker("--name", name, "--queues", "beat", **env()) for name in ("w0", "w1", "w2")}
+
+
+def _new_leader(client: redis.Redis, keys: Keys, not_: set[str], workers: dict[str, WorkerProcess]) -> str:
+    return str(wait_for(lambda: (lead := _leader(client, keys)) not in not_ | {None} and lead, timeout=15,
+                        message=lambda: "\n".join(w.output()[-2000:] for w in workers.values())))
+
+
+def test_every_tick_fires_once_while_leaders_die_and_stall(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    engine, keys = live_engine, live_engine.keys
+    workers = _three(start_worker)
+    first = _new_leader(redis_client, keys, set(), workers)
+    # Made once a leader runs: ticks due before any worker had started would count as missed.
+    for name, misfire in (("beat.skip", "skip"), ("beat.once", "run_once")):
+        engine.periodic.create(PeriodicSpec(name=name, type="dtq.echo", every_seconds=1, queue="beat",
+                                            misfire=misfire), actor=ACTOR)
+    wait_for(lambda: len(_ticks(engine, "beat.skip")) >= 3, timeout=15, message=workers[first].output)
+    started = time.monotonic()
+    workers[first].kill()  # SIGKILL mid-run: its lease lapses, another worker takes over
+    second = _new_leader(redis_client, keys, {first}, workers)
+    wait_for(lambda: len(_ticks(engine, "beat.skip")) >= 8, timeout=15)
+    stop(workers[second].pid)  # past its lease (DTQ_SCHEDULER_LOCK_TTL_S=2): a third one leads
+    try:
+        third = _new_leader(redis_client, keys, {first, second}, workers)
+        time.sleep(2)  # the stalled one stays stopped well past its lease: the run's duration, not a sync
+    finally:
+        cont(workers[second].pid)  # it wakes up believing it leads: fenced, it fires nothing
+    time.sleep(max(0.0, RUN_S - (time.monotonic() - started)))  # the rest of the 20 s run
+    assert third != second
+    for name in ("beat.skip", "beat.once"):
+        ticks = _ticks(engine, name)
+        duplicates = [t for t, n in Counter(ticks).items() if n > 1]
+        assert duplicates == [], f"{name}: ticks fired twice: {duplicates}"
+        # Every second from the first tick to the last fired: none skipped (a handover is within
+        # the grace: no tick counted as missed), none twice.
+        assert sorted(ticks) == list(range(min(ticks), max(ticks) + 1)), f"{name}: {sorted(ticks)}"
+        assert len(ticks) >= RUN_S
+        runs = engine.periodic.get(name)["last_runs"]
+        assert {r["kind"] for r in runs} == {"tick"}
+
+
+@pytest.mark.parametrize("misfire", ["skip", "run_once"])
+def test_ticks_missed_with_no_leader_alive_follow_misfire(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess],
+        misfire: str) -> None:
+    engine, keys = live_engine, live_engine.keys
+    workers = _three(start_worker)
+    _new_leader(redis_client, keys, set(), workers)
+    engine.periodic.create(PeriodicSpec(name="gap", type="dtq.echo", every_seconds=1, queue="beat",
+                                        misfire=misfire), actor=ACTOR)
+    wait_for(lambda: len(_ticks(engine, "gap")) >= 2, timeout=15)
+    for w in workers.values():
+        stop(w.pid)
+    stopped_at = time.time()
+    try:
+        time.sleep(8)  # no leader alive for longer than the grace (lease TTL 2 s + 1 s): ticks are missed
+    finally:
+        for w in workers.values():
+            cont(w.pid)
+    wait_for(lambda: max(_ticks(engine, "gap")) > stopped_at + 9, timeout=15)
+    ticks = sorted(_ticks(engine, "gap"))
+    assert len(ticks) == len(set(ticks))
+    gap = sorted(set(range(ticks[0], ticks[-1] + 1)) - set(ticks))
+    runs = engine.periodic.get("gap")["last_runs"]
+    missed = [r for r in runs if r["kind"] in ("missed", "catch_up")]
+    assert len(missed) == 1, runs
+    assert missed[0]["missed"] >= 4
+    if misfire == "skip":
+        assert len(gap) == missed[0]["missed"] and missed[0]["status"] == "MISSED" and missed[0]["task_id"] is None
+    else:
+        # One task stands for them all: scheduled for the first missed tick, the rest not fired.
+        assert _seconds(missed[0]["scheduled_for"]) not in gap and missed[0]["task_id"]
+        assert len(gap) == missed[0]["missed"] - 1
+
+
+def test_overlap_skip_with_a_handler_slower_than_the_interval(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    engine = live_engine
+    engine.periodic.create(PeriodicSpec(name="slow", type="dtq.sleep", payload={"seconds": 2.5}, every_seconds=1,
+                                        queue="beat", overlap="skip"), actor=ACTOR)
+    worker = start_worker("--name", "w0", "--queues", "beat", **env())
+    wait_for(lambda: len(_ticks(engine, "slow")) >= 3, timeout=30, message=worker.output)
+    items = engine.tasks.list(periodic_name="slow", limit=500).items
+    intervals: list[tuple[str, str]] = [(t["started_at"], t["finished_at"]) for t in items if t["finished_at"]]
+    spans = sorted(intervals)
+    # Never two runs at once: each started after the previous one finished.
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans
+    runs = engine.periodic.get("slow")["last_runs"]
+    assert any(r["status"] == "SKIPPED" for r in runs)
+
+
+def test_declared_schedules_are_synced_and_retired_at_worker_start(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    engine = live_engine
+    engine.periodic.create(PeriodicSpec(name="api.kept", type="dtq.echo", every_seconds=60), actor=ACTOR)
+    v1 = start_worker("--name", "v1", **env(DTQ_TASK_MODULES="tests.periodic.declared_v1"))
+    wait_for(lambda: len(_ticks(engine, "periodic.declared")) >= 2, timeout=20, message=v1.output)
+    view: dict[str, Any] = engine.periodic.get("periodic.declared")
+    assert view["source"] == "code" and view["queue"] == "declared" and view["payload"] == {"from": "code"}
+    v1.kill()
+    v2 = start_worker("--name", "v2", **env(DTQ_TASK_MODULES="tests.periodic.declared_v2"))
+    wait_for(lambda: "periodic.declared" not in engine.periodic.names(), timeout=20, message=v2.output)
+    assert "retired: periodic.declared" in v2.output()
+    assert engine.periodic.get("api.kept")["source"] == "api"
