@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 MIN_EVERY_S = 1.0  # the leader fires from its tick (DTQ_SCHEDULER_INTERVAL_S): sub-second is noise
 MAX_EVERY_S = 366 * 86400.0
@@ -70,6 +70,8 @@ class Ticks:
                 raise BadSchedule("cron must be a cron expression of 5 fields, or 6 with seconds first "
                                   "(e.g. '0 3 * * *')", "cron")
         zone(self.timezone)
+        if self.cron is not None:
+            self._next_cron(0)  # one that never matches (0 0 30 2 *) is refused now, not by the leader
 
     @property
     def interval_ms(self) -> int | None:
@@ -99,7 +101,10 @@ class Ticks:
         start = after.astimezone(tz).replace(tzinfo=None, fold=0, microsecond=0)
         it = croniter(self.cron, start, second_at_beginning=True)
         for _ in range(MAX_CRON_STEPS):
-            local = it.get_next(datetime)
+            try:
+                local = it.get_next(datetime)
+            except CroniterBadDateError:
+                break
             instant = _instant(local, tz)
             ms = int(instant.timestamp() * 1000)
             if ms > after_ms:
