@@ -77,10 +77,10 @@ def fire_args(*, tag: str, worker_id: str, name: str, rev: str, fire: FirePlan |
                     recent_cap, RUNS_KEPT, "run_once", first, count, first, iso(first), tag_task_id(tag)]
         return [worker_id, name, "", rev, "", now_ms, iso(now_ms), retention_ms, marker_ttl_ms, max_depth,
                 recent_cap, RUNS_KEPT, "", "", 0, now_ms, iso(now_ms), tag_task_id(tag)]
-    mode, first, count = "", "", 0
+    mode, first_missed, missed = "", "", 0
     ticks: list[int] = []
     if fire.missed_first is not None:
-        mode, first, count = misfire, str(fire.missed_first), fire.missed_count
+        mode, first_missed, missed = misfire, str(fire.missed_first), fire.missed_count
         if misfire == "run_once":
             ticks.append(fire.missed_first)
     ticks.extend(fire.on_time)
@@ -88,4 +88,4 @@ def fire_args(*, tag: str, worker_id: str, name: str, rev: str, fire: FirePlan |
     for tick in ticks:
         flat += [tick, iso(tick), tag_task_id(tag)]
     return [worker_id, name, fire.expected_next, rev, fire.new_next, now_ms, iso(now_ms), retention_ms,
-            marker_ttl_ms, max_depth, recent_cap, RUNS_KEPT, mode, first, count, *flat]
+            marker_ttl_ms, max_depth, recent_cap, RUNS_KEPT, mode, first_missed, missed, *flat]

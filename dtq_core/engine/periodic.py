@@ -30,13 +30,13 @@ from ..errors import (
     ValidationError,
     raise_for_code,
 )
-from ..keys import PRIORITIES
-from ..partitions import Layout
-from ..replies import text_hash
-from ..submit import validate as validate_submission
-from ..task import TASK_TYPE_RE
 from ..firing import FirePlan, fire_args
 from ..firing import count as count_ticks
+from ..keys import PRIORITIES
+from ..partitions import Layout
+from ..replies import optional_text, text_hash
+from ..submit import validate as validate_submission
+from ..task import TASK_TYPE_RE
 from ..ticks import BadSchedule, Ticks
 from .audit import Actor, Audit
 from .plumbing import Noun, Plumbing
@@ -183,9 +183,10 @@ class Periodic(Noun):
         return text_hash(self.client.hgetall(self.keys.periodic_registry()))
 
     def _load(self, name: str) -> Stored:
-        tag = self.client.hget(self.keys.periodic_registry(), name) if isinstance(name, str) else None
+        found = self.client.hget(self.keys.periodic_registry(), name) if isinstance(name, str) else None
+        tag = optional_text(found)
         raw = text_hash(self.client.hgetall(self.keys.periodic(tag, name))) if tag else {}
-        if not raw.get("spec"):
+        if tag is None or not raw.get("spec"):
             raise PeriodicNotFound(f"periodic schedule {name!r} not found", name=name)
         return stored_from_hash(name, tag, raw)
 
@@ -265,7 +266,7 @@ class Periodic(Noun):
         tag = layout.tags[0]
         registry = self.keys.periodic_registry()
         if not self.client.hsetnx(registry, spec.name, tag):
-            held = self.client.hget(registry, spec.name)
+            held = optional_text(self.client.hget(registry, spec.name))
             if held and self.client.exists(self.keys.periodic(held, spec.name)):
                 raise PeriodicExists(f"periodic schedule {spec.name!r} exists already", name=spec.name)
             self.client.hset(registry, spec.name, tag)  # a create cut short left the name behind
@@ -378,8 +379,8 @@ class Periodic(Noun):
                 now = self.clock.now_ms()
                 ticks = stored.spec.ticks
                 next_ms = ticks.next_after(now)
-                saved = self._save(layout, name, "update", next_ms,
-                                   {"paused": "0", "paused_at": "", "paused_by": "", "paused_next": "", "next": next_ms})
+                saved = self._save(layout, name, "update", next_ms, {
+                    "paused": "0", "paused_at": "", "paused_by": "", "paused_next": "", "next": next_ms})
                 held = stored.hash.get("paused_next") or ""
                 if stored.spec.misfire == "run_once" and held.isdigit() and int(held) <= now:
                     missed = count_ticks(ticks, int(held), now)

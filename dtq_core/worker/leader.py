@@ -40,7 +40,7 @@ class LeaderLoop(WorkerState):
     _registry_read_at: float = float("-inf")
     _reconciler: PartitionReconciler | None = None
     # Each queue's first partition (where its periodic schedules live) -> its depth gate.
-    _periodic_depths: dict[str, int] = {}  # noqa: RUF012 - replaced whole by _learn, never mutated
+    _periodic_depths: dict[str, int] = {}
     _firer: PeriodicFirer | None = None
 
     async def _scheduler_loop(self) -> None:

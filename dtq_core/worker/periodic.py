@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Mapping
 
+from ..config import DtqConfig
 from ..engine.tasks import RECENT_CAP
 from ..errors import ErrorCode
 from ..firing import FirePlan, fire_args, plan
@@ -26,12 +27,10 @@ logger = logging.getLogger("dtq.worker")
 DUE_BATCH = 100  # schedules of one partition fired per round at most (the rest the next round)
 
 
-def grace_ms(config: object) -> int:
+def grace_ms(config: DtqConfig) -> int:
     """How late a tick may fire and still count as on time: a leader handover takes up to the
     lease TTL, plus a few leader rounds to notice."""
-    ttl = float(getattr(config, "scheduler_lock_ttl_s"))
-    interval = float(getattr(config, "scheduler_interval_s"))
-    return int((ttl + max(1.0, 4 * interval)) * 1000)
+    return int((config.scheduler_lock_ttl_s + max(1.0, 4 * config.scheduler_interval_s)) * 1000)
 
 
 class PeriodicFirer:

@@ -22,7 +22,8 @@ class Command(OperatorCommand):
                                               "(or are still running)")
         listing.add_argument("--action", dest="only_action", default=None, help="only this action, e.g. dlq.retry")
         listing.add_argument("--actor", default=None, help="only this actor, e.g. user:alice")
-        listing.add_argument("--source", choices=AUDIT_SOURCES, default=None, help="only from api, console, cli or worker")
+        listing.add_argument("--source", choices=AUDIT_SOURCES, default=None,
+                             help="only from api, console, cli or worker")
         listing.add_argument("--limit", type=page_limit, default=50, help="at most this many (1-500, default 50)")
         listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
