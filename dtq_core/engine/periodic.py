@@ -281,8 +281,13 @@ class Periodic(Noun):
                 fields[kept] = state[kept]
         try:
             self._save(layout, spec.name, "create", INF if paused else next_ms, fields)
+        except PeriodicExists:
+            raise  # a concurrent create of the same name won: the registry entry is its
         except BaseException:
-            self.client.hdel(registry, spec.name)
+            # Nothing was written in the partition: the name is free again, unless another
+            # create has taken it meanwhile.
+            if not self.client.exists(self.keys.periodic(tag, spec.name)):
+                self.client.hdel(registry, spec.name)
             raise
 
     def update(self, name: str, changes: dict[str, Any], *, actor: Actor, _sync: bool = False) -> dict[str, Any]:
