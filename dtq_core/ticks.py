@@ -19,6 +19,7 @@ Pure logic: the clock is the caller's (the leader's, or a test's fixed one).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -87,29 +88,46 @@ class Ticks:
     def between(self, first_ms: int, last_ms: int, limit: int) -> list[int]:
         """The ticks t with first_ms <= t <= last_ms, at most `limit` of them (the earliest)."""
         out: list[int] = []
-        tick = self.next_after(first_ms - 1)
-        while tick <= last_ms and len(out) < limit:
+        for tick in self._after(first_ms - 1):
+            if tick > last_ms or len(out) >= limit:
+                break
             out.append(tick)
-            tick = self.next_after(tick)
         return out
 
+    def _after(self, after_ms: int) -> Iterator[int]:
+        """The ticks after after_ms, in order (one cron iterator for all of them)."""
+        step = self.interval_ms
+        if step is not None:
+            tick = (after_ms // step + 1) * step
+            while True:
+                yield tick
+                tick += step
+        yield from self._cron_after(after_ms)
+
     def _next_cron(self, after_ms: int) -> int:
+        for tick in self._cron_after(after_ms):
+            return tick
+        raise BadSchedule(f"cron {self.cron!r} has no tick after {after_ms} ms", "cron")
+
+    def _cron_after(self, after_ms: int) -> Iterator[int]:
         tz = zone(self.timezone)
         after = datetime.fromtimestamp(after_ms / 1000, UTC)
         # Local wall-clock times, iterated without a zone (so croniter sees no DST), from the
         # local time of after_ms: a candidate before it maps to an instant before after_ms.
         start = after.astimezone(tz).replace(tzinfo=None, fold=0, microsecond=0)
         it = croniter(self.cron, start, second_at_beginning=True)
-        for _ in range(MAX_CRON_STEPS):
+        last, idle = after_ms, 0
+        while idle < MAX_CRON_STEPS:  # steps that give no new tick (a repeated hour's second pass)
             try:
                 local = it.get_next(datetime)
             except CroniterBadDateError:
-                break
-            instant = _instant(local, tz)
-            ms = int(instant.timestamp() * 1000)
-            if ms > after_ms:
-                return ms
-        raise BadSchedule(f"cron {self.cron!r} has no tick after {after.isoformat()}", "cron")
+                return
+            ms = int(_instant(local, tz).timestamp() * 1000)
+            if ms > last:
+                last, idle = ms, 0
+                yield ms
+            else:
+                idle += 1
 
     def describe(self) -> str:
         if self.every_seconds is not None:

@@ -234,7 +234,8 @@ class Periodic(Noun):
                 "status": (status or "UNKNOWN") if task_id else (run.get("outcome") or "SKIPPED"),
                 "fired_at": iso(run.get("fired_at")),
                 "kind": run.get("kind") or "tick",  # tick | catch_up (misfire=run_once) | trigger
-                "missed": int(run.get("missed") or 0),  # ticks a catch_up run stands for
+                # Ticks a catch_up or missed run stands for (a cron's counted up to firing.MAX_COUNTED).
+                "missed": int(run.get("missed") or 0),
             })
         return {
             "name": spec.name, "type": spec.type, "payload": spec.payload, "queue": spec.queue,

@@ -138,3 +138,17 @@ def test_a_daily_job_missed_by_an_hour() -> None:
     p = plan(daily, ms("2026-05-01T03:00:00+00:00"), ms("2026-05-01T04:00:00+00:00"), GRACE, "run_once")
     assert p is not None and p.on_time == () and p.missed_count == 1
     assert p.new_next == ms("2026-05-02T03:00:00+00:00")
+
+
+def test_one_walk_gives_the_ticks_next_after_gives_one_by_one() -> None:
+    t = Ticks(cron="*/20 * * * *", timezone="Europe/Berlin")
+    start, end = ms("2026-10-24T22:00:00+00:00"), ms("2026-10-25T04:00:00+00:00")
+    walked = t.between(start, end, 100)
+    stepped, tick = [], t.next_after(start - 1)
+    while tick <= end:
+        stepped.append(tick)
+        tick = t.next_after(tick)
+    assert walked == stepped and len(walked) == len(set(walked))
+    # The repeated hour (01:00-02:00 UTC) has no tick: its local times fired in the first pass.
+    assert [utc(x) for x in walked if ms("2026-10-25T00:30:00+00:00") <= x <= ms("2026-10-25T02:00:00+00:00")] == [
+        "2026-10-25 00:40:00", "2026-10-25 02:00:00"]
