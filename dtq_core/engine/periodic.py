@@ -22,6 +22,7 @@ from typing import Any
 
 from ..clock import iso
 from ..errors import (
+    DtqError,
     ErrorCode,
     PartitionClosed,
     PeriodicDeclaredInCode,
@@ -444,38 +445,49 @@ class Periodic(Noun):
             declared[spec.name] = spec
         current = {s.spec.name: s for s in self._load_all()}
         report: dict[str, builtins.list[str]] = {"added": [], "changed": [], "retired": [], "unchanged": [],
-                                                 "conflicts": []}
+                                                 "conflicts": [], "failed": []}
         actor = Actor(name="code:sync", source="worker")
         for name, spec in sorted(declared.items()):
             stored = current.get(name)
-            if stored is None:
-                with self.audit.operation(actor, "periodic.create", f"periodic:{name}", selected=1,
-                                          selection={"name": name}) as op:
-                    try:
-                        self._create(spec)
-                    except PeriodicExists:
-                        report["unchanged"].append(name)  # another worker starting at once added it
-                        continue
-                    op.done = 1
-                report["added"].append(name)
-            elif stored.spec.source != "code":
+            if stored is not None and stored.spec.source != "code":
                 logger.warning("periodic schedule %r is declared in code and was created through the API: "
                                "the API's one is kept; rename one of them", name)
                 report["conflicts"].append(name)
-            elif stored.spec != spec:
-                with self.audit.operation(actor, "periodic.update", f"periodic:{name}", selected=1,
-                                          selection={"name": name}) as op:
-                    self._apply(stored, spec)
-                    op.done = 1
-                report["changed"].append(name)
-            else:
+                continue
+            if stored is not None and stored.spec == spec:
                 report["unchanged"].append(name)
+                continue
+            # One schedule that cannot be written (its queue past DTQ_MAX_QUEUES, Redis refusing)
+            # does not keep the worker from starting, nor the others from syncing: it is logged.
+            try:
+                with self.audit.operation(actor, "periodic.create" if stored is None else "periodic.update",
+                                          f"periodic:{name}", selected=1, selection={"name": name}) as op:
+                    if stored is None:
+                        self._create(spec)
+                    else:
+                        self._apply(stored, spec)
+                    op.done = 1
+            except PeriodicExists:
+                report["unchanged"].append(name)  # another worker starting at once added it
+                continue
+            except DtqError as exc:
+                logger.error("periodic schedule %r declared in code could not be synced: %s", name, exc.message)
+                report["failed"].append(name)
+                continue
+            report["added" if stored is None else "changed"].append(name)
         for name, stored in sorted(current.items()):
             if name in declared or stored.spec.source != "code":
                 continue
             if served_types is not None and stored.spec.type not in served_types:
                 continue
-            self.delete(name, actor=actor, _sync=True)
+            try:
+                self.delete(name, actor=actor, _sync=True)
+            except PeriodicNotFound:
+                continue  # another worker starting at once retired it
+            except DtqError as exc:
+                logger.error("periodic schedule %r could not be retired: %s", name, exc.message)
+                report["failed"].append(name)
+                continue
             report["retired"].append(name)
         return report
 

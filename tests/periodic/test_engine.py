@@ -5,6 +5,7 @@ test_periodic.py has those). Quick: also run on Cluster and Sentinel (Makefile T
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -308,3 +309,10 @@ def test_sync_declared_adds_changes_and_retires_code_schedules(engine: Engine) -
     assert engine.periodic.sync_declared([], served_types=frozenset({"other.type"}))["retired"] == []
     assert engine.periodic.sync_declared([every("code.a", 30)])["unchanged"] == ["code.a"]
     assert engine.audit.list(source="worker").items[0]["actor"] == "code:sync"
+
+
+def test_a_declared_schedule_that_cannot_be_written_does_not_stop_the_others(engine: Engine) -> None:
+    limited = Engine(dataclasses.replace(engine.config, max_queues=1), clock=engine.clock)
+    report = limited.periodic.sync_declared([every("fits", 60, queue="one"), every("too.many", 60, queue="two")])
+    assert report["added"] == ["fits"] and report["failed"] == ["too.many"]
+    assert [s["name"] for s in limited.periodic.list()] == ["fits"]
