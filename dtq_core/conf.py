@@ -14,6 +14,9 @@ from django.conf import settings
 
 from .config import ConfigError, DtqConfig, read_env
 from .engine import Engine
+from .engine.periodic import PeriodicSpec
+from .errors import ValidationError
+from .periodic_declared import declared
 
 _config: DtqConfig | None = None
 _engine: Engine | None = None
@@ -52,10 +55,6 @@ def declared_periodic() -> list[Any]:
     imported first) and settings.DTQ_PERIODIC's (a list of dicts with the API's body fields),
     each a PeriodicSpec with source="code". ConfigError naming a bad DTQ_PERIODIC entry or a name
     declared twice."""
-    from .engine.periodic import PeriodicSpec
-    from .errors import ValidationError
-    from .periodic_declared import declared
-
     specs = {spec.name: spec for spec in declared()}
     entries = getattr(settings, "DTQ_PERIODIC", None) or []
     if not isinstance(entries, list | tuple):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cron_descriptor import Options, get_description
 from croniter import CroniterBadDateError, croniter
 
 MIN_EVERY_S = 1.0  # the leader fires from its tick (DTQ_SCHEDULER_INTERVAL_S): sub-second is noise
@@ -133,8 +134,6 @@ class Ticks:
         if self.every_seconds is not None:
             seconds = self.every_seconds
             return "Every second" if seconds == 1 else f"Every {seconds:g} seconds"
-        from cron_descriptor import Options, get_description
-
         options = Options()
         options.use_24hour_time_format = True
         text = get_description(self.cron, options)

@@ -7,7 +7,10 @@ from typing import Any, TypeVar
 
 from dtq_core import registry
 from dtq_core.conf import get_engine
+from dtq_core.engine.periodic import PeriodicSpec
+from dtq_core.periodic_declared import declare
 from dtq_core.task import TASK_TYPE_RE
+from dtq_core.ticks import BadSchedule, Ticks
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,10 +58,6 @@ def periodic(
     A schedule whose arguments are wrong raises ValueError at import (the worker refuses to
     start, naming it).
     """
-    from dtq_core.engine.periodic import PeriodicSpec
-    from dtq_core.periodic_declared import declare
-    from dtq_core.ticks import BadSchedule, Ticks
-
     ttype = name if type is None else type
     if not isinstance(name, str) or not TASK_TYPE_RE.fullmatch(name):
         raise ValueError(f"invalid periodic schedule name {name!r}")

@@ -76,7 +76,7 @@ class PeriodicFirer:
             else:
                 created += len(reply[1])
                 for task_id in reply[1]:
-                    logger.info("periodic=%s fired task_id=%s", name, task_id)
+                    logger.debug("periodic=%s fired task_id=%s", name, task_id)
         return created
 
     def _args(self, tag: str, name: str, spec_raw: str | None, next_raw: str | None, rev: str | None,
