@@ -3,8 +3,8 @@ next tick and its clock, and the script's arguments (shared by the leader and en
 trigger).
 
 Catching up (docs/tasks.md#periodic-tasks): the ticks due are those from the stored next tick to
-now. One no older than the grace (the lease TTL plus two leader intervals: how late a leader
-handover can make a tick) is on time and fires, each with a task of its own. Older ones were
+now. One no older than the grace (worker/periodic.py grace_ms: the lease TTL plus a few leader
+rounds, how late a leader handover can make a tick) is on time and fires, each with a task of its own. Older ones were
 missed (no leader could fire them): misfire=skip fires none of them and records how many;
 misfire=run_once fires one task for all of them (scheduled_for: the first missed tick).
 

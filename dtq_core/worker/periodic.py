@@ -29,8 +29,8 @@ DUE_BATCH = 100  # schedules of one partition fired per round at most (the rest 
 
 def grace_ms(config: DtqConfig) -> int:
     """How late a tick may fire and still count as on time: a leader handover takes up to the
-    lease TTL, plus a few leader rounds to notice."""
-    return int((config.scheduler_lock_ttl_s + max(1.0, 4 * config.scheduler_interval_s)) * 1000)
+    lease TTL, plus a few leader rounds to notice (seconds on a loaded host)."""
+    return int((config.scheduler_lock_ttl_s + max(2.0, 8 * config.scheduler_interval_s)) * 1000)
 
 
 class PeriodicFirer:
