@@ -196,8 +196,8 @@ class Keys:
 
     def periodic_registry(self) -> str:
         """Hash schedule name -> the partition tag that holds it (Keys.periodic): lists the
-        periodic schedules without scanning partitions. Written after the partition's own keys,
-        which are what the leader fires from."""
+        periodic schedules without scanning partitions. Written first on a create (it claims the
+        name), removed last on a delete; the leader fires from the partitions' keys alone."""
         return f"{self.prefix}:periodic"
 
     def worker(self, worker_id: str) -> str:

@@ -5,8 +5,9 @@ A schedule lives in the first partition of its target queue (Layout.tags[0]: low
 DTQ_QUEUE_PARTITIONS drains the last partitions, never the first): its hash Keys.periodic(tag,
 name) holds the spec (JSON) and the state, the partition's index Keys.periodic_index(tag) its
 next tick, and the global hash Keys.periodic_registry() names its partition. Changes go through
-savePeriodic-1 and dropPeriodic-1; the registry is written after the partition (create) or
-before it is emptied (delete) so a listing may briefly miss a schedule, never fire it twice.
+savePeriodic-1 and dropPeriodic-1; the registry entry is written first on a create (it claims
+the name) and removed last on a delete, so every schedule that can fire is listed (a name whose
+partition hash is not there yet is skipped).
 
 Every changing call is an audited operator action, like the queues' (engine/queues.py).
 """

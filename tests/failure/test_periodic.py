@@ -124,6 +124,8 @@ def test_every_tick_fires_once_while_leaders_die_and_stall(
         duplicates = [t for t, n in Counter(ticks).items() if n > 1]
         assert duplicates == [], f"{name}: ticks fired twice: {duplicates}"
         fired, missed = set(ticks), log.missed(name)
+        print(f"{name}: {len(fired)} ticks fired once over {max(ticks) - min(ticks) + 1} s, "
+              f"{len(missed)} missed (misfire)")  # the figure docs/failure-modes.md quotes (pytest -s)
         # Every second from the first tick to the last: fired once, or (no leader alive for
         # longer than the grace, e.g. a starved host) accounted for by misfire. A catch_up
         # task is fired for the first missed tick of the run it stands for.
