@@ -17,6 +17,8 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "pause_queue": "Can pause and resume queues",
     "purge_queue": "Can purge queues",
     "cancel_task": "Can cancel tasks",
+    "operate_periodic": "Can pause, resume and trigger periodic tasks",
+    "change_periodic": "Can create, change and delete periodic tasks",
 }
 
 
