@@ -1,5 +1,5 @@
 """The policy for destructive operations (cancel, pause, resume, purge, delete queue,
-DLQ retry/discard).
+DLQ retry/discard, and every change to a periodic task).
 
 The console's rules, not looser ones: a staff session needs the same named permission as the
 console's button (dtq_dashboard.permissions.can_act). With no DTQ_API_KEY, nobody else gets in
@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from django.http import HttpRequest
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import SAFE_METHODS, AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -107,3 +107,19 @@ class DestructiveMixin:
         if response.status_code == 401:  # a 401 names the scheme that would be accepted
             response["WWW-Authenticate"] = f'{HEADER} realm="dtq"'
         return response
+
+
+class ChangingMethodsMixin(DestructiveMixin):
+    """Put on a view that reads with GET (open, as every read is) and changes with its other
+    methods (destructive); `permissions` names the console's permission per changing method."""
+
+    permissions: dict[str, str] = {}
+
+    @property
+    def permission(self) -> str:  # type: ignore[override]  # DestructiveOperation reads it per request
+        return self.permissions[self.request.method or ""]  # type: ignore[attr-defined]
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.request.method in SAFE_METHODS:  # type: ignore[attr-defined]
+            return [AllowAny()]
+        return [DestructiveOperation()]

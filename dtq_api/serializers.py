@@ -62,6 +62,71 @@ class DlqSelectionSerializer(serializers.Serializer):
     all = serializers.BooleanField(required=False)
 
 
+PERIODIC_FIELDS = ("name", "type", "payload", "queue", "priority", "cron", "timezone", "every_seconds", "overlap",
+                   "misfire", "max_attempts", "timeout_seconds")
+
+
+class _ObjectOnly(serializers.Serializer):
+    """A JSON object whose every key is a declared field: a typo must not be silently ignored."""
+
+    allowed: tuple[str, ...] = ()
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
+        unknown = sorted(set(data) - set(self.allowed))
+        if unknown:
+            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class PeriodicCreateSerializer(_ObjectOnly):
+    """Shape checks only; dtq_core.engine.periodic validates the values (names, cron, timezone, ...)."""
+
+    allowed = PERIODIC_FIELDS
+    name = serializers.JSONField(help_text="unique; letters, digits and . _ - : like a task type")
+    type = serializers.JSONField(help_text="the task type each tick submits")
+    payload = serializers.JSONField(required=False, default=None, allow_null=True)
+    queue = serializers.JSONField(required=False, default="default")  # type: ignore[arg-type]  # as in SubmitSerializer
+    priority = serializers.JSONField(required=False, default="normal")  # type: ignore[arg-type]
+    cron = serializers.JSONField(required=False, default=None, allow_null=True,
+                                 help_text="5 fields, or 6 with seconds first; or give every_seconds")
+    timezone = serializers.JSONField(required=False, default="UTC",  # type: ignore[arg-type]
+                                     help_text="IANA zone the cron fields are read in")
+    every_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
+    overlap = serializers.JSONField(required=False, default="allow",  # type: ignore[arg-type]
+                                    help_text="allow, or skip a tick while the previous run is unfinished")
+    misfire = serializers.JSONField(required=False, default="skip",  # type: ignore[arg-type]
+                                    help_text="skip ticks missed without a leader, or run_once for all of them")
+    max_attempts = serializers.JSONField(required=False, default=None, allow_null=True)
+    timeout_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
+
+
+class PeriodicChangeSerializer(_ObjectOnly):
+    """A PATCH body: only the fields given change (the name is the URL's, and stays)."""
+
+    allowed = tuple(f for f in PERIODIC_FIELDS if f != "name")
+    type = serializers.JSONField(required=False)
+    payload = serializers.JSONField(required=False, allow_null=True)
+    queue = serializers.JSONField(required=False)
+    priority = serializers.JSONField(required=False)
+    cron = serializers.JSONField(required=False, allow_null=True)
+    timezone = serializers.JSONField(required=False)
+    every_seconds = serializers.JSONField(required=False, allow_null=True)
+    overlap = serializers.JSONField(required=False)
+    misfire = serializers.JSONField(required=False)
+    max_attempts = serializers.JSONField(required=False, allow_null=True)
+    timeout_seconds = serializers.JSONField(required=False, allow_null=True)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, dict) and "name" in data:
+            raise serializers.ValidationError({"name": ["a schedule cannot be renamed: create one under the new "
+                                                        "name and delete this one"]})
+        if isinstance(data, dict) and not data:
+            raise serializers.ValidationError({"non_field_errors": ["nothing to change: give at least one field"]})
+        return super().to_internal_value(data)
+
+
 # -- output shapes, for the OpenAPI schema (the engine builds the dicts) -----------------------
 
 class ErrorBodySerializer(serializers.Serializer):
@@ -107,6 +172,8 @@ class TaskSerializer(serializers.Serializer):
     dlq_trimmed_at = serializers.CharField(required=False,
                                            help_text="when the DLQ cap evicted its dead letter (DTQ_DLQ_MAXLEN)")
     result = serializers.JSONField(required=False)
+    periodic_name = serializers.CharField(required=False, help_text="the periodic task that fired it")
+    scheduled_for = serializers.DateTimeField(required=False, help_text="the tick it was fired for (UTC)")
 
 
 class BatchResultsSerializer(serializers.Serializer):
@@ -217,6 +284,51 @@ class ScheduleItemSerializer(serializers.Serializer):
     due_at = serializers.DateTimeField(allow_null=True)
     due_in_s = serializers.FloatField()
     kind = serializers.ChoiceField(choices=["retry", "delayed"])
+
+
+class PeriodicRunSerializer(serializers.Serializer):
+    scheduled_for = serializers.DateTimeField(help_text="the tick (UTC); a trigger's is when it was triggered")
+    task_id = serializers.CharField()
+    status = serializers.CharField(allow_null=True, help_text="the task's status now (null once its record expired)")
+    fired_at = serializers.DateTimeField(allow_null=True)
+
+
+class PeriodicSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    type = serializers.CharField()
+    payload = serializers.JSONField(allow_null=True)
+    queue = serializers.CharField()
+    priority = serializers.CharField()
+    cron = serializers.CharField(allow_null=True)
+    timezone = serializers.CharField()
+    every_seconds = serializers.FloatField(allow_null=True)
+    overlap = serializers.ChoiceField(["allow", "skip"])
+    misfire = serializers.ChoiceField(["skip", "run_once"])
+    max_attempts = serializers.IntegerField(allow_null=True, required=False)
+    timeout_seconds = serializers.FloatField(allow_null=True, required=False)
+    paused = serializers.BooleanField()
+    source = serializers.ChoiceField(["code", "api"], help_text="code: declared beside a handler, synced at "
+                                                                "worker start; api: made at run time")
+    description = serializers.CharField(help_text="the schedule in words")
+    next_run_at = serializers.DateTimeField(allow_null=True, help_text="the next tick (UTC); null while paused")
+    created_at = serializers.DateTimeField(allow_null=True)
+    updated_at = serializers.DateTimeField(allow_null=True)
+    last_runs = PeriodicRunSerializer(many=True, help_text="newest first, up to 20")
+
+
+class PeriodicListSerializer(serializers.Serializer):
+    results = PeriodicSerializer(many=True)
+
+
+class PeriodicDeleteResultSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    deleted = serializers.BooleanField()
+
+
+class PeriodicTriggerResultSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    task_id = serializers.CharField()
+    scheduled_for = serializers.DateTimeField()
 
 
 def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from dtq_core.conf import get_engine
 from dtq_core.connection import EVICTION_POLICY, eviction_problem
 from dtq_core.engine.dlq import DlqSelection
+from dtq_core.engine.periodic import PeriodicSpec
 from dtq_core.errors import RedisTrouble, ValidationError, error_body
 from dtq_core.redis_errors import redis_trouble
 from dtq_core.task import Status
@@ -31,7 +32,7 @@ from .batch import submit_batch
 from .exceptions import envelope
 from .middleware import request_id_of
 from .pagination import PAGE_PARAMETERS, page_params, page_response, text_param
-from .permissions import DestructiveMixin
+from .permissions import ChangingMethodsMixin, DestructiveMixin
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "VALIDATION_ERROR or MALFORMED_JSON", 404: "not found",
@@ -65,14 +66,16 @@ class TaskListView(APIView):
         task = enqueued.task if enqueued.task is not None else engine.tasks.get(enqueued.id)
         return Response(task, status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK)
 
-    @extend_schema(operation_id="tasks_list", parameters=[*_filters("queue", "status", "type"), *PAGE_PARAMETERS],
+    @extend_schema(operation_id="tasks_list",
+                   parameters=[*_filters("queue", "status", "type", "periodic_name"), *PAGE_PARAMETERS],
                    responses={200: s.TaskPageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         wanted = text_param(request, "status")
         if wanted is not None and wanted not in Status.__members__:
             raise ValidationError(f"status must be one of {', '.join(Status)}", field="status")
         page = get_engine().tasks.list(queue=text_param(request, "queue"), status=wanted,
-                                       type=text_param(request, "type"), **page_params(request))
+                                       type=text_param(request, "type"),
+                                       periodic_name=text_param(request, "periodic_name"), **page_params(request))
         return page_response(request, page)
 
 
@@ -251,6 +254,80 @@ class ScheduleListView(APIView):
                    responses={200: s.SchedulePageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         return page_response(request, get_engine().schedule.list(**page_params(request)))
+
+
+# -- periodic tasks ---------------------------------------------------------------------------
+
+class PeriodicListView(ChangingMethodsMixin, APIView):
+    permissions = {"POST": "change_periodic"}
+
+    @extend_schema(operation_id="periodic_list", responses={200: s.PeriodicListSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        return Response({"results": get_engine().periodic.list()})
+
+    @extend_schema(operation_id="periodic_create", request=s.PeriodicCreateSerializer,
+                   responses={201: s.PeriodicSerializer, 409: s.ErrorSerializer, 413: s.ErrorSerializer,
+                              **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request) -> Response:
+        data = s.PeriodicCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        spec = PeriodicSpec(**data.validated_data, source="api")
+        return Response(get_engine().periodic.create(spec, actor=actor_for(request)), status=status.HTTP_201_CREATED)
+
+
+class PeriodicDetailView(ChangingMethodsMixin, APIView):
+    permissions = {"PATCH": "change_periodic", "DELETE": "change_periodic"}
+
+    @extend_schema(operation_id="periodic_get", responses={200: s.PeriodicSerializer, **ERRORS})
+    def get(self, request: Request, name: str) -> Response:
+        return Response(get_engine().periodic.get(name))
+
+    @extend_schema(operation_id="periodic_change", request=s.PeriodicChangeSerializer,
+                   responses={200: s.PeriodicSerializer, 413: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
+    def patch(self, request: Request, name: str) -> Response:
+        data = s.PeriodicChangeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(get_engine().periodic.update(name, data.validated_data, actor=actor_for(request)))
+
+    @extend_schema(operation_id="periodic_delete", request=None,
+                   responses={200: s.PeriodicDeleteResultSerializer, **DESTRUCTIVE_ERRORS})
+    def delete(self, request: Request, name: str) -> Response:
+        get_engine().periodic.delete(name, actor=actor_for(request))
+        return Response({"name": name, "deleted": True})
+
+
+class PeriodicFlagView(DestructiveMixin, APIView):
+    """Pause or resume a periodic task; what resume fires for the ticks missed is its `misfire`."""
+
+    paused = True
+    permission = "operate_periodic"
+
+    @extend_schema(request=None, responses={200: s.PeriodicSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, name: str) -> Response:
+        periodic = get_engine().periodic
+        return Response((periodic.pause if self.paused else periodic.resume)(name, actor=actor_for(request)))
+
+
+@extend_schema_view(post=extend_schema(operation_id="periodic_pause"))
+class PeriodicPauseView(PeriodicFlagView):
+    paused = True
+
+
+@extend_schema_view(post=extend_schema(operation_id="periodic_resume"))
+class PeriodicResumeView(PeriodicFlagView):
+    paused = False
+
+
+class PeriodicTriggerView(DestructiveMixin, APIView):
+    """Fire one run now, outside the schedule: the next tick stays where it was."""
+
+    permission = "operate_periodic"
+
+    @extend_schema(operation_id="periodic_trigger", request=None,
+                   responses={201: s.PeriodicTriggerResultSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, name: str) -> Response:
+        fired = get_engine().periodic.trigger(name, actor=actor_for(request))
+        return Response({"name": name, **fired}, status=status.HTTP_201_CREATED)
 
 
 # -- probes and fallbacks ---------------------------------------------------------------------
