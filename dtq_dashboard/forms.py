@@ -73,6 +73,7 @@ class TaskFilterForm(_Form):
     queue = forms.CharField(required=False, max_length=64, validators=[_queue_name])
     status = forms.ChoiceField(required=False, choices=[("", "any")] + [(s.value, s.value) for s in Status])
     type = forms.CharField(required=False, max_length=TEXT_MAX, validators=[_task_type])
+    periodic_name = forms.CharField(required=False, max_length=TEXT_MAX)
     cursor = forms.CharField(required=False, max_length=80)  # "<created ms>-<task id>"
 
 

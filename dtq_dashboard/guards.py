@@ -28,6 +28,12 @@ View = Callable[..., HttpResponse]
 NOT_FOUND = (TaskNotFound, QueueNotFound, DeadLetterNotFound)
 
 
+def _not_found(exc: DtqError) -> bool:
+    """A lookup that found nothing (a 404 in the API): the listed kinds and any other, such as a
+    periodic task's."""
+    return isinstance(exc, NOT_FOUND) or exc.http_status == 404
+
+
 def to_login(back: str) -> HttpResponse:
     """The console's login page, not settings.LOGIN_URL: a project's may be another app's (or unset)."""
     return redirect_to_login(back, login_url=reverse("dtq_dashboard:login"))
@@ -76,12 +82,14 @@ def console_page(view: View) -> View:
         except RedisTrouble as exc:
             _log_trouble("read", request, exc)
             return unavailable(request, exc)
-        except NOT_FOUND as exc:
-            return render(request, "dtq_dashboard/error.html", {"title": "Not found", "detail": exc.message},
-                          status=404)
         except ValidationError as exc:
             return render(request, "dtq_dashboard/error.html", {"title": "Bad request", "detail": exc.message},
                           status=400)
+        except DtqError as exc:
+            if not _not_found(exc):
+                raise
+            return render(request, "dtq_dashboard/error.html", {"title": "Not found", "detail": exc.message},
+                          status=404)
 
     return wrapper
 

@@ -28,6 +28,13 @@ urlpatterns = [
     path("dlq/matching/retry", views.dlq_retry_matching, name="dlq-retry-matching"),
     path("dlq/matching/discard", views.dlq_discard_matching, name="dlq-discard-matching"),
     path("schedule/", views.schedule, name="schedule"),
+    path("periodic/", views.periodic, name="periodic"),
+    path("periodic/<str:name>/", views.periodic_detail, name="periodic-detail"),
+    path("periodic/<str:name>/pause", views.periodic_pause, name="periodic-pause"),
+    path("periodic/<str:name>/resume", views.periodic_resume, name="periodic-resume"),
+    path("periodic/<str:name>/trigger", views.periodic_trigger, name="periodic-trigger"),
+    path("periodic/<str:name>/delete", views.periodic_delete, name="periodic-delete"),
+    path("periodic/<str:name>/delete/confirm", views.periodic_delete_confirm, name="periodic-delete-confirm"),
     path("workers/", views.workers, name="workers"),
     path("audit/", views.audit, name="audit"),
     # The console's own template and landing page: a project's LOGIN_URL, LOGIN_REDIRECT_URL and

@@ -119,7 +119,8 @@ def tasks(request: HttpRequest) -> HttpResponse:
         except NoReverseMatch:  # a "/" cannot be in a task id, nor in the URL made of one
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id) from None
     page = get_engine().tasks.list(queue=data["queue"] or None, status=data["status"] or None,
-                                   type=data["type"] or None, cursor=data["cursor"] or None, limit=PAGE)
+                                   type=data["type"] or None, periodic_name=data["periodic_name"] or None,
+                                   cursor=data["cursor"] or None, limit=PAGE)
     return _render(request, "tasks.html", {"form": form, "page": page, "filters": _query(data, "cursor", "id")},
                    nav="tasks")
 
@@ -209,6 +210,25 @@ def audit(request: HttpRequest) -> HttpResponse:
     return _render(request, "audit.html", {"form": form, "page": page, "query": _query(data, "cursor"),
                                            "cursor": data["cursor"], "open_ops": engine.audit.open_count()},
                    nav="audit")
+
+
+@console_page
+def periodic(request: HttpRequest) -> HttpResponse:
+    rows = get_engine().periodic.list()
+    return _render(request, "periodic.html", {"schedules": rows, "paused": sum(1 for p in rows if p["paused"])},
+                   nav="periodic")
+
+
+@console_page
+def periodic_detail(request: HttpRequest, name: str) -> HttpResponse:
+    shown = get_engine().periodic.get(name)
+    return _render(request, "periodic_detail.html", {"p": shown, "payload_json": _pretty(shown.get("payload"))},
+                   nav="periodic")
+
+
+@console_page
+def periodic_delete_confirm(request: HttpRequest, name: str) -> HttpResponse:
+    return _render(request, "periodic_delete_confirm.html", {"p": get_engine().periodic.get(name)}, nav="periodic")
 
 
 # -- actions ----------------------------------------------------------------------------------
@@ -324,6 +344,44 @@ def dlq_retry_matching(request: HttpRequest, actor: Actor, back: str) -> HttpRes
 @console_action("discard_deadletter", default_next=_dlq_url)
 def dlq_discard_matching(request: HttpRequest, actor: Actor, back: str) -> HttpResponse:
     return _dlq_matching_action(request, actor, back, retry=False)
+
+
+def _periodic_url(name: str) -> str:
+    return reverse("dtq_dashboard:periodic-detail", args=[name])
+
+
+@console_action("operate_periodic", default_next=_periodic_url)
+def periodic_pause(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    get_engine().periodic.pause(name, actor=actor)
+    messages.success(request, f"Paused periodic task {name}: it fires nothing until resumed.")
+    return redirect(back)
+
+
+@console_action("operate_periodic", default_next=_periodic_url)
+def periodic_resume(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    shown = get_engine().periodic.resume(name, actor=actor)
+    missed = "fires once for the ticks missed while paused" if shown.get("misfire") == "run_once" \
+        else "skips the ticks missed while paused"
+    messages.success(request, f"Resumed periodic task {name}: it {missed}.")
+    return redirect(back)
+
+
+@console_action("operate_periodic", default_next=_periodic_url)
+def periodic_trigger(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    fired = get_engine().periodic.trigger(name, actor=actor)
+    messages.success(request, f"Triggered periodic task {name}: task {fired['task_id']} submitted "
+                              "(the schedule's next tick is unchanged).")
+    return redirect(back)
+
+
+@console_action("change_periodic", default_next=_periodic_url)
+def periodic_delete(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    if request.POST.get("confirm") != "yes":
+        # No JavaScript confirm dialog happened: show the confirmation page instead of acting.
+        return redirect("dtq_dashboard:periodic-delete-confirm", name=name)
+    get_engine().periodic.delete(name, actor=actor)
+    messages.success(request, f"Deleted periodic task {name}: it fires no more (tasks it fired are kept).")
+    return redirect("dtq_dashboard:periodic")
 
 
 # -- helpers ----------------------------------------------------------------------------------

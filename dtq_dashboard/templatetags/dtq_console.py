@@ -100,6 +100,13 @@ def queue_url(name: Any) -> str:
     return f"{queue_base()}{quote(str(name), safe='')}/" if name else "#"
 
 
+@register.filter
+def periodic_url(name: Any) -> str:
+    from urllib.parse import quote
+
+    return f"{_base('dtq_dashboard:periodic-detail')}{quote(str(name), safe='')}/" if name else "#"
+
+
 # Where the console is mounted is the project's choice (include() under any prefix): every URL
 # the pages and live.js build comes from reverse(), never a hard-coded "/".
 _PLACEHOLDER = "0"
