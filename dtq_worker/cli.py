@@ -25,6 +25,7 @@ USAGE = """usage: dtq COMMAND [ARGS...]
   dtq discard-dlq (ID... | --all) [--queue Q] [--type T] [--dry-run]
   dtq queue list [--json] | pause Q | resume Q | purge Q
   dtq task show ID [--json] | cancel ID
+  dtq periodic list [--json] | show NAME [--json] | pause NAME | resume NAME | trigger NAME | delete NAME
   dtq runworker_dtq [--queues q1,q2] [--concurrency N]
   dtq <any manage.py command>
 """
