@@ -120,6 +120,7 @@ class ChangingMethodsMixin(DestructiveMixin):
         return self.permissions[self.request.method or ""]  # type: ignore[attr-defined]
 
     def get_permissions(self) -> list[BasePermission]:
-        if self.request.method in SAFE_METHODS:  # type: ignore[attr-defined]
+        method = self.request.method  # type: ignore[attr-defined]
+        if method in SAFE_METHODS or method not in self.permissions:  # a method with no handler: DRF's 405
             return [AllowAny()]
         return [DestructiveOperation()]

@@ -288,9 +288,13 @@ class ScheduleItemSerializer(serializers.Serializer):
 
 class PeriodicRunSerializer(serializers.Serializer):
     scheduled_for = serializers.DateTimeField(help_text="the tick (UTC); a trigger's is when it was triggered")
-    task_id = serializers.CharField()
-    status = serializers.CharField(allow_null=True, help_text="the task's status now (null once its record expired)")
+    task_id = serializers.CharField(allow_null=True, help_text="null when the tick fired no task")
+    status = serializers.CharField(help_text="the task's status now; UNKNOWN once its record expired; for a tick "
+                                             "that fired no task, why: SKIPPED (overlap=skip) or QUEUE_FULL")
     fired_at = serializers.DateTimeField(allow_null=True)
+    kind = serializers.ChoiceField(["tick", "catch_up", "trigger"],
+                                   help_text="catch_up: one run for the ticks missed (misfire=run_once)")
+    missed = serializers.IntegerField(help_text="the ticks a catch_up run stands for")
 
 
 class PeriodicSerializer(serializers.Serializer):
@@ -307,8 +311,12 @@ class PeriodicSerializer(serializers.Serializer):
     max_attempts = serializers.IntegerField(allow_null=True, required=False)
     timeout_seconds = serializers.FloatField(allow_null=True, required=False)
     paused = serializers.BooleanField()
-    source = serializers.ChoiceField(["code", "api"], help_text="code: declared beside a handler, synced at "
-                                                                "worker start; api: made at run time")
+    paused_at = serializers.DateTimeField(allow_null=True)
+    paused_by = serializers.CharField(allow_null=True, help_text="the actor that paused it (audit format)")
+    # A field named like Serializer.source: see TaskSerializer.errors.
+    source = serializers.ChoiceField(["code", "api"],  # type: ignore[assignment]
+                                     help_text="code: declared beside a handler, synced at worker start; "
+                                               "api: made at run time")
     description = serializers.CharField(help_text="the schedule in words")
     next_run_at = serializers.DateTimeField(allow_null=True, help_text="the next tick (UTC); null while paused")
     created_at = serializers.DateTimeField(allow_null=True)

@@ -283,14 +283,15 @@ class PeriodicDetailView(ChangingMethodsMixin, APIView):
         return Response(get_engine().periodic.get(name))
 
     @extend_schema(operation_id="periodic_change", request=s.PeriodicChangeSerializer,
-                   responses={200: s.PeriodicSerializer, 413: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
+                   responses={200: s.PeriodicSerializer, 409: s.ErrorSerializer, 413: s.ErrorSerializer,
+                              **DESTRUCTIVE_ERRORS})
     def patch(self, request: Request, name: str) -> Response:
         data = s.PeriodicChangeSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         return Response(get_engine().periodic.update(name, data.validated_data, actor=actor_for(request)))
 
     @extend_schema(operation_id="periodic_delete", request=None,
-                   responses={200: s.PeriodicDeleteResultSerializer, **DESTRUCTIVE_ERRORS})
+                   responses={200: s.PeriodicDeleteResultSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
     def delete(self, request: Request, name: str) -> Response:
         get_engine().periodic.delete(name, actor=actor_for(request))
         return Response({"name": name, "deleted": True})

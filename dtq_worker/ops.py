@@ -1,4 +1,4 @@
-"""Shared plumbing of the operator commands (dlq, queue, task): parsing, errors, output.
+"""Shared plumbing of the operator commands (dlq, queue, task, periodic): parsing, errors, output.
 
 Every failure leaves as one line and a non-zero exit: argparse errors (exit 2) without the
 usage block, dtq errors and an unreachable Redis as CommandError (exit 1).
@@ -63,7 +63,7 @@ def one_line_errors() -> Iterator[None]:
 
 
 class OperatorCommand(BaseCommand):
-    """Base of `manage.py dlq|queue|task`: subcommands dispatched to `do_<name>` methods."""
+    """Base of `manage.py dlq|queue|task|periodic`: subcommands dispatched to `do_<name>` methods."""
 
     # The open-API warning (dtq.W001) is about HTTP; it would only be noise on an operator's terminal.
     requires_system_checks = []

@@ -118,7 +118,8 @@ def test_patch_changes_only_the_fields_given_and_is_audited(api: APIClient, live
     assert after["next_run_at"] != before["next_run_at"]
     assert api.get("/api/v1/periodic/report.nightly").json() == after
     assert len(audit_of(live_engine, "report.nightly")) == 2
-    switched = api.patch("/api/v1/periodic/report.nightly", {"cron": None, "every_seconds": 60}, format="json")
+    switched = api.patch("/api/v1/periodic/report.nightly", {"cron": None, "timezone": "UTC", "every_seconds": 60},
+                         format="json")
     assert switched.status_code == 200, switched.content
     assert switched.json()["cron"] is None and switched.json()["every_seconds"] == 60
 
@@ -239,3 +240,17 @@ def test_the_schema_names_the_periodic_endpoints(api: APIClient) -> None:
         assert "post" in paths[f"/api/v1/periodic/{{name}}/{action}"]
     params = {p["name"] for p in paths["/api/v1/tasks"]["get"]["parameters"]}
     assert "periodic_name" in params
+
+
+def test_a_schedule_declared_in_code_is_operated_not_changed_at_run_time(api: APIClient, live_engine: Engine) -> None:
+    from dtq_core.engine.periodic import PeriodicSpec
+
+    live_engine.periodic.sync_declared([PeriodicSpec(name="declared", type="dtq.echo", every_seconds=60)])
+    assert api.get("/api/v1/periodic/declared").json()["source"] == "code"
+    error = assert_error(api.patch("/api/v1/periodic/declared", {"every_seconds": 5}, format="json"), 409,
+                         "PERIODIC_DECLARED_IN_CODE")
+    assert "code" in error["message"]
+    assert_error(api.delete("/api/v1/periodic/declared"), 409, "PERIODIC_DECLARED_IN_CODE")
+    assert api.post("/api/v1/periodic/declared/pause").json()["paused"] is True
+    assert api.post("/api/v1/periodic/declared/resume").json()["paused"] is False
+    assert api.get("/api/v1/periodic/declared").json()["every_seconds"] == 60

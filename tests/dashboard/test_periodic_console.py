@@ -5,7 +5,6 @@ delete, 404 and 503 pages, and the task page naming the schedule that fired it."
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest

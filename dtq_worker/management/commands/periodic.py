@@ -31,7 +31,8 @@ def schedule_of(p: dict[str, Any]) -> str:
     if p.get("cron"):
         zone = p.get("timezone") or "UTC"
         return f"{p['cron']}" if zone == "UTC" else f"{p['cron']} ({zone})"
-    return f"every {p.get('every_seconds')}s"
+    every = p.get("every_seconds")
+    return f"every {every:g}s" if isinstance(every, (int, float)) else f"every {every}s"
 
 
 def last_run(p: dict[str, Any]) -> str:
