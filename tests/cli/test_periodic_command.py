@@ -127,3 +127,11 @@ def test_redis_down_exits_1_with_one_line_naming_it() -> None:
 def test_every_subcommand_says_when_redis_is_down(args: tuple[str, ...]) -> None:
     with pytest.raises(CommandError, match="^cannot reach Redis at redis://127.0.0.1:1/0"):
         run(*args)
+
+
+def test_a_schedule_declared_in_code_is_paused_from_the_cli_but_not_deleted(live_engine: Engine) -> None:
+    live_engine.periodic.sync_declared([PeriodicSpec(name="declared", type="dtq.echo", every_seconds=60)])
+    with pytest.raises(CommandError, match="declared in code"):
+        run("periodic", "delete", "declared")
+    assert run("periodic", "pause", "declared").strip() == "periodic task declared paused"
+    assert [(p["name"], p["source"], p["paused"]) for p in live_engine.periodic.list()] == [("declared", "code", True)]
