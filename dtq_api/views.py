@@ -325,7 +325,7 @@ class PeriodicTriggerView(DestructiveMixin, APIView):
     permission = "operate_periodic"
 
     @extend_schema(operation_id="periodic_trigger", request=None,
-                   responses={201: s.PeriodicTriggerResultSerializer, **DESTRUCTIVE_ERRORS})
+                   responses={201: s.PeriodicTriggerResultSerializer, 429: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, name: str) -> Response:
         fired = get_engine().periodic.trigger(name, actor=actor_for(request))
         return Response({"name": name, **fired}, status=status.HTTP_201_CREATED)

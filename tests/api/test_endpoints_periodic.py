@@ -159,7 +159,11 @@ def test_trigger_fires_one_task_now_that_carries_the_name_and_the_tasks_filter_f
     task = api.get(f"/api/v1/tasks/{fired['task_id']}").json()
     assert task["periodic_name"] == "report.nightly" and task["scheduled_for"].endswith("Z")
     assert task["type"] == "dtq.echo" and task["queue"] == "reports" and task["payload"] == {"report": "sales"}
-    assert api.get("/api/v1/periodic/report.nightly").json()["next_run_at"] == created["next_run_at"]
+    shown = api.get("/api/v1/periodic/report.nightly").json()
+    assert shown["next_run_at"] == created["next_run_at"]  # not a tick
+    [run] = shown["last_runs"]
+    assert run["task_id"] == fired["task_id"] and run["kind"] == "trigger"
+    assert run["scheduled_for"] == fired["scheduled_for"] == task["scheduled_for"]
     api.post("/api/v1/periodic/other/trigger")
     listed = api.get("/api/v1/tasks", {"periodic_name": "report.nightly"}).json()["results"]
     assert [t["id"] for t in listed] == [fired["task_id"]]
