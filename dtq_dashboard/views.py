@@ -360,8 +360,8 @@ def periodic_pause(request: HttpRequest, actor: Actor, back: str, name: str) -> 
 @console_action("operate_periodic", default_next=_periodic_url)
 def periodic_resume(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
     shown = get_engine().periodic.resume(name, actor=actor)
-    missed = "fires once for the ticks missed while paused" if shown.get("misfire") == "run_once" \
-        else "skips the ticks missed while paused"
+    missed = "fires one task now for the ticks missed while paused, if any (misfire run_once)" \
+        if shown.get("misfire") == "run_once" else "skips the ticks missed while paused (misfire skip)"
     messages.success(request, f"Resumed periodic task {name}: it {missed}.")
     return redirect(back)
 
