@@ -258,3 +258,17 @@ def test_a_schedule_declared_in_code_is_operated_not_changed_at_run_time(api: AP
     assert api.post("/api/v1/periodic/declared/pause").json()["paused"] is True
     assert api.post("/api/v1/periodic/declared/resume").json()["paused"] is False
     assert api.get("/api/v1/periodic/declared").json()["every_seconds"] == 60
+
+
+def test_the_periodic_endpoints_are_browsable(api: APIClient, db: Any) -> None:
+    from django.contrib.auth.models import User
+
+    create(api)
+    client = APIClient()
+    for logged_in in (False, True):  # a superuser's page also renders the forms of the changing methods
+        if logged_in:
+            client.force_login(User.objects.create_superuser("root", password="pw-root-123456"))
+        for path in ("/api/v1/periodic", "/api/v1/periodic/report.nightly"):
+            response = client.get(path, HTTP_ACCEPT="text/html")
+            assert response.status_code == 200 and response["Content-Type"].startswith("text/html"), path
+            assert b"report.nightly" in response.content

@@ -75,8 +75,9 @@ class Command(OperatorCommand):
                 self.stdout.write(f"{field + ':':<18}{p[field]}")
         self.stdout.write(f"{'payload:':<18}{short(dumps(p.get('payload')), 200)}")
         for run in p.get("last_runs") or []:
-            self.stdout.write(f"{'run:':<18}{run.get('scheduled_for')} {run.get('status') or '?'} "
-                              f"task {run.get('task_id')}")
+            fired = f"task {run['task_id']}" if run.get("task_id") else "no task"
+            kind = "" if run.get("kind", "tick") == "tick" else f" ({run['kind']})"
+            self.stdout.write(f"{'run:':<18}{run.get('scheduled_for')} {run.get('status') or '?'}{kind} {fired}")
 
     def do_pause(self, *, name: str, **_: Any) -> None:
         get_engine().periodic.pause(name, actor=Actor.cli())
