@@ -13,6 +13,7 @@ import pytest
 
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
+from dtq_core.engine.periodic import PeriodicSpec
 from tests.conftest import WorkerProcess, wait_for
 
 from .conftest import log_in
@@ -166,7 +167,7 @@ def test_hostile_payloads_and_errors_render_as_text(
 
 def test_screenshots_of_the_main_pages(
         page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess, tmp_path: Path) -> None:
-    """Seed a realistic picture and photograph overview, queue, task, dlq and audit.
+    """Seed a realistic picture and photograph overview, queue, task, dlq, audit and periodic.
 
     DTQ_UPDATE_SCREENSHOTS=1 copies them to docs/screenshots/ (the README shows those).
     """
@@ -183,13 +184,20 @@ def test_screenshots_of_the_main_pages(
         dead_letter(engine, message, customer="cus_2001")
     done = engine.tasks.enqueue("dtq.echo", {"greeting": "hello", "items": [1, 2, 3]}).id
     wait_for(lambda: engine.tasks.get(done)["status"] == "SUCCEEDED", timeout=20)
+    engine.periodic.create(PeriodicSpec(name="reports.nightly", type="dtq.echo", payload={"report": "sales"},
+                                        cron="0 3 * * *", timezone="Europe/Berlin", overlap="skip",
+                                        misfire="run_once"), actor=_actor("admin"))
+    engine.periodic.create(PeriodicSpec(name="cache.warm", type="dtq.echo", every_seconds=900), actor=_actor("admin"))
+    engine.periodic.pause("cache.warm", actor=_actor("admin"))
+    fired = engine.periodic.trigger("reports.nightly", actor=_actor("admin"))["task_id"]
+    wait_for(lambda: engine.tasks.get(fired)["status"] == "SUCCEEDED", timeout=20)
     log_in(page, console, "admin")
     engine.queues.pause("reports", _actor("admin"))
     page.goto(f"{console.url}/queues/reports/")
     page.click("button:has-text('Resume')")
     page.wait_for_selector(".msg-success")
     shots = {"overview": "/", "queue": "/queues/emails/", "task": f"/tasks/{failed['task_id']}/",
-             "dlq": "/dlq/", "audit": "/audit/"}
+             "dlq": "/dlq/", "audit": "/audit/", "periodic": "/periodic/"}
     for name, path in shots.items():
         page.goto(console.url + path)
         if name == "overview":
@@ -210,8 +218,6 @@ def test_screenshots_of_the_main_pages(
 
 
 def _actor(name: str) -> Any:
-    from dtq_core.engine.audit import Actor
-
     return Actor.user(name, source="console")
 
 
