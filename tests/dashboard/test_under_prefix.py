@@ -54,6 +54,25 @@ def test_every_link_form_and_script_url_of_the_console_stays_under_its_prefix(
     assert f'href="/ops/tasks/{task_id}/"' in client.get("/ops/queues/work/").content.decode()
 
 
+def test_the_periodic_pages_stay_under_the_prefix(mounted: Any, live_engine: Engine,
+                                                   login: Callable[[str], Client]) -> None:
+    from dtq_core.engine.audit import Actor
+    from dtq_core.engine.periodic import PeriodicSpec
+
+    live_engine.periodic.create(PeriodicSpec(name="r.nightly", type="dtq.echo", cron="0 3 * * *"), actor=Actor.cli())
+    task_id = live_engine.periodic.trigger("r.nightly", actor=Actor.cli())["task_id"]
+    client = login("admin")
+    for page in ("/ops/periodic/", "/ops/periodic/r.nightly/", "/ops/periodic/r.nightly/delete/confirm",
+                 f"/ops/tasks/{task_id}/"):
+        response = client.get(page)
+        assert response.status_code == 200, page
+        strays = [u for u in urls_on(response.content.decode())
+                  if u and not u.startswith(("/ops/", "/ops-api/", "/static/", "#", "?"))]
+        assert strays == [], (page, strays)
+    assert 'href="/ops/periodic/r.nightly/"' in client.get(f"/ops/tasks/{task_id}/").content.decode()
+    assert client.post("/ops/periodic/r.nightly/pause")["Location"] == "/ops/periodic/r.nightly/"
+
+
 def test_log_in_and_out_stay_in_the_console_with_django_s_default_login_settings(
         mounted: Any, users: dict[str, Any]) -> None:
     client = Client()
