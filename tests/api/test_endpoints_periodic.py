@@ -272,3 +272,12 @@ def test_the_periodic_endpoints_are_browsable(api: APIClient, db: Any) -> None:
             response = client.get(path, HTTP_ACCEPT="text/html")
             assert response.status_code == 200 and response["Content-Type"].startswith("text/html"), path
             assert b"report.nightly" in response.content
+
+
+def test_a_queue_a_schedule_fires_into_is_not_deleted(api: APIClient, live_engine: Engine) -> None:
+    create(api)  # into "reports", which it registers
+    error = assert_error(api.post("/api/v1/queues/reports/delete"), 409, "QUEUE_NOT_EMPTY")
+    assert "report.nightly" in error["message"]
+    api.patch("/api/v1/periodic/report.nightly", {"queue": "default"}, format="json")  # moved: no longer held
+    assert api.post("/api/v1/queues/reports/delete").json() == {"queue": "reports", "deleted": True}
+    assert api.get("/api/v1/periodic/report.nightly").json()["queue"] == "default"
