@@ -144,8 +144,7 @@ def test_actions_are_post_only_with_csrf(live_engine: Engine, nightly: dict[str,
     strict.force_login(admin)
     assert strict.post("/periodic/report.nightly/trigger").status_code == 403
     assert live_engine.periodic.get("report.nightly")["last_runs"] == nightly["last_runs"]
-    assert live_engine.audit.list().items[0]["action"] == _audited(live_engine)[0]["action"]
-    assert len(_audited(live_engine)) == 1  # the fixture's create only
+    assert [e["action"] for e in _audited(live_engine)] == ["periodic.create"]  # the fixture's only
 
 
 def test_an_unknown_name_is_a_message_not_a_change(live_engine: Engine, periodic_operator: Client) -> None:
