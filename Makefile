@@ -38,7 +38,8 @@ TOPOLOGY_TESTS = tests/core/test_enqueue.py tests/core/test_scans.py tests/core/
 	tests/core/test_lua_states.py tests/api/test_submit.py tests/api/test_endpoints_tasks.py \
 	tests/api/test_endpoints_queues.py tests/api/test_endpoints_dlq.py tests/worker/test_worker_behaviour.py \
 	tests/worker/test_partitioned_fetch.py tests/worker/test_drain.py tests/failure/test_worker_crash.py \
-	tests/failure/test_scheduler.py tests/failure/test_cancel.py tests/periodic/test_engine.py
+	tests/failure/test_scheduler.py tests/failure/test_cancel.py tests/periodic/test_engine.py \
+	tests/api/test_endpoints_periodic.py
 
 test: dev
 	$(BIN)/python -m pytest -n auto --dist loadfile
