@@ -69,3 +69,9 @@ def test_settings_declare_schedules_too(declared: None, settings: Any) -> None:
     settings.DTQ_PERIODIC = [{"name": "x", "type": "dtq.echo", "every_seconds": 1}] * 2
     with pytest.raises(ConfigError, match="declared twice"):
         declared_periodic()
+
+
+def test_a_worker_refuses_to_start_with_a_wrong_declaration(start_worker: Any) -> None:
+    worker = start_worker("--name", "bad", DTQ_TASK_MODULES="tests.periodic.declared_bad")
+    assert worker.wait(60) != 0
+    assert "periodic schedules: queue must match" in worker.output()
