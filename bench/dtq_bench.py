@@ -24,6 +24,7 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
+from dtq_core.events import CHECK_EVERY_S, announce
 from dtq_core.keys import Keys
 
 from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, percentile, server_totals, wait_until
@@ -119,9 +120,9 @@ HARNESS_COMMANDS = ("get", "info")
 def redis_work(stats0: dict[str, int], stats1: dict[str, int], totals0: dict[str, float],
                totals1: dict[str, float], tasks: int, *, body_incr: int = 0, top: int = 8) -> dict[str, Any]:
     """Redis's own work per task between two INFO snapshots: commands executed (INFO
-    commandstats: top-level ones and those scripts run, the harness's excluded, and `body_incr`
-    INCRBYs of the task bodies: redis-py sends INCR as INCRBY) and Redis CPU (used_cpu_user + used_cpu_sys, everything included),
-    with the commands that made most of it."""
+    commandstats: top-level ones and those scripts run; not the harness's, nor `body_incr`
+    INCRBYs of the task bodies, redis-py's INCR) and Redis CPU (used_cpu_user + used_cpu_sys,
+    everything included), with the commands that made most of it."""
     delta = {name: stats1.get(name, 0) - stats0.get(name, 0) for name in stats1}
     for name in HARNESS_COMMANDS:
         delta.pop(name, None)
@@ -234,6 +235,10 @@ def latency(rig: Rig, *, samples: int = 200, warmup: int = 20) -> dict[str, Any]
     try:
         wait_until(lambda: _registered(rig, prefix, "lat") or proc.poll() is not None, 30, what="worker start")
         pubsub.subscribe(engine.keys.events(), _keyspace_channel(key))
+        # A listener, as the console's feed is (DTQ_EVENTS=auto); the worker reads the key at most
+        # once every CHECK_EVERY_S, so the first sample waits that long.
+        announce(engine.client, engine.keys, ttl_ms=3_600_000)
+        time.sleep(CHECK_EVERY_S * 1.5)
         body_times: list[float] = []
         done_times: list[float] = []
         for i in range(warmup + samples):

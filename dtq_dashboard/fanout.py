@@ -163,9 +163,10 @@ class EventHub:
             client = async_client(self.config, read_timeout_s=5.0)
             pubsub = client.pubsub()
             try:
-                await pubsub.subscribe(self.keys.events())
-                # With DTQ_EVENTS=auto, workers and submitters publish only while this key lives.
+                # With DTQ_EVENTS=auto, workers and submitters publish only while this key lives:
+                # set before subscribing, so whoever sees the subscription sees the key too.
                 await aannounce(client, self.keys)
+                await pubsub.subscribe(self.keys.events())
                 next_announce = loop.time() + LISTENER_REFRESH_S
                 self.subscribed.set()
                 if failed:
