@@ -114,6 +114,10 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
   if ctx.started then  -- the caller adds the batch to the running index in one ZADD
     local n = #ctx.started
     ctx.started[n + 1], ctx.started[n + 2] = ctx.now_ms, task_id
+    if n >= 2000 then  -- within Lua's unpack limit (8000 values), however large the fetch
+      rcall('ZADD', ctx.running_key, unpack(ctx.started))
+      ctx.started = {}
+    end
   else
     rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
   end
