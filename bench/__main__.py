@@ -62,11 +62,17 @@ def run_drains(rigs: dict[str, b.Rig], args: argparse.Namespace) -> dict[str, An
                 log(f"round {round_no + 1}: {label} drained {r['drain_per_s']:,.0f} tasks/s, "
                     f"{r['round_trips_per_task']:.3f} round trips/task, worker CPU {r['worker_cpu_us_per_task']:.0f} "
                     f"µs/task, Redis CPU {r['redis_cpu_us_per_task']:.0f} µs/task, rss {r['peak_rss_mb']} MB")
+                log(f"round {round_no + 1}: {label} Redis per task: {r['queue_commands_per_task']:.2f} commands "
+                    f"({', '.join(r['top_commands'])}); enqueue 1-by-1 {fmt(r['enqueue_redis_commands_per_task'])} "
+                    f"commands, {fmt(r['enqueue_redis_cpu_us_per_task'])} µs CPU "
+                    f"({', '.join(r['enqueue_top_commands'])})")
     summary = {}
     for label, rs in runs.items():
         summary[label] = {key: median([r[key] for r in rs]) for key in rs[0] if isinstance(rs[0][key], (int, float))}
         summary[label]["runs_drain_per_s"] = [round(r["drain_per_s"]) for r in rs]
         summary[label]["round_trips"] = rs[-1]["round_trips"]
+        summary[label]["top_commands"] = rs[-1]["top_commands"]
+        summary[label]["enqueue_top_commands"] = rs[-1]["enqueue_top_commands"]
     return summary
 
 
@@ -138,6 +144,21 @@ def report(data: dict[str, Any]) -> str:
                                   ("peak_rss_mb", "worker peak RSS MB"),
                                   ("enqueue_single_per_s", "enqueue 1-by-1/s"),
                                   ("enqueue_bulk_per_s", "enqueue bulk/s")], rows), ""]
+        lines += ["Redis work per task (INFO commandstats and used_cpu_user + used_cpu_sys deltas; commands "
+                  "without the harness's polls and the bodies' INCRs, CPU with everything; one Redis core "
+                  "sustains about 1e6 / CPU µs per task):", "",
+                  markdown_table([("config", "config"), ("queue_commands_per_task", "drain commands/task"),
+                                  ("redis_cpu_us_per_task", "drain CPU µs/task"),
+                                  ("core_tasks_per_s", "tasks/s per Redis core"),
+                                  ("top", "top commands (per task)"),
+                                  ("enqueue_redis_commands_per_task", "enqueue 1-by-1 commands/task"),
+                                  ("enqueue_redis_cpu_us_per_task", "enqueue 1-by-1 CPU µs/task"),
+                                  ("enqueue_top", "enqueue top commands")],
+                                 [{"config": label, **v, "top": ", ".join(v.get("top_commands", [])),
+                                   "enqueue_top": ", ".join(v.get("enqueue_top_commands", [])),
+                                   "core_tasks_per_s": 1e6 / v["redis_cpu_us_per_task"]
+                                   if v.get("redis_cpu_us_per_task") else None}
+                                  for label, v in drains.items()]), ""]
     lat = data.get("latency", {})
     if lat:
         base = lat.get("current", {}).get("body_p50_ms")

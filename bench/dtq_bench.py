@@ -24,6 +24,7 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
+from dtq_core.events import CHECK_EVERY_S, announce
 from dtq_core.keys import Keys
 
 from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, percentile, server_totals, wait_until
@@ -86,10 +87,15 @@ def counter_key(prefix: str) -> str:
 def prefill(engine: Engine, n: int, key: str, single: int = SINGLE_ENQUEUES) -> dict[str, float | None]:
     """Enqueue n no-op tasks: the first `single` one by one, the rest with enqueue_many in chunks."""
     single = min(single, n)
+    client = engine.client
+    stats0, totals0 = commandstats(client), server_totals(client)
     started = time.perf_counter()
     for _ in range(single):
         engine.tasks.enqueue(TASK, {"k": key}, queue=QUEUE)
     single_s = time.perf_counter() - started
+    stats1, totals1 = commandstats(client), server_totals(client)
+    # Nothing polls during the enqueues: every GET is the script's (the partition's owner).
+    work = redis_work(stats0, stats1, totals0, totals1, single, harness=("info",)) if single else {}
     started = time.perf_counter()
     left = n - single
     while left > 0:
@@ -101,7 +107,34 @@ def prefill(engine: Engine, n: int, key: str, single: int = SINGLE_ENQUEUES) -> 
         left -= chunk
     bulk_s = time.perf_counter() - started
     return {"enqueue_single_per_s": single / single_s if single else None,
-            "enqueue_bulk_per_s": (n - single) / bulk_s if n > single else None}
+            "enqueue_bulk_per_s": (n - single) / bulk_s if n > single else None,
+            "enqueue_redis_commands_per_task": work.get("commands_per_task"),
+            "enqueue_redis_cpu_us_per_task": work.get("cpu_us_per_task"),
+            "enqueue_top_commands": work.get("top", [])}
+
+
+# Commands of the harness itself (the drain's GET polling of the counter, the INFO that measures):
+# not the queue's work.
+HARNESS_COMMANDS = ("get", "info")
+
+
+def redis_work(stats0: dict[str, int], stats1: dict[str, int], totals0: dict[str, float],
+               totals1: dict[str, float], tasks: int, *, body_incr: int = 0, top: int = 8,
+               harness: tuple[str, ...] = HARNESS_COMMANDS) -> dict[str, Any]:
+    """Redis's own work per task between two INFO snapshots: commands executed (INFO
+    commandstats: top-level ones and those scripts run; not the harness's, nor `body_incr`
+    INCRBYs of the task bodies, redis-py's INCR) and Redis CPU (used_cpu_user + used_cpu_sys,
+    everything included), with the commands that made most of it."""
+    delta = {name: stats1.get(name, 0) - stats0.get(name, 0) for name in stats1}
+    for name in harness:
+        delta.pop(name, None)
+    if body_incr:
+        delta["incrby"] = delta.get("incrby", 0) - body_incr
+    delta = {name: n for name, n in delta.items() if n > 0}
+    ranked = sorted(delta.items(), key=lambda kv: -kv[1])
+    return {"commands_per_task": sum(delta.values()) / tasks,
+            "cpu_us_per_task": (totals1["cpu_s"] - totals0["cpu_s"]) * 1e6 / tasks,
+            "top": [f"{name.upper()} {n / tasks:.2f}" for name, n in ranked[:top]]}
 
 
 def _wait_counter(client: redis.Redis, key: str, target: int, timeout: float) -> tuple[float, int]:
@@ -144,6 +177,7 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10) -> d
         hot = sum(counts.get(name, 0) for name in HOT_PATH)
         # Server-side deltas, minus the harness's own GET polling and INFO calls.
         polls = stats1.get("get", 0) - stats0.get("get", 0) + stats1.get("info", 0) - stats0.get("info", 0)
+        work = redis_work(stats0, stats1, totals0, totals1, tasks, body_incr=tasks)
         evalsha = stats1.get("evalsha", 0) - stats0.get("evalsha", 0)
         return {
             **enqueue,
@@ -158,6 +192,9 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10) -> d
             "evalsha_per_task": evalsha / tasks,
             "redis_commands_per_task": (totals1["commands"] - totals0["commands"] - polls) / tasks,
             "redis_cpu_us_per_task": (totals1["cpu_s"] - totals0["cpu_s"]) * 1e6 / tasks,
+            # From INFO commandstats, without the harness's polls and the bodies' INCRs: the queue's own.
+            "queue_commands_per_task": work["commands_per_task"],
+            "top_commands": work["top"],
             "round_trips": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
         }
     finally:
@@ -200,6 +237,10 @@ def latency(rig: Rig, *, samples: int = 200, warmup: int = 20) -> dict[str, Any]
     try:
         wait_until(lambda: _registered(rig, prefix, "lat") or proc.poll() is not None, 30, what="worker start")
         pubsub.subscribe(engine.keys.events(), _keyspace_channel(key))
+        # A listener, as the console's feed is (DTQ_EVENTS=auto); the worker reads the key at most
+        # once every CHECK_EVERY_S, so the first sample waits that long.
+        announce(engine.client, engine.keys, ttl_ms=3_600_000)
+        time.sleep(CHECK_EVERY_S * 1.5)
         body_times: list[float] = []
         done_times: list[float] = []
         for i in range(warmup + samples):

@@ -72,6 +72,14 @@ def valid_utf8(text: str) -> str:
     return text if is_unicode(text) else text.encode(errors="replace").decode()
 
 
+def stored_result(fields: dict[str, str], result: str | None) -> str | None:
+    """The result JSON of a task: the stored one, or "null" for a handler that returned nothing
+    (completeTasks keeps that as result_null = 1 in the record, not as a result key)."""
+    if result is None and fields.get("result_null") == "1":
+        return "null"
+    return result
+
+
 def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, Any]:
     """Shape a task hash for the API and console: parsed JSON, ISO times, typed numbers."""
     out: dict[str, Any] = {

@@ -18,6 +18,8 @@ from .faults import POINTS as FAULT_POINTS
 from .redis_url import RedisUrlError, parse
 from .task import valid_queue_name
 
+EVENT_MODES = ("auto", "always", "off")
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the variable."""
@@ -56,6 +58,9 @@ class DtqConfig:
     # have it (WAIT), at most redis_wait_timeout_ms; 0: no wait (docs/deployment.md).
     redis_min_replicas: int = 0
     redis_wait_timeout_ms: int = 1000
+    # Task events on the events channel: "auto" only while a listener (the console's feed) has
+    # announced itself, "always", or "off" (dtq_core/events.py).
+    events: str = "auto"
     # Internal knobs (not in the contract) that tests shrink so crash scenarios take seconds.
     scheduler_lock_ttl_s: float = 10.0
     stale_claim_s: float = 60.0
@@ -101,6 +106,8 @@ class DtqConfig:
                               "always required): unset one of them")
         if not isinstance(self.accept_unknown_types, bool):
             raise ConfigError(f"DTQ_ACCEPT_UNKNOWN_TYPES must be true or false (got {self.accept_unknown_types!r})")
+        if self.events not in EVENT_MODES:
+            raise ConfigError(f"DTQ_EVENTS must be one of {', '.join(EVENT_MODES)} (got {self.events!r})")
         _check_partitions(self.queue_partitions)
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
             raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")

@@ -233,6 +233,11 @@ class Keys:
         and whose outcome is not (running now, or cut short by a crash). Same slot as audit()."""
         return f"{self.prefix}:{{audit}}:stream:audit:open"
 
+    def events_listener(self) -> str:
+        """String with a short TTL, kept alive by whoever listens on events() (the console's feed):
+        with DTQ_EVENTS=auto, task events are published only while it exists (dtq_core/events.py)."""
+        return f"{self.prefix}:events:listener"
+
     # -- pub/sub channels (not keys) ------------------------------------------------------------
     def events(self) -> str:
         """Channel of live task and queue events (the console's feed)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
+from dtq_core.events import LISTENER_REFRESH_S, aannounce
 from dtq_core.keys import Keys
 from dtq_core.task import TERMINAL
 
@@ -162,7 +163,11 @@ class EventHub:
             client = async_client(self.config, read_timeout_s=5.0)
             pubsub = client.pubsub()
             try:
+                # With DTQ_EVENTS=auto, workers and submitters publish only while this key lives:
+                # set before subscribing, so whoever sees the subscription sees the key too.
+                await aannounce(client, self.keys)
                 await pubsub.subscribe(self.keys.events())
+                next_announce = loop.time() + LISTENER_REFRESH_S
                 self.subscribed.set()
                 if failed:
                     # Events published while we were away are gone: tell pages to re-derive state.
@@ -173,6 +178,9 @@ class EventHub:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
                     if message is not None and message.get("type") == "message":
                         self.dispatch(message["data"])
+                    if loop.time() >= next_announce:
+                        await aannounce(client, self.keys)
+                        next_announce = loop.time() + LISTENER_REFRESH_S
                     if self._pending_drops and loop.time() >= next_flush:
                         await self._flush_drops(client)
                         next_flush = loop.time() + DROP_FLUSH_S

@@ -23,6 +23,7 @@ from ..errors import (
     ValidationError,
     raise_for_code,
 )
+from ..events import EventsGate
 from ..keys import is_task_id, tag_of
 from ..partitions import Layout
 from ..replies import text_list
@@ -62,6 +63,7 @@ class Tasks(Noun):
         self.audit = audit
         self.registry = registry
         self.recent = RecentTasks(plumbing)
+        self.events = EventsGate(self.config, self.keys)  # task.queued only while someone listens
         self._types: tuple[float, frozenset[str]] | None = None  # (read at, monotonic) served task types
 
     def validate(self, type: Any, payload: Any = None, **options: Any) -> Submission:
@@ -197,7 +199,7 @@ class Tasks(Noun):
         keys = [self.keys.partition(tag_of(s.task_id))]
         args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.depth_limit(layout), due, layout.owner,
-                s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, *fields]
+                s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, self.events.flag(self.client), *fields]
         return "enqueueTask", keys, args
 
     def depth_limit(self, layout: Layout) -> int:
@@ -218,7 +220,7 @@ class Tasks(Noun):
         record = _pairs(reply[3])
         if code is ErrorCode.EXISTING:
             # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
-            task = codec.task_view(record, reply[4] or None) if record else None
+            task = codec.task_view(record, codec.stored_result(record, reply[4] or None)) if record else None
             return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task)
         return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True,
                         task=codec.task_view(record) if record else None)
@@ -238,7 +240,7 @@ class Tasks(Noun):
         fields, result = pipe.execute()
         if not fields:
             raise TaskNotFound(f"task {task_id!r} not found (it may have expired)", task_id=task_id)
-        return fields, result
+        return fields, codec.stored_result(fields, result)
 
     def list(self, *, queue: str | None = None, status: str | None = None,
              type: str | None = None, cursor: str | None = None, limit: int | None = None,

@@ -11,19 +11,22 @@
     ARGV[7] most entries in this partition's streams (0 = off)  ARGV[8] due (ms, 0 = now)
     ARGV[9] owner the caller expects ("<queue>|<epoch>": the queue comes from it)
     ARGV[10] idempotency key ('' = none)  ARGV[11] recent cap (of this partition's index)
-    ARGV[12] return the record (1/0)  ARGV[13..] task hash field/value pairs
+    ARGV[12] return the record (1/0)  ARGV[13] events (1/0: publish task.queued, see events_on
+    in common.lua)  ARGV[14..] task hash field/value pairs
   Output:
     {OK, id, status, record} created; {EXISTING, existing id, its status, record, result}
     idempotency key seen; {QUEUE_FULL, depth of this partition}; {PARTITION_CLOSED} the owner
     key names another layout (codes: CODE in includes/common.lua). record is the task hash as
     flat field/value pairs (empty unless asked for), so a submit needs no second round trip to
-    show the task.
+    show the task. The recent index is trimmed to its cap by one submit in 16 (those whose task
+    id ends in 0), so it may hold a few more than the cap.
 ]]
 -- #include common
 -- #include create_task
 local K = partition_keys(KEYS[1])
 local task_id, priority, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local want_record = ARGV[12] == '1'
+events_on = ARGV[13] ~= '0'
 -- Deleted (or deleted and created again) since the caller read the registry: nothing may land
 -- in a partition no layout serves. The caller reads the registry again and retries.
 local owner = rcall('GET', K.owner)
@@ -53,9 +56,12 @@ if due == 0 and max_depth > 0 then
   for _, p in ipairs({'high', 'normal', 'low'}) do depth = depth + rcall('XLEN', stream_key(K, queue, p)) end
   if depth >= max_depth then return {CODE.QUEUE_FULL, depth} end
 end
-local status = create_task(K, {
+local status, written = create_task(K, {
   task_id = task_id, queue = queue, priority = priority, now_ms = now_ms, now_iso = now_iso, due = due,
   retention_ms = ARGV[5], idem_key = idem_key, idem_ttl_ms = ARGV[6], recent_cap = ARGV[11],
-  fields = ARGV, fields_from = 13})
+  fields = ARGV, fields_from = 14})
 local tkey = K.task_prefix .. task_id
-return {CODE.OK, task_id, status, want_record and rcall('HGETALL', tkey) or {}}
+-- A hash that was new holds exactly what was written: no HGETALL for it.
+local record = {}
+if want_record then record = written or rcall('HGETALL', tkey) end
+return {CODE.OK, task_id, status, record}

@@ -13,7 +13,8 @@
     ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
                dlq maxlen (an empty now takes Redis's clock)
     ARGV[8] count   ARGV[9] the partition's owner as the worker knows it ("queue|epoch")
-    ARGV[10..] the partition's streams after its stream key prefix ("queue:priority"), in the
+    ARGV[10] events (1/0: publish task events, see events_on in common.lua)
+    ARGV[11..] the partition's streams after its stream key prefix ("queue:priority"), in the
                order they are served (high, normal, low)
   Output:
     {drained, rows}: drained 1 when the ready flag was cleared, 0 when more may wait; rows:
@@ -27,6 +28,9 @@
 local ctx = claim_context(1)
 local K = ctx.K
 local remaining = tonumber(ARGV[8])
+events_on = ARGV[10] ~= '0'
+-- The running index gets the batch's claims in one ZADD at the end (claim_entry defers them).
+ctx.started = {}
 
 if is_paused(ctx) then
   -- A paused queue is not read at all (checked in the same script as the read, so a pause that
@@ -53,7 +57,7 @@ end
 local rows = {}
 local more = false  -- a stream gave all that was asked of it: it may hold more
 local read_all = true
-for i = 10, #ARGV do
+for i = 11, #ARGV do
   if remaining <= 0 then
     read_all = false
     break
@@ -87,6 +91,7 @@ for i = 10, #ARGV do
     end
   end
 end
+if #ctx.started > 0 then rcall('ZADD', K.running, unpack(ctx.started)) end
 if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
   rcall('DEL', K.ready)

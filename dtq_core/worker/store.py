@@ -26,6 +26,7 @@ from .. import faults
 from ..clock import Clock, iso
 from ..config import DtqConfig
 from ..errors import ErrorCode
+from ..events import EventsGate
 from ..keys import PRIORITIES, Keys
 from ..partitions import Layout, choose_tags, parse_registry
 from ..replication import Replication
@@ -95,6 +96,7 @@ class WorkerStore:
         self.served_types: list[str] = []  # registered at start, refreshed by heartbeats
         self._types_at = 0  # when they were last registered (ms)
         self._reclaim_offset = 0  # rotates the reaper's shares (fairness.share)
+        self.events = EventsGate(config, self.keys)  # the hot-path scripts' events argument
 
     async def aclose(self) -> None:
         try:
@@ -166,8 +168,9 @@ class WorkerStore:
         if not asks:
             return fetched
         claim = self._claim_args()
+        events = await self.events.aflag(self.client)
         calls = [Call.of(self.scripts, "fetchTasks", keys=[self.keys.partition(p.tag)],
-                         args=[*claim, count, p.owner, *p.streams]) for p, count in asks]
+                         args=[*claim, count, p.owner, events, *p.streams]) for p, count in asks]
         replies = await self.fetch_path.exchange(calls)
         received_at = self.clock.monotonic()
         for (partition, _), reply in zip(asks, replies, strict=True):
@@ -343,7 +346,8 @@ class WorkerStore:
         return sum(int(n) for n in await self.scripts.aexecute(pipe))
 
     # -- complete -----------------------------------------------------------------------------
-    def _complete_calls(self, completions: Sequence[Completion]) -> tuple[list[Call], list[list[int]]]:
+    def _complete_calls(self, completions: Sequence[Completion], events: int = 1
+                        ) -> tuple[list[Call], list[list[int]]]:
         """completeTasks calls, one per partition (per COMPLETE_BATCH of it): completions grouped
         by the tag of their task ids; and, for each call, the indexes of its completions."""
         c = self.config
@@ -363,7 +367,7 @@ class WorkerStore:
                     record[3] = stream_suffix(record[3])  # the script adds its partition's prefix
                     records.append(record)
                 calls.append(Call.of(self.scripts, "completeTasks", keys=[self.keys.partition(tag)],
-                                     args=[*head, json.dumps(records)]))
+                                     args=[*head, json.dumps(records), events]))
                 groups.append(batch)
         return calls, groups
 
@@ -375,7 +379,7 @@ class WorkerStore:
         """
         if not completions:
             return []
-        calls, groups = self._complete_calls(completions)
+        calls, groups = self._complete_calls(completions, await self.events.aflag(self.client))
         wait = self._waits(calls)  # DTQ_REDIS_MIN_REPLICAS
         replies = await self.complete_path.exchange(calls, wait, self.replication.wait_s)
         acked = _fewest(replies[len(calls):])

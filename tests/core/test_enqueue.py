@@ -15,6 +15,7 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import PayloadTooLarge, QueueFull, TaskNotFound, ValidationError
+from dtq_core.events import announce
 from dtq_core.keys import Keys, is_task_id, tag_of
 
 from .test_scans import _script_calls
@@ -153,6 +154,7 @@ def test_unknown_ids_are_not_found(engine: Engine) -> None:
 def test_every_state_change_publishes_an_event(engine: Engine, redis_client: redis.Redis) -> None:
     pubsub = redis_client.pubsub()
     pubsub.subscribe(engine.keys.events())
+    announce(redis_client, engine.keys)  # a listener, as the console's feed is
     pubsub.get_message(timeout=1)
     out = engine.tasks.enqueue("dtq.echo", queue="evq")
     engine.tasks.cancel(out.id, Actor.cli())
@@ -192,10 +194,16 @@ def test_the_recent_tasks_index_keeps_the_newest_up_to_its_cap(engine: Engine, r
     import dtq_core.engine.tasks as engine_module
 
     monkeypatch.setattr(engine_module, "RECENT_CAP", 3)
-    ids = []
-    for _ in range(5):
+    ids: list[str] = []
+    # The submits whose (random) task id ends in 0 trim the index: one in 16. Submit until one
+    # has, after at least 5 ((15/16)**400, about 6e-12, that 400 go by without one).
+    while len(ids) < 5 or not ids[-1].endswith("0"):
+        assert len(ids) < 400, "no task id ended in 0"
         ids.append(engine.tasks.enqueue("dtq.echo").id)
         engine.clock.advance(0.01)  # distinct scores: the index is ordered by submit time
+        index = redis_client.zrange(engine.keys.recent(tag_of(ids[0])), 0, -1)
+        # Between trims it keeps every submit since the last one, newest last.
+        assert index == ids[-len(index):] and len(index) >= min(len(ids), 3)
     assert redis_client.zrange(engine.keys.recent(tag_of(ids[0])), 0, -1) == ids[-3:]
 
 

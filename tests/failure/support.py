@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from dtq_core import events
 from dtq_core.keys import Keys, tag_of
 from dtq_core.partitions import Layout, parse_registry
 
@@ -31,6 +32,9 @@ FAST: dict[str, Any] = {
     "DTQ_RETRY_BASE_S": 0.1,
     "DTQ_RETRY_MAX_S": 0.5,
     "DTQ_TASK_MODULES": "tests.failure.handlers",
+    # The scenarios read the task events their workers publish (Events below), from the first one:
+    # a worker with DTQ_EVENTS=auto could have read "nobody listens" just before Events subscribed.
+    "DTQ_EVENTS": "always",
 }
 
 
@@ -163,6 +167,8 @@ class Events:
         self.seen: list[dict[str, Any]] = []
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)
         self._pubsub.subscribe(**{self.channel: lambda message: self.seen.append(json.loads(message["data"]))})
+        # A listener, as the console's feed is (DTQ_EVENTS=auto): for longer than any test runs.
+        events.announce(client, keys, ttl_ms=3_600_000)
         self._thread = self._pubsub.run_in_thread(sleep_time=0.01, daemon=True)
 
     def __enter__(self) -> Events:

@@ -79,9 +79,11 @@ def test_one_fetch_round_asks_every_partition_in_one_write_high_before_low_in_ea
     async def scenario() -> list[Any]:
         try:
             # Neither the fetch line's connection set-up (HELLO, CLIENT SETINFO) nor a script load
-            # (NOSCRIPT on a fresh Redis) is counted.
+            # (NOSCRIPT on a fresh Redis) is counted, nor the events gate's read of the listener key
+            # (at most once a second, dtq_core/events.py).
             await worker_store.fetch_path.lines.exchange([("", pack(["PING"]))], 5)
             await worker_store.client.script_load(SOURCES["fetchTasks"])
+            await worker_store.events.aflag(worker_store.client)
             monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
             return (await worker_store.fetch([(p, 2) for p in served])).rows
         finally:
@@ -121,3 +123,25 @@ def test_a_busy_partition_does_not_starve_the_others(config: DtqConfig, redis_cl
     started = time.monotonic()
     run_burst(config, concurrency=1, max_tasks=10)
     assert engine.tasks.get(late)["status"] == "SUCCEEDED", time.monotonic() - started
+
+
+def test_a_fetch_of_thousands_claims_them_all_into_the_running_index(config: DtqConfig,
+                                                                    redis_client: redis.Redis) -> None:
+    # fetchTasks adds its claims to the running index in one ZADD, in chunks past 1,000 claims
+    # (Lua's unpack takes at most 8,000 values).
+    engine = Engine(dataclasses.replace(config, max_queue_depth=0))
+    subs = [engine.tasks.validate("dtq.echo", {"i": i}, queue="big") for i in range(4100)]  # 8,200 values
+    replies = engine.tasks.enqueue_many(subs)
+    assert not any(isinstance(r, Exception) for r in replies)
+    (partition,) = partitions(engine, "big")
+    worker_store = store(config)
+
+    async def fetch() -> int:
+        try:
+            return len((await worker_store.fetch([(partition, 4100)])).rows)
+        finally:
+            await worker_store.aclose()
+
+    assert asyncio.run(fetch()) == 4100
+    running = redis_client.zrange(engine.keys.running(partition.tag), 0, -1)
+    assert sorted(running) == sorted(r.id for r in replies)

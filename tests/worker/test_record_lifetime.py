@@ -174,3 +174,21 @@ def test_an_idempotency_key_still_deduplicates_after_its_task_record_expired(
     again = engine.tasks.enqueue("dtq.echo", {}, idempotency_key="order-7")
     assert again.id == first.id and not again.created and again.status == "UNKNOWN"
     assert redis_client.xlen(engine.keys.stream(tag(engine, "default"), "default", "normal")) == 1
+
+
+def test_a_none_result_is_a_flag_of_the_record_not_a_key(config: DtqConfig, redis_client: redis.Redis) -> None:
+    def returns_none(payload: Any) -> None:
+        return None
+
+    registry.register("test.returns_none", returns_none)
+    engine, cfg = make_engine(config)
+    nothing = engine.tasks.enqueue("test.returns_none").id
+    something = engine.tasks.enqueue("dtq.echo", {"a": 1}).id
+    run_burst(cfg)
+    assert not redis_client.exists(engine.keys.result(nothing))
+    assert redis_client.hget(engine.keys.task(nothing), "result_null") == "1"
+    view = engine.tasks.get(nothing)
+    assert view["status"] == "SUCCEEDED" and "result" in view and view["result"] is None
+    assert redis_client.get(engine.keys.result(something)) == '{"a":1}'
+    assert redis_client.hget(engine.keys.task(something), "result_null") == "0"
+    assert engine.tasks.get(something)["result"] == {"a": 1}

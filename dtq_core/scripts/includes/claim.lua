@@ -6,6 +6,8 @@
 -- counts behind dtq_tasks_total, as completeTasks keeps them).
 -- The running index (running_key, a zset of RUNNING task ids scored by the owner's last sign of
 -- life: claim or heartbeat) lets the leader's sweep find RUNNING tasks whose entry vanished.
+-- ctx.started, when the caller sets it to a list, collects the claims' score/member pairs instead
+-- of one ZADD each; the caller writes them in one ZADD before it returns.
 -- A partition holds one queue, so the partition's pause flag is the queue's.
 local paused_memo = nil
 local function is_paused(ctx)
@@ -109,7 +111,16 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
         'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id,
         'cancel_requested', '0')
   rcall('PEXPIRE', tkey, ctx.retention_ms)
-  rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
+  if ctx.started then  -- the caller adds the batch to the running index in one ZADD
+    local n = #ctx.started
+    ctx.started[n + 1], ctx.started[n + 2] = ctx.now_ms, task_id
+    if n >= 2000 then  -- within Lua's unpack limit (8000 values), however large the fetch
+      rcall('ZADD', ctx.running_key, unpack(ctx.started))
+      ctx.started = {}
+    end
+  else
+    rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
+  end
   emit(ctx.K, 'task.started', task_id, t.queue, 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
   return {'run', entry_id, stream, task_id, ea, t.max_attempts, t.type, t.payload, t.timeout_s, t.queue, t.priority, t.handler or ''}
 end

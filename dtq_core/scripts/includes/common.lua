@@ -72,9 +72,15 @@ local function stream_key(K, queue, priority)
   return K.stream_prefix .. queue .. ':' .. priority
 end
 
+-- Whether emit publishes. The hot-path scripts (enqueueTask, fetchTasks, completeTasks) set it
+-- from their events argument: their callers pass 0 when nobody listens (DTQ_EVENTS,
+-- dtq_core/events.py), which saves the two commands below per event. Every other script emits.
+local events_on = true
+
 -- Publish one event on the events channel; the partition's tag and counter make event_id unique
 -- across processes and partitions.
 local function emit(K, etype, task_id, queue, status, attempt, now_ms, now_iso)
+  if not events_on then return end
   local seq = rcall('INCR', K.event_seq)
   rcall('PUBLISH', K.events_channel, cjson.encode({
     event_id = now_ms .. '-' .. K.tag .. '-' .. seq, type = etype, task_id = task_id or cjson.null,
