@@ -10,8 +10,8 @@
   their task ids and sends one call per partition, pipelined.
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
-    ARGV[1..7] group, now (ms), now (ISO), retention (ms), result retention (ms),
-               dlq enabled (1/0), dlq maxlen
+    ARGV[1..7] group, now (ms), now (ISO), retention (includes/retain.lua: retention_policy),
+               result retention (ms), dlq enabled (1/0), dlq maxlen
     ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream (after
              the partition's stream key prefix: queue:priority),
              outcome (ok|retry|fail|cancel), result JSON, truncated (1/0), error class, error
@@ -26,7 +26,11 @@
 -- #include common
 local K = partition_keys(KEYS[1])
 local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
-local retention_ms, result_retention_ms = ARGV[4], ARGV[5]
+-- Finished records are compacted, indexed and counted per outcome (includes/retain.lua); the
+-- count trim runs once, after the batch.
+local R = retention_policy(ARGV[4])
+R.defer = true
+local retention_ms, result_retention_ms = R.task_ms, ARGV[5]
 local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = K.task_prefix, K.result_prefix, ARGV[6], ARGV[7]
 -- The partition's count of tasks finished in the current minute (Keys.throughput).
 local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
@@ -39,8 +43,10 @@ local function add(t, field, n) t[field] = (t[field] or 0) + n end
 local function complete_one(r)
   local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], K.stream_prefix .. r[4], r[5]
   local tkey = task_prefix .. task_id
+  -- The fields a compact record keeps are read here too: one HMGET for both.
   local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
-                     'completed')
+                     'completed', 'priority', 'max_attempts', 'created_at', 'started_at', 'result_truncated',
+                     'last_error', 'handler')
   local mark = attempt .. '@' .. entry_id
   if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then
     if t.completed == mark then return 'resent' end  -- applied by an earlier send whose reply was lost
@@ -55,15 +61,16 @@ local function complete_one(r)
   end
   rcall('ZREM', K.running, task_id)
   local status, etype
-  local ttl = tonumber(retention_ms)
+  local ttl = retention_ms
   if outcome == 'ok' then
     local result = r[6]
     if result ~= '' then rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms) end
-    rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', r[7], 'finished_at', now_ms,
-          'updated_at', now_ms, 'completed', mark)
+    retain_finish(R, K, task_id, 'SUCCEEDED', now_ms, t, {'status', 'SUCCEEDED', 'result_truncated', r[7],
+                  'finished_at', now_ms, 'updated_at', now_ms, 'completed', mark})
     status, etype = 'SUCCEEDED', 'task.succeeded'
   elseif outcome == 'cancel' then
-    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms, 'updated_at', now_ms, 'completed', mark)
+    retain_finish(R, K, task_id, 'CANCELLED', now_ms, t, {'status', 'CANCELLED', 'finished_at', now_ms,
+                  'updated_at', now_ms, 'completed', mark})
     status, etype = 'CANCELLED', 'task.cancelled'
   else
     local err_class, message = r[8], r[9]
@@ -73,21 +80,21 @@ local function complete_one(r)
     if t.cancel_requested == '1' then
       -- A cancel accepted while this attempt ran (and not yet acted on by the worker's watcher):
       -- the failure is recorded above, but nothing runs again.
-      rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms)
+      t.last_error, t.completed = err_class .. ': ' .. message, mark
+      retain_finish(R, K, task_id, 'CANCELLED', now_ms, t, {'status', 'CANCELLED', 'finished_at', now_ms})
       status, etype = 'CANCELLED', 'task.cancelled'
     elseif outcome == 'retry' and due > 0 then
       rcall('HSET', tkey, 'status', 'RETRYING', 'due_at', due)
       schedule_add(K.schedule, due, task_id, queue)
       status, etype = 'RETRYING', 'task.retrying'
-      ttl = ttl + math.max(0, due - tonumber(now_ms))  -- the record must outlive its wait
+      rcall('PEXPIRE', tkey, ttl + math.max(0, due - tonumber(now_ms)))  -- the record must outlive its wait
     else
       status = dead_letter(K, task_id, queue, ttype, attempt, err_class, message, now_ms, dlq_enabled,
                            dlq_maxlen)
-      rcall('HSET', tkey, 'finished_at', now_ms)
+      retain_finish(R, K, task_id, status, now_ms, nil, {'finished_at', now_ms})
       etype = status == 'FAILED' and 'task.failed' or 'task.dead_lettered'
     end
   end
-  rcall('PEXPIRE', tkey, ttl)
   rcall('XACK', stream, group, entry_id)
   rcall('XDEL', stream, entry_id)
   add(task_counts, outcome_field(queue, ttype, status), 1)
@@ -101,7 +108,7 @@ local function complete_one(r)
 end
 
 local q = {K = K, now_ms = now_ms, now_iso = now_iso, retention_ms = retention_ms, dlq_enabled = dlq_enabled,
-           dlq_maxlen = dlq_maxlen}
+           dlq_maxlen = dlq_maxlen, R = R}
 local statuses = {}
 for _, record in ipairs(cjson.decode(ARGV[8])) do
   local ok, status = pcall(complete_one, record)
@@ -115,6 +122,7 @@ for _, record in ipairs(cjson.decode(ARGV[8])) do
   end
   statuses[#statuses + 1] = status
 end
+retain_trim(R, K, now_ms)
 for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
 if next(finished) then
   for field, n in pairs(finished) do rcall('HINCRBY', finished_key, field, n) end

@@ -22,7 +22,7 @@ LUA_TO_PYTHON = {
     "lock": ("lock", ()), "dlq": ("dlq", ()), "running": ("running", ()), "recent": ("recent", ()),
     "ready": ("ready", ()), "paused": ("paused", ()), "stats_tasks": ("stats_tasks", ()),
     "stats_duration": ("stats_duration", ()), "stats_counters": ("stats_counters", ()),
-    "event_seq": ("event_seq", ()),
+    "event_seq": ("event_seq", ()), "retain_ok": ("retain_ok", ()), "retain_failed": ("retain_failed", ()),
 }
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "ab12cd"

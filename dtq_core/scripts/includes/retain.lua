@@ -1,0 +1,126 @@
+-- Retention of finished tasks: what a finished task's record keeps, for how long, and how many a
+-- partition keeps per outcome, so that the settings bound Redis memory (docs/deployment.md,
+-- "Redis memory"). Inlined by common.lua (it needs rcall and partition_keys).
+--
+-- The scripts that end tasks take a retention argument (dtq_core.config.DtqConfig.retention_arg):
+--   "<task ms>:<succeeded ms>:<succeeded count>:<failed count>:<keep payload>"
+-- or a plain "<task ms>" (every record kept whole for that long, no count bound: what the
+-- scripts did before retention had a policy).
+-- Outcomes:
+--   succeeded class (SUCCEEDED, CANCELLED, EXPIRED): never run again, so the record is
+--     compacted (unless keep payload is 'all', or the task is a Django task, whose result reader
+--     rebuilds the call from the payload), lives <succeeded ms>, and its id goes to the tail of
+--     the partition's retain:ok list; past <succeeded count> the oldest ids are popped and their
+--     task and result keys deleted. A list (about 35 bytes an id, against a zset's 130) is
+--     enough: such a task finishes once, so an id is listed once.
+--   failed class (FAILED, DEAD_LETTERED): kept whole (the DLQ retry needs payload and errors)
+--     for <task ms>, scored by finish time in the retain:failed zset, which a DLQ retry leaves
+--     (retain_unfinish) so a retried task is never trimmed while it runs again.
+-- A count of 0 turns that count bound off. The count trim runs once per script (retain_trim),
+-- so a batch pays one LPOP and one DEL however many of its tasks it pushes out.
+
+local RETAIN_COMPACT = {SUCCEEDED = true, CANCELLED = true, EXPIRED = true}
+local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
+-- What a compact record keeps: what the API shows of a finished task besides its status and
+-- finish time. 'completed' stays: completeTasks tells a resent record from a fenced one by it.
+local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'max_attempts', 'created_at', 'started_at',
+                             'result_truncated', 'last_error', 'completed', 'handler'}
+local RETAIN_FIELD = {}
+for _, name in ipairs(RETAIN_FIELDS) do RETAIN_FIELD[name] = true end
+local RETAIN_TRIM_MAX = 1000  -- ids trimmed per script call at most: a lowered count catches up over calls
+
+local function retention_policy(arg)
+  local parts = {}
+  for part in string.gmatch(tostring(arg), '[^:]+') do parts[#parts + 1] = part end
+  local task_ms = tonumber(parts[1])
+  if not task_ms then return error('not a retention argument: ' .. tostring(arg), 0) end
+  return {task_ms = task_ms, ok_ms = tonumber(parts[2]) or task_ms, ok_count = tonumber(parts[3]) or 0,
+          failed_count = tonumber(parts[4]) or 0, keep_payload = parts[5] or 'all',
+          ok_len = nil, failed_added = false}
+end
+
+local function retain_drop(K, ids)
+  local keys = {}
+  for _, id in ipairs(ids) do
+    keys[#keys + 1] = K.task_prefix .. id
+    keys[#keys + 1] = K.result_prefix .. id
+    if #keys >= 500 then rcall('DEL', unpack(keys)); keys = {} end
+  end
+  if #keys > 0 then rcall('DEL', unpack(keys)) end
+end
+
+-- Apply the count bounds (and the failed class's age, whose record a DLQ discard may have kept
+-- alive past its index entry) once, after a script's last finish.
+local function retain_trim(R, K, now_ms)
+  if R.ok_len and R.ok_count > 0 and R.ok_len > R.ok_count then
+    local ids = rcall('LPOP', K.retain_ok, math.min(R.ok_len - R.ok_count, RETAIN_TRIM_MAX))
+    if ids then retain_drop(K, ids) end
+  end
+  R.ok_len = nil
+  if R.failed_added then
+    local old = rcall('ZRANGEBYSCORE', K.retain_failed, '-inf', tonumber(now_ms) - R.task_ms, 'LIMIT', 0,
+                      RETAIN_TRIM_MAX)
+    if #old > 0 then
+      rcall('ZREM', K.retain_failed, unpack(old))
+      retain_drop(K, old)
+    end
+    if R.failed_count > 0 then
+      local excess = rcall('ZCARD', K.retain_failed) - R.failed_count
+      if excess > 0 then
+        local ids = {}
+        local popped = rcall('ZPOPMIN', K.retain_failed, math.min(excess, RETAIN_TRIM_MAX))
+        for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+        retain_drop(K, ids)
+      end
+    end
+  end
+  R.failed_added = false
+end
+
+-- The task just ended with status: write what the caller had to write (writes: HSET field/value
+-- pairs, status among them; nil when the caller wrote already) in the shape of its outcome, give
+-- the record the lifetime of its outcome and index it. t holds the RETAIN_FIELDS the caller read
+-- before (nil: read here when needed). A caller that ends many tasks sets R.defer and calls
+-- retain_trim once at its end.
+local function retain_finish(R, K, task_id, status, now_ms, t, writes)
+  local tkey = K.task_prefix .. task_id
+  local compact = RETAIN_COMPACT[status] and R.keep_payload ~= 'all'
+  if compact then
+    if not t then t = read_task(tkey, unpack(RETAIN_FIELDS)) end
+    compact = not (t.handler and t.handler ~= '')
+  end
+  if compact then
+    local v = {}
+    for _, name in ipairs(RETAIN_FIELDS) do v[name] = t[name] end
+    for i = 1, #(writes or {}), 2 do
+      if RETAIN_FIELD[writes[i]] then v[writes[i]] = writes[i + 1] end
+    end
+    if v.result_truncated == '0' then v.result_truncated = nil end  -- the API reads a missing flag as 0
+    if status == 'SUCCEEDED' then v.last_error = nil end
+    local f = {'status', status, 'finished_at', now_ms}
+    for _, name in ipairs(RETAIN_FIELDS) do
+      if v[name] and v[name] ~= '' then f[#f + 1], f[#f + 2] = name, v[name] end
+    end
+    -- DEL and a new HSET, not HDEL: a hash that a long payload made a hashtable stays one.
+    rcall('DEL', tkey)
+    rcall('HSET', tkey, unpack(f))
+  elseif writes then
+    rcall('HSET', tkey, unpack(writes))
+  end
+  if RETAIN_COMPACT[status] then
+    rcall('PEXPIRE', tkey, R.ok_ms)
+    if R.ok_count > 0 then R.ok_len = rcall('RPUSH', K.retain_ok, task_id) end
+  else
+    rcall('PEXPIRE', tkey, R.task_ms)
+    if RETAIN_FAILED[status] and R.failed_count > 0 then
+      rcall('ZADD', K.retain_failed, now_ms, task_id)
+      R.failed_added = true
+    end
+  end
+  if not R.defer then retain_trim(R, K, now_ms) end
+end
+
+-- A dead letter is retried: its task runs again, so the failed class's trim must not delete it.
+local function retain_unfinish(K, task_id)
+  rcall('ZREM', K.retain_failed, task_id)
+end
