@@ -103,8 +103,9 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
         out[name] = int(fields[name]) if fields.get(name, "") != "" else None
     for name in TIME_FIELDS:
         out[name] = iso(fields.get(name) or None)
-    if out["compact"]:
+    if out["compact"]:  # what retain.lua leaves out of a compact record when it is the default
         out["updated_at"] = out["updated_at"] or out["finished_at"]
+        out["priority"] = out["priority"] or "normal"
     if fields.get("dlq_entry_id"):
         # The hash holds the entry id in its partition's DLQ stream; the API names a dead letter by
         # keys.dlq_ref, which carries the partition (the task id's tag) too.

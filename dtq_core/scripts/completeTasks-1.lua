@@ -80,7 +80,7 @@ local function complete_one(r)
     if t.cancel_requested == '1' then
       -- A cancel accepted while this attempt ran (and not yet acted on by the worker's watcher):
       -- the failure is recorded above, but nothing runs again.
-      t.last_error, t.completed = err_class .. ': ' .. message, mark
+      t.last_error, t.completed, t.errors = err_class .. ': ' .. message, mark, errors
       retain_finish(R, K, task_id, 'CANCELLED', now_ms, t, {'status', 'CANCELLED', 'finished_at', now_ms})
       status, etype = 'CANCELLED', 'task.cancelled'
     elseif outcome == 'retry' and due > 0 then

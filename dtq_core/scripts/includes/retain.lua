@@ -23,8 +23,10 @@ local RETAIN_COMPACT = {SUCCEEDED = true, CANCELLED = true, EXPIRED = true}
 local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
 -- What a compact record keeps: what the API shows of a finished task besides its status and
 -- finish time. 'completed' stays: completeTasks tells a resent record from a fenced one by it.
+-- The error history (and last error) stay on a cancelled or expired task, rare outcomes whose
+-- earlier failures explain them; a succeeded task drops them.
 local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'max_attempts', 'created_at', 'started_at',
-                             'result_truncated', 'last_error', 'completed', 'handler'}
+                       'result_truncated', 'last_error', 'errors', 'completed', 'handler'}
 local RETAIN_FIELD = {}
 for _, name in ipairs(RETAIN_FIELDS) do RETAIN_FIELD[name] = true end
 local RETAIN_TRIM_MAX = 1000  -- ids trimmed per script call at most: a lowered count catches up over calls
@@ -49,6 +51,23 @@ local function retain_drop(K, ids)
   if #keys > 0 then rcall('DEL', unpack(keys)) end
 end
 
+-- A failed record leaves with its dead letter, so the DLQ never offers one whose task is gone
+-- (the DLQ's own cap may order a batch's dead letters otherwise than the finish times here).
+local function retain_drop_failed(K, ids)
+  local evicted = 0
+  for _, id in ipairs(ids) do
+    local t = read_task(K.task_prefix .. id, 'status', 'dlq_entry_id', 'queue')
+    if t.status == 'DEAD_LETTERED' and t.dlq_entry_id and t.dlq_entry_id ~= '' then
+      if rcall('XDEL', K.dlq, t.dlq_entry_id) == 1 then
+        rcall('HINCRBY', K.dlq .. ':counts', t.queue or '', -1)
+        evicted = evicted + 1
+      end
+    end
+  end
+  if evicted > 0 then rcall('HINCRBY', K.stats_counters, 'dlq_trimmed', evicted) end
+  retain_drop(K, ids)
+end
+
 -- Apply the count bounds (and the failed class's age, whose record a DLQ discard may have kept
 -- alive past its index entry) once, after a script's last finish.
 local function retain_trim(R, K, now_ms)
@@ -62,7 +81,7 @@ local function retain_trim(R, K, now_ms)
                       RETAIN_TRIM_MAX)
     if #old > 0 then
       rcall('ZREM', K.retain_failed, unpack(old))
-      retain_drop(K, old)
+      retain_drop_failed(K, old)
     end
     if R.failed_count > 0 then
       local excess = rcall('ZCARD', K.retain_failed) - R.failed_count
@@ -70,7 +89,7 @@ local function retain_trim(R, K, now_ms)
         local ids = {}
         local popped = rcall('ZPOPMIN', K.retain_failed, math.min(excess, RETAIN_TRIM_MAX))
         for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
-        retain_drop(K, ids)
+        retain_drop_failed(K, ids)
       end
     end
   end
@@ -96,7 +115,9 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
       if RETAIN_FIELD[writes[i]] then v[writes[i]] = writes[i + 1] end
     end
     if v.result_truncated == '0' then v.result_truncated = nil end  -- the API reads a missing flag as 0
-    if status == 'SUCCEEDED' then v.last_error = nil end
+    if status == 'SUCCEEDED' then v.last_error, v.errors = nil, nil end
+    if v.errors == '[]' then v.errors = nil end
+    if v.priority == 'normal' then v.priority = nil end  -- the default, as the API reads a compact record
     local f = {'status', status, 'finished_at', now_ms}
     for _, name in ipairs(RETAIN_FIELDS) do
       if v[name] and v[name] ~= '' then f[#f + 1], f[#f + 2] = name, v[name] end
