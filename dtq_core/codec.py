@@ -106,6 +106,7 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     if out["compact"]:  # what retain.lua leaves out of a compact record when it is the default
         out["updated_at"] = out["updated_at"] or out["finished_at"]
         out["priority"] = out["priority"] or "normal"
+        out["cancel_requested"] = out["status"] == "CANCELLED"  # only a cancel ends a task CANCELLED
     if fields.get("dlq_entry_id"):
         # The hash holds the entry id in its partition's DLQ stream; the API names a dead letter by
         # keys.dlq_ref, which carries the partition (the task id's tag) too.

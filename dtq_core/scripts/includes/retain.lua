@@ -23,10 +23,11 @@ local RETAIN_COMPACT = {SUCCEEDED = true, CANCELLED = true, EXPIRED = true}
 local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
 -- What a compact record keeps: what the API shows of a finished task besides its status and
 -- finish time. 'completed' stays: completeTasks tells a resent record from a fenced one by it.
--- The error history (and last error) stay on a cancelled or expired task, rare outcomes whose
--- earlier failures explain them; a succeeded task drops them.
+-- The error history and last error stay when there are any (a task that needed retries): the
+-- common first-try success keeps the smallest record.
 local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'max_attempts', 'created_at', 'started_at',
                        'result_truncated', 'last_error', 'errors', 'completed', 'handler'}
+local DJANGO_TYPES = {['django.task'] = true, ['django.atask'] = true}  -- queued before per-function types
 local RETAIN_FIELD = {}
 for _, name in ipairs(RETAIN_FIELDS) do RETAIN_FIELD[name] = true end
 local RETAIN_TRIM_MAX = 1000  -- ids trimmed per script call at most: a lowered count catches up over calls
@@ -106,7 +107,8 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
   local compact = RETAIN_COMPACT[status] and R.keep_payload ~= 'all'
   if compact then
     if not t then t = read_task(tkey, unpack(RETAIN_FIELDS)) end
-    compact = not (t.handler and t.handler ~= '')
+    -- A Django task's result reader rebuilds the call from its payload: kept whole.
+    compact = not ((t.handler and t.handler ~= '') or DJANGO_TYPES[t.type])
   end
   if compact then
     local v = {}
@@ -115,7 +117,6 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
       if RETAIN_FIELD[writes[i]] then v[writes[i]] = writes[i + 1] end
     end
     if v.result_truncated == '0' then v.result_truncated = nil end  -- the API reads a missing flag as 0
-    if status == 'SUCCEEDED' then v.last_error, v.errors = nil, nil end
     if v.errors == '[]' then v.errors = nil end
     if v.priority == 'normal' then v.priority = nil end  -- the default, as the API reads a compact record
     local f = {'status', status, 'finished_at', now_ms}
