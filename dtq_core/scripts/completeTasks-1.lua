@@ -49,7 +49,12 @@ local function complete_one(r)
                      'last_error', 'handler')
   local mark = attempt .. '@' .. entry_id
   if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then
-    if t.completed == mark then return 'resent' end  -- applied by an earlier send whose reply was lost
+    -- Applied by an earlier send whose reply was lost. A compact record (includes/retain.lua)
+    -- has no mark: a SUCCEEDED one at this attempt is this record's (only a completion of the same
+    -- attempt number under an older entry, after a DLQ retry, would be misread as resent).
+    if t.completed == mark or (not t.completed and t.status == 'SUCCEEDED' and t.attempt == attempt) then
+      return 'resent'
+    end
     rcall('HINCRBY', K.stats_counters, 'fenced', 1)
     return 'fenced'
   end

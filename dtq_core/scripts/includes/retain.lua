@@ -22,11 +22,12 @@
 local RETAIN_COMPACT = {SUCCEEDED = true, CANCELLED = true, EXPIRED = true}
 local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
 -- What a compact record keeps: what the API shows of a finished task besides its status and
--- finish time. 'completed' stays: completeTasks tells a resent record from a fenced one by it.
+-- finish time. Not the completion mark ('completed', 32 bytes, a listpack size class): a
+-- SUCCEEDED compact record is told resent by its attempt (completeTasks).
 -- The error history and last error stay when there are any (a task that needed retries): the
 -- common first-try success keeps the smallest record.
 local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'max_attempts', 'created_at', 'started_at',
-                       'result_truncated', 'last_error', 'errors', 'completed', 'handler'}
+                       'result_truncated', 'last_error', 'errors', 'handler'}
 local DJANGO_TYPES = {['django.task'] = true, ['django.atask'] = true}  -- queued before per-function types
 local RETAIN_FIELD = {}
 for _, name in ipairs(RETAIN_FIELDS) do RETAIN_FIELD[name] = true end
