@@ -81,8 +81,16 @@ def make(engine: Engine, outcome: str, n: int) -> None:
     asyncio.run(Worker(cfg, concurrency=50, burst=True, name=f"bench-memory-{time.monotonic_ns()}").run())
 
 
+RUNS = iter(range(100, 1000))
+
+
+def new_prefix() -> str:
+    """A fresh prefix as long as the default one ("dtq"): key names count in MEMORY USAGE."""
+    return f"m{next(RUNS) % 100:02d}"
+
+
 def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) -> dict[str, Any]:
-    prefix = f"mem{time.monotonic_ns() % 10**9}"
+    prefix = new_prefix()
     overrides = {} if policy == "defaults" else OLD
     engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, **overrides))
     engine.registry.ensure("default")
@@ -90,6 +98,7 @@ def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) ->
     make(engine, outcome, n)
     after = commandstats(client)
     commands = sum(after.values()) - sum(before.values())
+    per_command = {name: (after.get(name, 0) - before.get(name, 0)) / n for name in after}
     parts = usage(client, prefix)
     total = sum(parts.values())
     row: dict[str, Any] = {"outcome": outcome, "policy": policy, "tasks": n,
@@ -99,14 +108,14 @@ def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) ->
                            "retain": round(parts.get("retention index", 0) / n, 1),
                            "recent": round(parts.get("recent index", 0) / n, 1),
                            "other": round(parts.get("other", 0) / n, 1),
-                           "commands_per_task": round(commands / n, 2)}
+                           "commands_per_task": round(commands / n, 2), "per_command": per_command}
     for key in client.scan_iter(match=f"{prefix}:*", count=5000):
         client.unlink(key)
     return row
 
 
 def count_bound(url: str, client: redis.Redis, n: int) -> dict[str, Any]:
-    prefix = f"mem{time.monotonic_ns() % 10**9}"
+    prefix = new_prefix()
     count = max(1, n // 3)
     engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, succeeded_retention_count=count))
     make(engine, "SUCCEEDED", n)
@@ -137,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
                           ("record", "task record"), ("result", "result"), ("retain", "retention index"),
                           ("recent", "recent index"), ("other", "other"),
                           ("commands_per_task", "commands/task")], rows))
+    print()
+    for outcome in ("SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "EXPIRED"):
+        new, old = (next(r["per_command"] for r in rows if r["outcome"] == outcome and r["policy"] == policy)
+                    for policy in ("defaults", "keep all, no count"))
+        diff = {name: new.get(name, 0) - old.get(name, 0) for name in set(new) | set(old)}
+        shown = ", ".join(f"{name} {d:+.2f}" for name, d in sorted(diff.items()) if abs(d) >= 0.01)
+        print(f"{outcome}: commands per task, defaults minus keep-all: {shown or 'none'}")
     print()
     print(f"Count bound: {bound['submitted']} tasks succeeded with DTQ_SUCCEEDED_RETENTION_COUNT={bound['count']}: "
           f"{bound['records_left']} task records and {bound['results_left']} results left.")

@@ -44,6 +44,8 @@ local function retention_policy(arg)
 end
 
 local function retain_drop(K, ids)
+  -- Out of the recent-tasks index too: a listing would only pass over them.
+  for i = 1, #ids, 500 do rcall('ZREM', K.recent, unpack(ids, i, math.min(i + 499, #ids))) end
   local keys = {}
   for _, id in ipairs(ids) do
     keys[#keys + 1] = K.task_prefix .. id
