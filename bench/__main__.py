@@ -3,7 +3,8 @@
 Drain of pre-filled no-op tasks by 1, 2 and 4 worker processes (runs interleaved, medians),
 enqueue rates, Redis round trips per task, worker peak RSS, end-to-end latency on an idle
 worker, redelivery after SIGKILL, submit rate over HTTP; then the DLQ, console and memory
-(bytes per finished task by outcome) benchmarks when they are present. Results go to bench/results/dtq-latest.{json,md}.
+(bytes per finished task by outcome) benchmarks when they are present. Results go to
+bench/results/dtq-latest.{json,md}.
 """
 
 from __future__ import annotations
