@@ -139,12 +139,14 @@ class DtqConfig:
     @property
     def retention_arg(self) -> str:
         """The retention argument of the scripts that end tasks (includes/retain.lua,
-        retention_policy). The failed count is never below DTQ_DLQ_MAXLEN, so a dead letter still
-        in its DLQ keeps its task record (the retry needs it)."""
+        retention_policy). DTQ_TASK_RETENTION_S stays the longest any record lives past its last
+        update, so a succeeded one's age is at most that. The failed count is never below
+        DTQ_DLQ_MAXLEN, so a dead letter still in its DLQ keeps its task record (the retry needs it)."""
         failed = self.failed_retention_count
         if failed and self.dlq_enabled:
             failed = max(failed, self.dlq_maxlen)
-        return (f"{self.task_retention_s * 1000}:{self.succeeded_retention_s * 1000}:"
+        succeeded_s = min(self.succeeded_retention_s, self.task_retention_s)
+        return (f"{self.task_retention_s * 1000}:{succeeded_s * 1000}:"
                 f"{self.succeeded_retention_count}:{failed}:{self.keep_payload}")
 
     @property

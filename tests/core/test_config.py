@@ -146,6 +146,7 @@ def test_the_retention_argument_carries_the_policy_and_never_trims_below_the_dlq
     c = read_env({"DTQ_SUCCEEDED_RETENTION_S": "60", "DTQ_SUCCEEDED_RETENTION_COUNT": "0",
                   "DTQ_FAILED_RETENTION_COUNT": "5", "DTQ_DLQ_MAXLEN": "20", "DTQ_KEEP_PAYLOAD": "all"}.get)
     assert c.retention_arg == "604800000:60000:0:20:all"  # a dead letter keeps its record while in the DLQ
+    assert read_env({"DTQ_TASK_RETENTION_S": "3600"}.get).retention_arg.startswith("3600000:3600000:")
     assert read_env({"DTQ_FAILED_RETENTION_COUNT": "5", "DTQ_DLQ_ENABLED": "false"}.get).retention_arg.endswith(
         ":5:failed")
 
