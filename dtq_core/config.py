@@ -18,7 +18,6 @@ from .faults import POINTS as FAULT_POINTS
 from .redis_url import RedisUrlError, parse
 from .task import valid_queue_name
 
-
 KEEP_PAYLOAD = ("failed", "all")  # DTQ_KEEP_PAYLOAD: whose payload a finished record keeps
 
 
@@ -85,7 +84,8 @@ class DtqConfig:
             _check_finite(env_name(name), getattr(self, name))
         positive = (
             "visibility_timeout_s", "heartbeat_interval_s", "task_retention_s",
-            "result_retention_s", "succeeded_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen", "audit_maxlen",
+            "result_retention_s", "succeeded_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen",
+            "audit_maxlen",
             "max_attempts", "retry_base_s", "retry_max_s", "task_timeout_s", "payload_max_bytes",
             "scheduler_lock_ttl_s", "stale_claim_s", "scheduler_interval_s", "cancel_poll_s",
             "redis_timeout_s", "redis_wait_timeout_ms",
