@@ -16,8 +16,9 @@
 --   failed class (FAILED, DEAD_LETTERED): kept whole (the DLQ retry needs payload and errors)
 --     for <task ms>, scored by finish time in the retain:failed zset, which a DLQ retry leaves
 --     (retain_unfinish) so a retried task is never trimmed while it runs again.
--- A count of 0 turns that count bound off. The count trim runs once per script (retain_trim),
--- so a batch pays one LPOP and one DEL however many of its tasks it pushes out.
+-- A count of 0 turns that count bound off (and the index with it). Indexing and the count trim
+-- run once per script (retain_trim): a batch pays one RPUSH (one ZADD for failures) and, once
+-- over the count, one LPOP, one ZREM (recent index) and one DEL, however many tasks it ends.
 
 local RETAIN_COMPACT = {SUCCEEDED = true, CANCELLED = true, EXPIRED = true}
 local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
@@ -40,7 +41,7 @@ local function retention_policy(arg)
   if not task_ms then return error('not a retention argument: ' .. tostring(arg), 0) end
   return {task_ms = task_ms, ok_ms = tonumber(parts[2]) or task_ms, ok_count = tonumber(parts[3]) or 0,
           failed_count = tonumber(parts[4]) or 0, keep_payload = parts[5] or 'all',
-          ok_len = nil, failed_added = false}
+          ok_ids = {}, failed_args = {}}
 end
 
 local function retain_drop(K, ids)
@@ -72,15 +73,25 @@ local function retain_drop_failed(K, ids)
   retain_drop(K, ids)
 end
 
--- Apply the count bounds (and the failed class's age, whose record a DLQ discard may have kept
--- alive past its index entry) once, after a script's last finish.
+-- Index the tasks ended since the last call (one RPUSH and one ZADD for a whole batch), then
+-- apply the count bounds (and the failed class's age, whose record a DLQ discard may have kept
+-- alive past its index entry): once, after a script's last finish.
 local function retain_trim(R, K, now_ms)
-  if R.ok_len and R.ok_count > 0 and R.ok_len > R.ok_count then
-    local ids = rcall('LPOP', K.retain_ok, math.min(R.ok_len - R.ok_count, RETAIN_TRIM_MAX))
+  local ok_len = nil
+  for i = 1, #R.ok_ids, 500 do
+    ok_len = rcall('RPUSH', K.retain_ok, unpack(R.ok_ids, i, math.min(i + 499, #R.ok_ids)))
+  end
+  R.ok_ids = {}
+  if ok_len and ok_len > R.ok_count then
+    local ids = rcall('LPOP', K.retain_ok, math.min(ok_len - R.ok_count, RETAIN_TRIM_MAX))
     if ids then retain_drop(K, ids) end
   end
-  R.ok_len = nil
-  if R.failed_added then
+  local failed = R.failed_args
+  for i = 1, #failed, 1000 do
+    rcall('ZADD', K.retain_failed, unpack(failed, i, math.min(i + 999, #failed)))
+  end
+  R.failed_args = {}
+  if #failed > 0 then
     local old = rcall('ZRANGEBYSCORE', K.retain_failed, '-inf', tonumber(now_ms) - R.task_ms, 'LIMIT', 0,
                       RETAIN_TRIM_MAX)
     if #old > 0 then
@@ -97,7 +108,6 @@ local function retain_trim(R, K, now_ms)
       end
     end
   end
-  R.failed_added = false
 end
 
 -- The task just ended with status: write what the caller had to write (writes: HSET field/value
@@ -134,12 +144,12 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
   end
   if RETAIN_COMPACT[status] then
     rcall('PEXPIRE', tkey, R.ok_ms)
-    if R.ok_count > 0 then R.ok_len = rcall('RPUSH', K.retain_ok, task_id) end
+    if R.ok_count > 0 then R.ok_ids[#R.ok_ids + 1] = task_id end
   else
     rcall('PEXPIRE', tkey, R.task_ms)
     if RETAIN_FAILED[status] and R.failed_count > 0 then
-      rcall('ZADD', K.retain_failed, now_ms, task_id)
-      R.failed_added = true
+      R.failed_args[#R.failed_args + 1] = now_ms
+      R.failed_args[#R.failed_args + 1] = task_id
     end
   end
   if not R.defer then retain_trim(R, K, now_ms) end
