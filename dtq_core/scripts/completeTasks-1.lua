@@ -45,7 +45,7 @@ local function complete_one(r)
   local tkey = task_prefix .. task_id
   -- The fields a compact record keeps are read here too: one HMGET for both.
   local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
-                     'completed', 'priority', 'max_attempts', 'created_at', 'started_at', 'result_truncated',
+                     'completed', 'priority', 'created_at', 'started_at', 'worker_id', 'result_truncated',
                      'last_error', 'handler')
   local mark = attempt .. '@' .. entry_id
   if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then

@@ -31,9 +31,6 @@ FAST: dict[str, Any] = {
     "DTQ_RETRY_BASE_S": 0.1,
     "DTQ_RETRY_MAX_S": 0.5,
     "DTQ_TASK_MODULES": "tests.failure.handlers",
-    # The scenarios prove which worker ran a finished task, and when it was queued, from its record:
-    # fields a compact record (includes/retain.lua) drops. Retention has its own tests.
-    "DTQ_KEEP_PAYLOAD": "all",
 }
 
 

@@ -11,7 +11,7 @@
 --     compacted (unless keep payload is 'all', or the task is a Django task, whose result reader
 --     rebuilds the call from the payload), lives <succeeded ms>, and its id goes to the tail of
 --     the partition's retain:ok list; past <succeeded count> the oldest ids are popped and their
---     task and result keys deleted. A list (about 35 bytes an id, against a zset's 130) is
+--     task and result keys deleted. A list (about 42 bytes an id, against a zset's 134) is
 --     enough: such a task finishes once, so an id is listed once.
 --   failed class (FAILED, DEAD_LETTERED): kept whole (the DLQ retry needs payload and errors)
 --     for <task ms>, scored by finish time in the retain:failed zset, which a DLQ retry leaves
@@ -25,9 +25,11 @@ local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
 -- What a compact record keeps: what the API shows of a finished task besides its status and
 -- finish time. Not the completion mark ('completed', 32 bytes, a listpack size class): a
 -- SUCCEEDED compact record is told resent by its attempt (completeTasks).
--- The error history and last error stay when there are any (a task that needed retries): the
--- common first-try success keeps the smallest record.
-local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'max_attempts', 'created_at', 'started_at',
+-- The worker that ran it stays (which peer took over is what an operator asks after a crash);
+-- max_attempts does not (worth less than the 16 bytes that keep a typical record in its
+-- 192-byte allocation). The error history and last error stay when there are any (a task that
+-- needed retries): the common first-try success keeps the smallest record.
+local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'created_at', 'started_at', 'worker_id',
                        'result_truncated', 'last_error', 'errors', 'handler'}
 local DJANGO_TYPES = {['django.task'] = true, ['django.atask'] = true}  -- queued before per-function types
 local RETAIN_FIELD = {}
