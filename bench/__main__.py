@@ -2,8 +2,9 @@
 
 Drain of pre-filled no-op tasks by 1, 2 and 4 worker processes (runs interleaved, medians),
 enqueue rates, Redis round trips per task, worker peak RSS, end-to-end latency on an idle
-worker, redelivery after SIGKILL, submit rate over HTTP; then the DLQ and console benchmarks
-when they are present. Results go to bench/results/dtq-latest.{json,md}.
+worker, redelivery after SIGKILL, submit rate over HTTP; then the DLQ, console and memory
+(bytes per finished task by outcome) benchmarks when they are present. Results go to
+bench/results/dtq-latest.{json,md}.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import django
 from . import dtq_bench as b
 from .common import RESULTS, ROOT, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
 
-OTHER_BENCHES = ("bench_dlq", "bench_console")  # owned by other modules; run when present
+OTHER_BENCHES = ("bench_dlq", "bench_console", "bench_memory")  # owned by other modules; run when present
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

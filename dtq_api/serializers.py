@@ -166,6 +166,9 @@ class TaskSerializer(serializers.Serializer):
     cancel_requested = serializers.BooleanField()
     idempotency_key = serializers.CharField(allow_null=True)
     request_id = serializers.CharField(allow_null=True)
+    compact = serializers.BooleanField(
+        help_text="a finished record compacted by the retention policy (DTQ_KEEP_PAYLOAD): payload, max_attempts, "
+                  "timeout_s, enqueued_at, idempotency_key and request_id are no longer kept (null)")
     dlq_entry_id = serializers.CharField(required=False, help_text="the id of its dead letter (while in the DLQ)")
     dlq_discarded_at = serializers.CharField(required=False, help_text="when its dead letter was discarded")
     retried_from_dlq_at = serializers.CharField(required=False, help_text="when it was last retried from the DLQ")

@@ -80,10 +80,18 @@ def stored_result(fields: dict[str, str], result: str | None) -> str | None:
     return result
 
 
-def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, Any]:
-    """Shape a task hash for the API and console: parsed JSON, ISO times, typed numbers."""
+COMPACTED = frozenset({"SUCCEEDED", "CANCELLED", "EXPIRED"})  # the statuses retain.lua compacts
+
+
+def task_view(fields: dict[str, str], result: str | None = None, task_id: str | None = None) -> dict[str, Any]:
+    """Shape a task hash for the API and console: parsed JSON, ISO times, typed numbers.
+
+    task_id: the id the record was read by; a compact record (includes/retain.lua) does not
+    hold its own id. A compact record is shown with "compact": true and payload null: the
+    retention policy (DTQ_KEEP_PAYLOAD) dropped its payload, errors and submit details.
+    """
     out: dict[str, Any] = {
-        "id": fields.get("id"),
+        "id": fields.get("id") or task_id,
         "type": fields.get("type"),
         "queue": fields.get("queue"),
         "priority": fields.get("priority"),
@@ -97,15 +105,20 @@ def task_view(fields: dict[str, str], result: str | None = None) -> dict[str, An
         "cancel_requested": fields.get("cancel_requested") == "1",
         "idempotency_key": fields.get("idempotency_key") or None,
         "request_id": fields.get("request_id") or None,
+        "compact": fields.get("status") in COMPACTED and "payload" not in fields,
     }
     for name in INT_FIELDS:
         out[name] = int(fields[name]) if fields.get(name, "") != "" else None
     for name in TIME_FIELDS:
         out[name] = iso(fields.get(name) or None)
+    if out["compact"]:  # what retain.lua leaves out of a compact record when it is the default
+        out["updated_at"] = out["updated_at"] or out["finished_at"]
+        out["priority"] = out["priority"] or "normal"
+        out["cancel_requested"] = out["status"] == "CANCELLED"  # only a cancel ends a task CANCELLED
     if fields.get("dlq_entry_id"):
         # The hash holds the entry id in its partition's DLQ stream; the API names a dead letter by
         # keys.dlq_ref, which carries the partition (the task id's tag) too.
-        task_id = fields.get("id") or ""
+        task_id = out["id"] or ""
         out["dlq_entry_id"] = (dlq_ref(tag_of(task_id), fields["dlq_entry_id"]) if is_task_id(task_id)
                                else fields["dlq_entry_id"])
     # Fired by a periodic schedule: its name and the tick (UTC ISO) it stands for; None otherwise.

@@ -19,6 +19,7 @@ from .redis_url import RedisUrlError, parse
 from .task import valid_queue_name
 
 EVENT_MODES = ("auto", "always", "off")
+KEEP_PAYLOAD = ("failed", "all")  # DTQ_KEEP_PAYLOAD: whose payload a finished record keeps
 
 
 class ConfigError(ValueError):
@@ -34,6 +35,16 @@ class DtqConfig:
     drain_timeout_s: float = 30.0
     task_retention_s: int = 604800
     result_retention_s: int = 3600
+    # How finished tasks are kept (dtq_core/scripts/includes/retain.lua; docs/deployment.md, "Redis
+    # memory"): SUCCEEDED, CANCELLED and EXPIRED records compacted and kept this long and at most
+    # this many per queue partition; FAILED and DEAD_LETTERED kept whole for DTQ_TASK_RETENTION_S
+    # and at most this many per partition (never fewer than DTQ_DLQ_MAXLEN). A count of 0: no
+    # count bound. DTQ_KEEP_PAYLOAD: "failed" drops the payload (and error history) of succeeded,
+    # cancelled and expired tasks; "all" keeps every record whole.
+    succeeded_retention_s: int = 86400
+    succeeded_retention_count: int = 10000
+    failed_retention_count: int = 10000
+    keep_payload: str = "failed"
     result_max_bytes: int = 65536
     idem_ttl_s: int = 86400
     max_queue_depth: int = 100000
@@ -77,7 +88,8 @@ class DtqConfig:
             _check_finite(env_name(name), getattr(self, name))
         positive = (
             "visibility_timeout_s", "heartbeat_interval_s", "task_retention_s",
-            "result_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen", "audit_maxlen",
+            "result_retention_s", "succeeded_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen",
+            "audit_maxlen",
             "max_attempts", "retry_base_s", "retry_max_s", "task_timeout_s", "payload_max_bytes",
             "scheduler_lock_ttl_s", "stale_claim_s", "scheduler_interval_s", "cancel_poll_s",
             "redis_timeout_s", "redis_wait_timeout_ms",
@@ -96,6 +108,11 @@ class DtqConfig:
                 f"DTQ_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s:g}) must be less than "
                 f"DTQ_VISIBILITY_TIMEOUT_S ({self.visibility_timeout_s:g})"
             )
+        if self.keep_payload not in KEEP_PAYLOAD:
+            raise ConfigError(f"DTQ_KEEP_PAYLOAD must be one of {', '.join(KEEP_PAYLOAD)} (got {self.keep_payload!r})")
+        for name in ("succeeded_retention_s", "succeeded_retention_count", "failed_retention_count"):
+            if not float(getattr(self, name)).is_integer():
+                raise ConfigError(f"{env_name(name)} must be a whole number (got {getattr(self, name)})")
         if self.retry_max_s < self.retry_base_s:
             raise ConfigError("DTQ_RETRY_MAX_S must be at least DTQ_RETRY_BASE_S")
         if self.test_fault and self.test_fault not in FAULT_POINTS:
@@ -124,6 +141,19 @@ class DtqConfig:
         if "queue_partitions" in kwargs:
             kwargs["queue_partitions"] = parse_partitions(kwargs["queue_partitions"])
         return cls(**kwargs)
+
+    @property
+    def retention_arg(self) -> str:
+        """The retention argument of the scripts that end tasks (includes/retain.lua,
+        retention_policy). DTQ_TASK_RETENTION_S stays the longest any record lives past its last
+        update, so a succeeded one's age is at most that. The failed count is never below
+        DTQ_DLQ_MAXLEN, so a dead letter still in its DLQ keeps its task record (the retry needs it)."""
+        failed = self.failed_retention_count
+        if failed and self.dlq_enabled:
+            failed = max(failed, self.dlq_maxlen)
+        succeeded_s = min(self.succeeded_retention_s, self.task_retention_s)
+        return (f"{self.task_retention_s * 1000}:{succeeded_s * 1000}:"
+                f"{self.succeeded_retention_count}:{failed}:{self.keep_payload}")
 
     @property
     def heartbeat_every_s(self) -> float:

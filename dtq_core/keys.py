@@ -125,6 +125,18 @@ class Keys:
         """Zset of task ids by creation time, for listing recent tasks without SCAN."""
         return f"{self.partition(tag)}recent"
 
+    def retain_ok(self, tag: str) -> str:
+        """List of the partition's SUCCEEDED, CANCELLED and EXPIRED task ids, oldest finish first,
+        popped (with their task and result keys) past DTQ_SUCCEEDED_RETENTION_COUNT
+        (dtq_core/scripts/includes/retain.lua)."""
+        return f"{self.partition(tag)}retain:ok"
+
+    def retain_failed(self, tag: str) -> str:
+        """Zset of the partition's FAILED and DEAD_LETTERED task ids by finish time (ms), trimmed
+        (with their task and result keys) past DTQ_FAILED_RETENTION_COUNT; a DLQ retry removes
+        its task (dtq_core/scripts/includes/retain.lua)."""
+        return f"{self.partition(tag)}retain:failed"
+
     def ready(self, tag: str) -> str:
         """Flag: the partition may hold entries no worker has read yet. Set by every script that
         adds an entry (which publishes the tag on the wake channel when it was not set), cleared

@@ -228,7 +228,7 @@ class Queues(Noun):
                 for (tag, priority), after in cursors.items():
                     self.scripts("purgeQueue", keys=[k.partition(tag)],
                                  args=[queue, priority, Keys.GROUP, now, iso(now), snapshots[(tag, priority)],
-                                       BATCH * 4, after, self.config.task_retention_s * 1000], client=pipe)
+                                       BATCH * 4, after, self.config.retention_arg], client=pipe)
                 replies = self.scripts.execute(pipe)
                 op.advance(sum(int(cancelled) for cancelled, _ in replies))
                 cursors = {stream: str(after) for stream, (_, after) in zip(list(cursors), replies, strict=True)

@@ -128,7 +128,7 @@ class RecentTasks(Noun):
             examined += int(seen)
             for task_id, score, record in matches:
                 w.matches.append((Position(int(float(score)), str(task_id)),
-                                  codec.task_view(stream_fields(record))))
+                                  codec.task_view(stream_fields(record), task_id=str(task_id))))
             if last_id:
                 w.upper = Position(int(float(last_score)), str(last_id))
             w.done = int(reached_end) == 1

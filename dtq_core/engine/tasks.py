@@ -220,7 +220,7 @@ class Tasks(Noun):
         record = _pairs(reply[3])
         if code is ErrorCode.EXISTING:
             # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
-            task = codec.task_view(record, codec.stored_result(record, reply[4] or None)) if record else None
+            task = codec.task_view(record, codec.stored_result(record, reply[4] or None), str(reply[1])) if record else None
             return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task)
         return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True,
                         task=codec.task_view(record) if record else None)
@@ -228,7 +228,7 @@ class Tasks(Noun):
     def get(self, task_id: str) -> dict[str, Any]:
         """Return the task as the API shows it (with `result` when stored); raise TaskNotFound."""
         fields, result = self.record(task_id)
-        return codec.task_view(fields, result)
+        return codec.task_view(fields, result, task_id)
 
     def record(self, task_id: str) -> tuple[dict[str, str], str | None]:
         """Return the raw task hash and stored result JSON in one round trip; raise TaskNotFound."""
@@ -289,7 +289,7 @@ class Tasks(Noun):
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
         now = self.clock.now_ms()
         code, *rest = self.scripts("cancelTask", keys=[self.keys.partition(tag_of(task_id))],
-                                   args=[task_id, now, iso(now), self.config.task_retention_s * 1000])
+                                   args=[task_id, now, iso(now), self.config.retention_arg])
         code = raise_for_code(code, task_id=task_id, script="cancelTask", status=rest[0] if rest else None)
         return CancelResult(id=task_id, status=str(rest[0]), cancelled=code is ErrorCode.OK)
 

@@ -1,6 +1,6 @@
 """Lua scripts, read once at import and registered once per client (EVALSHA, reload on NOSCRIPT).
 
-A line `-- #include NAME` inlines includes/NAME.lua, so shared helpers live in one file.
+A line `-- #include NAME` inlines includes/NAME.lua (itself expanded), so shared helpers live in one file.
 A script's file name is `verbNoun-N.lua`, N its number of KEYS: every call, whether through
 `Scripts.__call__`, `call_direct` or a command packed for a pipeline (`command`), is checked
 against N (BullMQ's loader does the same), so a caller that forgets a key fails loudly instead
@@ -27,7 +27,8 @@ _ROOT = files(__package__)
 
 
 def _expand(source: str) -> str:
-    return _INCLUDE.sub(lambda m: (_ROOT / "includes" / f"{m.group(1)}.lua").read_text(), source)
+    # An include may include another (common includes retain): expanded until none is left.
+    return _INCLUDE.sub(lambda m: _expand((_ROOT / "includes" / f"{m.group(1)}.lua").read_text()), source)
 
 
 def _split(filename: str) -> tuple[str, int]:

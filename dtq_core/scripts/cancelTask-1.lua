@@ -5,7 +5,8 @@
   pending anywhere: delivery and claim happen in one script).
   Input:
     KEYS[1] partition key prefix of the task (its id names the partition: dtq_core.keys.tag_of)
-    ARGV[1] task id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
+    ARGV[1] task id  ARGV[2] now (ms)  ARGV[3] now (ISO)
+    ARGV[4] retention (includes/retain.lua: retention_policy)
   Output:
     {OK, 'CANCELLED'} cancelled now; {CANCEL_SIGNALLED, 'RUNNING'} cancel recorded;
     {CANCEL_REQUESTED, 'RUNNING'} a cancel is already in flight; {TASK_TERMINAL, status} already
@@ -24,8 +25,8 @@ if status == 'RUNNING' then
   rcall('HSET', tkey, 'cancel_requested', '1', 'updated_at', now_ms)
   return {CODE.CANCEL_SIGNALLED, status}
 end
-rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', now_ms, 'updated_at', now_ms)
-rcall('PEXPIRE', tkey, ARGV[4])
+retain_finish(retention_policy(ARGV[4]), K, task_id, 'CANCELLED', now_ms, nil,
+              {'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', now_ms, 'updated_at', now_ms})
 schedule_rem(K.schedule, task_id, t.queue)
 if status == 'QUEUED' and t.entry_id and t.entry_id ~= '' and t.queue and t.priority then
   rcall('XDEL', stream_key(K, t.queue, t.priority), t.entry_id)

@@ -4,7 +4,7 @@
   attempts are spent). New entries are read and claimed in one go by fetchTasks instead.
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
-    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
+    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (retain.lua), dlq enabled (1/0),
                dlq maxlen
     ARGV[8..] quads: stream (after the partition's stream key prefix: queue:priority), entry id,
                task id, entry attempt

@@ -10,8 +10,8 @@
   their task ids and sends one call per partition, pipelined.
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
-    ARGV[1..7] group, now (ms), now (ISO), retention (ms), result retention (ms),
-               dlq enabled (1/0), dlq maxlen
+    ARGV[1..7] group, now (ms), now (ISO), retention (includes/retain.lua: retention_policy),
+               result retention (ms), dlq enabled (1/0), dlq maxlen
     ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream (after
              the partition's stream key prefix: queue:priority),
              outcome (ok|retry|fail|cancel), result JSON, truncated (1/0), error class, error
@@ -28,7 +28,11 @@
 -- #include common
 local K = partition_keys(KEYS[1])
 local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
-local retention_ms, result_retention_ms = ARGV[4], ARGV[5]
+-- Finished records are compacted, indexed and counted per outcome (includes/retain.lua); the
+-- count trim runs once, after the batch.
+local R = retention_policy(ARGV[4])
+R.defer = true
+local retention_ms, result_retention_ms = R.task_ms, ARGV[5]
 local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = K.task_prefix, K.result_prefix, ARGV[6], ARGV[7]
 events_on = ARGV[9] ~= '0'
 -- The partition's count of tasks finished in the current minute (Keys.throughput).
@@ -55,11 +59,18 @@ local function add(t, field, n) t[field] = (t[field] or 0) + n end
 local function complete_one(r)
   local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], K.stream_prefix .. r[4], r[5]
   local tkey = task_prefix .. task_id
+  -- The fields a compact record keeps are read here too: one HMGET for both.
   local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
-                     'completed')
+                     'completed', 'priority', 'created_at', 'started_at', 'worker_id', 'result_truncated',
+                     'last_error', 'handler', 'periodic_name', 'scheduled_for')
   local mark = attempt .. '@' .. entry_id
   if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then
-    if t.completed == mark then return 'resent' end  -- applied by an earlier send whose reply was lost
+    -- Applied by an earlier send whose reply was lost. A compact record (includes/retain.lua)
+    -- has no mark: a SUCCEEDED one at this attempt is this record's (only a completion of the same
+    -- attempt number under an older entry, after a DLQ retry, would be misread as resent).
+    if t.completed == mark or (not t.completed and t.status == 'SUCCEEDED' and t.attempt == attempt) then
+      return 'resent'
+    end
     rcall('HINCRBY', K.stats_counters, 'fenced', 1)
     return 'fenced'
   end
@@ -70,17 +81,22 @@ local function complete_one(r)
     errors = push_error(t.errors, attempt, r[8], r[9], r[10], now_iso)
   end
   local status, etype
-  local ttl = tonumber(retention_ms)
+  local ttl = retention_ms
   if outcome == 'ok' then
     -- Most handlers return nothing: a JSON null costs a flag in the record, not a key and a SET.
-    local result, null = r[6], '0'
-    if result == 'null' then null = '1'
-    elseif result ~= '' then rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms) end
-    rcall('HSET', tkey, 'status', 'SUCCEEDED', 'result_truncated', r[7], 'finished_at', now_ms,
-          'updated_at', now_ms, 'completed', mark, 'result_null', null)
+    local result = r[6]
+    local writes = {'status', 'SUCCEEDED', 'result_truncated', r[7], 'finished_at', now_ms, 'updated_at', now_ms,
+                    'completed', mark}
+    if result == 'null' then
+      writes[#writes + 1], writes[#writes + 2] = 'result_null', '1'
+    elseif result ~= '' then
+      rcall('SET', result_prefix .. task_id, result, 'PX', result_retention_ms)
+    end
+    retain_finish(R, K, task_id, 'SUCCEEDED', now_ms, t, writes)
     status, etype = 'SUCCEEDED', 'task.succeeded'
   elseif outcome == 'cancel' then
-    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms, 'updated_at', now_ms, 'completed', mark)
+    retain_finish(R, K, task_id, 'CANCELLED', now_ms, t, {'status', 'CANCELLED', 'finished_at', now_ms,
+                  'updated_at', now_ms, 'completed', mark})
     status, etype = 'CANCELLED', 'task.cancelled'
   else
     local err_class, message = r[8], r[9]
@@ -90,21 +106,21 @@ local function complete_one(r)
     if t.cancel_requested == '1' then
       -- A cancel accepted while this attempt ran (and not yet acted on by the worker's watcher):
       -- the failure is recorded above, but nothing runs again.
-      rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', now_ms)
+      t.last_error, t.completed, t.errors = err_class .. ': ' .. message, mark, errors
+      retain_finish(R, K, task_id, 'CANCELLED', now_ms, t, {'status', 'CANCELLED', 'finished_at', now_ms})
       status, etype = 'CANCELLED', 'task.cancelled'
     elseif outcome == 'retry' and due > 0 then
       rcall('HSET', tkey, 'status', 'RETRYING', 'due_at', due)
       schedule_add(K.schedule, due, task_id, queue)
       status, etype = 'RETRYING', 'task.retrying'
-      ttl = ttl + math.max(0, due - tonumber(now_ms))  -- the record must outlive its wait
+      rcall('PEXPIRE', tkey, ttl + math.max(0, due - tonumber(now_ms)))  -- the record must outlive its wait
     else
       status = dead_letter(K, task_id, queue, ttype, attempt, err_class, message, now_ms, dlq_enabled,
                            dlq_maxlen)
-      rcall('HSET', tkey, 'finished_at', now_ms)
+      retain_finish(R, K, task_id, status, now_ms, nil, {'finished_at', now_ms})
       etype = status == 'FAILED' and 'task.failed' or 'task.dead_lettered'
     end
   end
-  rcall('PEXPIRE', tkey, ttl)
   stopped[#stopped + 1] = task_id
   settle(stream, entry_id)
   add(task_counts, outcome_field(queue, ttype, status), 1)
@@ -118,7 +134,7 @@ local function complete_one(r)
 end
 
 local q = {K = K, now_ms = now_ms, now_iso = now_iso, retention_ms = retention_ms, dlq_enabled = dlq_enabled,
-           dlq_maxlen = dlq_maxlen}
+           dlq_maxlen = dlq_maxlen, R = R}
 local statuses = {}
 for _, record in ipairs(cjson.decode(ARGV[8])) do
   local ok, status = pcall(complete_one, record)
@@ -137,6 +153,7 @@ for stream, ids in pairs(settled) do
   rcall('XACK', stream, group, unpack(ids))
   rcall('XDEL', stream, unpack(ids))
 end
+retain_trim(R, K, now_ms)
 for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
 if next(finished) then
   -- The key lives an hour from its first count (a later PEXPIRE would only move that by a minute).

@@ -45,7 +45,7 @@ if step == 'drop' then
   if current ~= tombstone then return {CODE.PARTITION_CLOSED} end
   rcall('DEL', streams[1], streams[2], streams[3], K.ready, K.paused, K.schedule, K.schedule_claims,
         K.schedule .. ':counts', K.running, K.recent, K.dlq, K.dlq .. ':counts', K.event_seq,
-        K.stats_tasks, K.stats_duration, K.stats_counters)
+        K.stats_tasks, K.stats_duration, K.stats_counters, K.retain_ok, K.retain_failed)
   rcall('SET', K.owner, tombstone, 'EX', tonumber(ARGV[4]))
   return {CODE.OK}
 end

@@ -8,7 +8,8 @@
   queue is deleted only once its schedule and claims are empty).
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
-    ARGV[1] worker id  ARGV[2] now (ms)  ARGV[3] now (ISO)  ARGV[4] retention (ms)
+    ARGV[1] worker id  ARGV[2] now (ms)  ARGV[3] now (ISO)
+    ARGV[4] retention (includes/retain.lua: retention_policy)
     ARGV[5] dlq enabled (1/0)  ARGV[6] dlq maxlen  ARGV[7..] task ids
   Output:
     {number of tasks queued, {task id, reason, ...} of those quarantined}, or CODE.LEASE_LOST when
@@ -18,15 +19,18 @@
 local K = partition_keys(KEYS[1])
 if rcall('GET', K.lock) ~= ARGV[1] then return CODE.LEASE_LOST end
 local now_ms, now_iso = ARGV[2], ARGV[3]
-local q = {K = K, now_ms = now_ms, now_iso = now_iso, retention_ms = ARGV[4], dlq_enabled = ARGV[5],
-           dlq_maxlen = ARGV[6]}
+local R = retention_policy(ARGV[4])
+R.defer = true  -- one count trim for the whole batch
+local q = {K = K, now_ms = now_ms, now_iso = now_iso, retention_ms = R.task_ms, dlq_enabled = ARGV[5],
+           dlq_maxlen = ARGV[6], R = R}
 local queued, quarantined = 0, {}
 local function enqueue_one(id)
   local tkey = K.task_prefix .. id
   local t = read_task(tkey, 'status', 'attempt', 'queue', 'priority', 'expires_at', 'type')
   if t.status == 'PENDING' or t.status == 'RETRYING' then
     if t.expires_at and t.expires_at ~= '' and tonumber(t.expires_at) <= tonumber(now_ms) then
-      rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', now_ms, 'updated_at', now_ms)
+      retain_finish(R, K, id, 'EXPIRED', now_ms, nil, {'status', 'EXPIRED', 'finished_at', now_ms,
+                    'updated_at', now_ms})
       rcall('HINCRBY', K.stats_tasks, outcome_field(t.queue, t.type, 'EXPIRED'), 1)
       emit(K, 'task.expired', id, t.queue, 'EXPIRED', t.attempt, now_ms, now_iso)
     else
@@ -36,8 +40,8 @@ local function enqueue_one(id)
       ring(K)
       emit(K, 'task.queued', id, t.queue, 'QUEUED', t.attempt, now_ms, now_iso)
       queued = queued + 1
+      rcall('PEXPIRE', tkey, R.task_ms)
     end
-    rcall('PEXPIRE', tkey, ARGV[4])
   end
 end
 
@@ -52,4 +56,5 @@ for i = 7, #ARGV do
   end
   rcall('ZREM', K.schedule_claims, id)
 end
+retain_trim(R, K, now_ms)
 return {queued, quarantined}

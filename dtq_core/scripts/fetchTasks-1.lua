@@ -10,7 +10,7 @@
   asked for leaves the flag set: more may wait, and every worker still counts the partition ready.
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
-    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
+    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (retain.lua), dlq enabled (1/0),
                dlq maxlen (an empty now takes Redis's clock)
     ARGV[8] count   ARGV[9] the partition's owner as the worker knows it ("queue|epoch")
     ARGV[10] events (1/0: publish task events, see events_on in common.lua)

@@ -7,7 +7,7 @@
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
     ARGV[1] queue  ARGV[2] priority  ARGV[3] group  ARGV[4] now (ms)  ARGV[5] now (ISO)
     ARGV[6] snapshot id (inclusive upper bound)  ARGV[7] limit  ARGV[8] start after this id
-    ARGV[9] retention (ms)
+    ARGV[9] retention (includes/retain.lua: retention_policy)
   Output:
     {cancelled, last id seen or '' when done}
 ]]
@@ -15,6 +15,8 @@
 local K = partition_keys(KEYS[1])
 local stream = stream_key(K, ARGV[1], ARGV[2])
 local group, now_ms, now_iso, limit = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[7])
+local R = retention_policy(ARGV[9])
+R.defer = true  -- one count trim for the whole page
 local function id_lt(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
   local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
@@ -37,9 +39,8 @@ for _, entry in ipairs(entries) do
   local tkey = K.task_prefix .. (task_id or '')
   local t = read_task(tkey, 'status', 'queue', 'attempt', 'entry_id', 'type')
   if t.status == 'QUEUED' and t.entry_id == entry[1] then
-    rcall('HSET', tkey, 'status', 'CANCELLED', 'cancel_requested', '1', 'finished_at', now_ms,
-          'updated_at', now_ms, 'last_error', 'purged')
-    rcall('PEXPIRE', tkey, ARGV[9])
+    retain_finish(R, K, task_id, 'CANCELLED', now_ms, nil, {'status', 'CANCELLED', 'cancel_requested', '1',
+                  'finished_at', now_ms, 'updated_at', now_ms, 'last_error', 'purged'})
     local counted = outcome_field(t.queue, t.type, 'CANCELLED')
     counts[counted] = (counts[counted] or 0) + 1
     emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, now_ms, now_iso)
@@ -47,6 +48,7 @@ for _, entry in ipairs(entries) do
   end
   rcall('XDEL', stream, entry[1])
 end
+retain_trim(R, K, now_ms)
 for counted, n in pairs(counts) do rcall('HINCRBY', K.stats_tasks, counted, n) end
 if #entries < limit then last = '' end
 return {cancelled, last}

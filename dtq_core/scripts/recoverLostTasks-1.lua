@@ -9,7 +9,7 @@
   leader scripts.
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
-    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (ms), dlq enabled (1/0),
+    ARGV[1..7] group, worker id, now (ms), now (ISO), retention (retain.lua), dlq enabled (1/0),
                dlq maxlen
     ARGV[8] cutoff (ms)   ARGV[9] limit
   A task whose record cannot be processed (a corrupt field) is quarantined alone (see quarantine

@@ -64,6 +64,7 @@ local function retry_one(entry_id)
         'enqueued_at', now_ms, 'updated_at', now_ms, 'finished_at', '', 'cancel_requested', '0',
         'retried_from_dlq_at', now_ms, 'expires_at', '')
   rcall('PEXPIRE', tkey, retention)
+  retain_unfinish(K, task_id)
   drop(entry_id)
   ring(K)
   emit(K, 'dlq.retried', task_id, queue, 'QUEUED', 0, now_ms, now_iso)

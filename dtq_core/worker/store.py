@@ -156,7 +156,7 @@ class WorkerStore:
         """The claim context (includes/claim.lua, claim_context)."""
         now = self.clock.now_ms()
         c = self.config
-        return [Keys.GROUP, self.worker_id, now, iso(now), c.task_retention_s * 1000, 1 if c.dlq_enabled else 0,
+        return [Keys.GROUP, self.worker_id, now, iso(now), c.retention_arg, 1 if c.dlq_enabled else 0,
                 c.dlq_maxlen]
 
     async def fetch(self, asks: Sequence[tuple[Partition, int]]) -> Fetched:
@@ -355,7 +355,7 @@ class WorkerStore:
         for i, completion in enumerate(completions):
             by_tag.setdefault(completion.row.partition_tag, []).append(i)
         now = self.clock.now_ms()
-        head = [Keys.GROUP, now, iso(now), c.task_retention_s * 1000, c.result_retention_s * 1000,
+        head = [Keys.GROUP, now, iso(now), c.retention_arg, c.result_retention_s * 1000,
                 1 if c.dlq_enabled else 0, c.dlq_maxlen]
         calls, groups = [], []
         for tag, indexes in by_tag.items():
@@ -612,7 +612,7 @@ class WorkerStore:
         if ids:
             faults.reach(self.config.test_fault, "after_claim_due")
             c = self.config
-            head: list[object] = [self.worker_id, now, iso(now), c.task_retention_s * 1000,
+            head: list[object] = [self.worker_id, now, iso(now), c.retention_arg,
                                   1 if c.dlq_enabled else 0, c.dlq_maxlen]
             queued = await self._each_partition("enqueueDue", list(ids), lambda tag: [*head, *ids[tag]])
             for tag, reply in queued.ok.items():
@@ -636,7 +636,7 @@ class WorkerStore:
         now, c = self.clock.now_ms(), self.config
         cutoff = now - int(c.visibility_timeout_s * 1000)
         # The claim context (includes/claim.lua, claim_context), then the sweep's own arguments.
-        args: list[object] = [Keys.GROUP, self.worker_id, now, iso(now), c.task_retention_s * 1000,
+        args: list[object] = [Keys.GROUP, self.worker_id, now, iso(now), c.retention_arg,
                               1 if c.dlq_enabled else 0, c.dlq_maxlen, cutoff, limit]
         replies = await self._each_partition("recoverLostTasks", tags, lambda tag: args)
         out: dict[str, int] = {}

@@ -13,7 +13,7 @@ from dtq_core.engine import Engine
 from dtq_core.keys import tag_of
 
 from ..conftest import wait_for
-from .support import assert_error
+from .support import assert_error, drain
 
 
 def batch(api: APIClient, body: Any) -> Any:
@@ -198,3 +198,31 @@ def test_get_shows_a_result_older_versions_stored_as_invalid_json(api: APIClient
     live_engine.client.set(live_engine.keys.result(task_id), stored)
     response = api.get(f"/api/v1/tasks/{task_id}")
     assert response.status_code == 200 and response.json()["result"] == stored
+
+
+# -- finished records (dtq_core/scripts/includes/retain.lua) ---------------------------------
+
+def test_a_succeeded_task_reads_back_compact_by_id_and_in_the_listing(api: APIClient, live_engine: Engine) -> None:
+    task_id = api.post("/api/v1/tasks", {"type": "dtq.echo", "payload": {"n": 1}, "queue": "kept"},
+                       format="json").json()["id"]
+    drain(live_engine.config, queues=["kept"])
+    task = api.get(f"/api/v1/tasks/{task_id}").json()
+    assert task["id"] == task_id and task["status"] == "SUCCEEDED" and task["compact"] is True
+    assert task["payload"] is None and task["result"] == {"n": 1} and task["attempt"] == 1
+    assert task["queue"] == "kept" and task["type"] == "dtq.echo" and task["priority"] == "normal"
+    assert task["created_at"] and task["started_at"] and task["finished_at"] == task["updated_at"]
+    (listed,) = api.get("/api/v1/tasks?queue=kept&status=SUCCEEDED").json()["results"]
+    assert listed["id"] == task_id and listed["compact"] is True
+
+
+def test_a_dead_lettered_task_keeps_its_payload_and_its_retry_runs(api: APIClient, live_engine: Engine) -> None:
+    task_id = api.post("/api/v1/tasks", {"type": "dtq.fail", "payload": {"retryable": False}, "queue": "kept",
+                                         "max_attempts": 1}, format="json").json()["id"]
+    drain(live_engine.config, queues=["kept"])
+    task = api.get(f"/api/v1/tasks/{task_id}").json()
+    assert task["status"] == "DEAD_LETTERED" and task["compact"] is False and task["payload"] == {"retryable": False}
+    assert api.post(f"/api/v1/dlq/{task['dlq_entry_id']}/retry").status_code == 200
+    drain(live_engine.config, queues=["kept"])
+    again = api.get(f"/api/v1/tasks/{task_id}").json()
+    assert again["status"] == "DEAD_LETTERED" and again["payload"] == {"retryable": False}
+    assert again["retried_from_dlq_at"]

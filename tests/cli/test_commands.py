@@ -167,6 +167,8 @@ def test_task_show_and_cancel(live_engine: Engine) -> None:
     assert (entry["action"], entry["target"], entry["actor"]) == ("task.cancel", f"task:{task.id}", cli_actor())
     with pytest.raises(CommandError, match="already CANCELLED"):
         run("task", "cancel", task.id)
+    # Kept compact once cancelled (includes/retain.lua): the payload is gone, and says so.
+    assert "payload:          (not kept: a compact finished record" in run("task", "show", task.id)
     with pytest.raises(CommandError, match="not found"):
         run("task", "show", "nope")
 

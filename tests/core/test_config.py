@@ -139,3 +139,21 @@ def test_a_non_finite_visibility_timeout_stops_every_entry_point_with_one_line(c
     assert proc.returncode == 2
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert lines == [f"dtq: invalid configuration: DTQ_VISIBILITY_TIMEOUT_S must be a finite number (got {raw})"]
+
+
+def test_the_retention_argument_carries_the_policy_and_never_trims_below_the_dlq() -> None:
+    assert DtqConfig().retention_arg == "604800000:86400000:10000:10000:failed"
+    c = read_env({"DTQ_SUCCEEDED_RETENTION_S": "60", "DTQ_SUCCEEDED_RETENTION_COUNT": "0",
+                  "DTQ_FAILED_RETENTION_COUNT": "5", "DTQ_DLQ_MAXLEN": "20", "DTQ_KEEP_PAYLOAD": "all"}.get)
+    assert c.retention_arg == "604800000:60000:0:20:all"  # a dead letter keeps its record while in the DLQ
+    assert read_env({"DTQ_TASK_RETENTION_S": "3600"}.get).retention_arg.startswith("3600000:3600000:")
+    assert read_env({"DTQ_FAILED_RETENTION_COUNT": "5", "DTQ_DLQ_ENABLED": "false"}.get).retention_arg.endswith(
+        ":5:failed")
+
+
+@pytest.mark.parametrize(("env", "name"), [({"DTQ_KEEP_PAYLOAD": "none"}, "DTQ_KEEP_PAYLOAD"),
+                                           ({"DTQ_SUCCEEDED_RETENTION_S": "0"}, "DTQ_SUCCEEDED_RETENTION_S"),
+                                           ({"DTQ_SUCCEEDED_RETENTION_COUNT": "-1"}, "DTQ_SUCCEEDED_RETENTION_COUNT")])
+def test_a_bad_retention_setting_is_named(env: dict[str, str], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        read_env(env.get)

@@ -23,6 +23,7 @@ LUA_TO_PYTHON = {
     "ready": ("ready", ()), "paused": ("paused", ()), "stats_tasks": ("stats_tasks", ()),
     "stats_duration": ("stats_duration", ()), "stats_counters": ("stats_counters", ()),
     "event_seq": ("event_seq", ()), "periodic_index": ("periodic_index", ()),
+    "retain_ok": ("retain_ok", ()), "retain_failed": ("retain_failed", ()),
 }
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "ab12cd"

@@ -66,7 +66,8 @@ def test_a_leader_killed_between_claim_and_enqueue_is_replaced_and_its_claims_ru
     a, delayed, retrying, claimed_at = _leader_stopped_mid_promotion(engine, redis_client, start_worker,
                                                                       "crashed", {})
     with Events(redis_client, keys) as events:
-        b = start_worker("--name", "b", "--queues", "crashed", **env())
+        # Whole records: the check below reads enqueued_at, which a compact record drops.
+        b = start_worker("--name", "b", "--queues", "crashed", **env(DTQ_KEEP_PAYLOAD="all"))
         a.kill()
         everything = [*delayed, retrying]
         wait_for(lambda: set(statuses(redis_client, keys, everything)) == {"SUCCEEDED"}, timeout=30,

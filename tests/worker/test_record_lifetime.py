@@ -111,7 +111,8 @@ def test_a_purge_refreshes_the_records_it_cancels(config: DtqConfig, redis_clien
     redis_client.pexpire(engine.keys.task(task_id), 60_000)
     assert engine.queues.purge("purged", OPERATOR) == 1
     assert engine.tasks.get(task_id)["status"] == "CANCELLED"
-    assert ttl_s(redis_client, engine, task_id) > config.task_retention_s - 60
+    # A cancelled task is kept like a succeeded one (includes/retain.lua).
+    assert ttl_s(redis_client, engine, task_id) > config.succeeded_retention_s - 60
 
 
 def test_a_task_expired_at_its_claim_gets_a_fresh_retention(config: DtqConfig, redis_client: redis.Redis) -> None:
@@ -124,7 +125,7 @@ def test_a_task_expired_at_its_claim_gets_a_fresh_retention(config: DtqConfig, r
         time.sleep(0.05)
     run_burst(cfg)
     assert engine.tasks.get(task_id)["status"] == "EXPIRED"
-    assert ttl_s(redis_client, engine, task_id) > cfg.task_retention_s - 60
+    assert ttl_s(redis_client, engine, task_id) > cfg.succeeded_retention_s - 60
 
 
 def test_a_dead_letter_evicted_by_the_cap_is_no_longer_offered_on_its_task(

@@ -112,7 +112,7 @@ def test_it_runs_a_task_and_stores_its_result(config: DtqConfig, redis_client: r
     worker = run_burst(cfg)
     task = engine.tasks.get(task_id)
     assert task["status"] == "SUCCEEDED" and task["result"] == {"hello": "world"}
-    assert task["attempt"] == 1 and task["worker_id"] == worker.worker_id
+    assert task["attempt"] == 1 and task["worker_id"] == worker.worker_id and task["compact"]
     assert task["started_at"] and task["finished_at"] and not task["result_truncated"]
     t = tag(engine, "default")
     stream = engine.keys.stream(t, "default", "normal")

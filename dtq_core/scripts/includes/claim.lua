@@ -1,7 +1,7 @@
 -- Decide what a delivered stream entry means and, when it is runnable, move the task to RUNNING.
 -- Needs: common. Callers run claim_entry under pcall and hand a failure to quarantine_entry.
 -- ctx fields (also what quarantine needs): K (partition_keys of KEYS[1]), group, worker_id, now_ms,
--- now_iso, retention_ms, dlq_enabled, dlq_maxlen, and the K names as the code below reads them:
+-- now_iso, retention_ms, R (includes/retain.lua: how finished tasks are kept), dlq_enabled, dlq_maxlen, and the K names as the code below reads them:
 -- task_prefix, paused_key, dlq_key, counters_key, running_key, outcomes_key (the per-outcome task
 -- counts behind dtq_tasks_total, as completeTasks keeps them).
 -- The running index (running_key, a zset of RUNNING task ids scored by the owner's last sign of
@@ -33,8 +33,8 @@ local TASK_FIELDS = {'status', 'attempt', 'max_attempts', 'type', 'payload', 'ti
 local function lose_attempt(ctx, tkey, task_id, t)
   local cur = tonumber(t.attempt)
   if t.cancel_requested == '1' then
-    rcall('HSET', tkey, 'status', 'CANCELLED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
-    rcall('PEXPIRE', tkey, ctx.retention_ms)
+    retain_finish(ctx.R, ctx.K, task_id, 'CANCELLED', ctx.now_ms, nil,
+                  {'status', 'CANCELLED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms})
     rcall('ZREM', ctx.running_key, task_id)
     count_outcome(ctx, t.queue, t.type, 'CANCELLED')
     emit(ctx.K, 'task.cancelled', task_id, t.queue, 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
@@ -47,8 +47,7 @@ local function lose_attempt(ctx, tkey, task_id, t)
   if cur >= tonumber(t.max_attempts) then
     local st = dead_letter(ctx.K, task_id, t.queue, t.type, cur, 'dtq.WorkerLost', msg, ctx.now_ms,
                            ctx.dlq_enabled, ctx.dlq_maxlen)
-    rcall('HSET', tkey, 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
-    rcall('PEXPIRE', tkey, ctx.retention_ms)
+    retain_finish(ctx.R, ctx.K, task_id, st, ctx.now_ms, nil, {'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms})
     rcall('ZREM', ctx.running_key, task_id)
     count_outcome(ctx, t.queue, t.type, st)
     emit(ctx.K, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
@@ -86,8 +85,8 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
             .. tostring(entry_attempt)}
   end
   if t.expires_at and t.expires_at ~= '' and tonumber(t.expires_at) <= tonumber(ctx.now_ms) then
-    rcall('HSET', tkey, 'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms)
-    rcall('PEXPIRE', tkey, ctx.retention_ms)
+    retain_finish(ctx.R, ctx.K, task_id, 'EXPIRED', ctx.now_ms, nil,
+                  {'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms})
     rcall('ZREM', ctx.running_key, task_id)
     finish_entry(ctx, stream, entry_id)
     count_outcome(ctx, t.queue, t.type, 'EXPIRED')
@@ -138,13 +137,15 @@ end
 
 -- An empty now (ms) means "when this runs": see server_now.
 -- The context reads the partition prefix KEYS[1] and ARGV[argv_offset .. argv_offset + 6]
--- (CLAIM_ARGS), which every script including this one declares first, in this order.
+-- (CLAIM_ARGS), which every script including this one declares first, in this order; the
+-- retention among them is includes/retain.lua's retention argument.
 local function claim_context(argv_offset)
   local K = partition_keys(KEYS[1])
   local now_ms, now_iso = ARGV[argv_offset + 2], ARGV[argv_offset + 3]
   if now_ms == '' then now_ms, now_iso = server_now() end
+  local R = retention_policy(ARGV[argv_offset + 4])
   return {K = K, group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = now_ms,
-          now_iso = now_iso, retention_ms = ARGV[argv_offset + 4],
+          now_iso = now_iso, retention_ms = R.task_ms, R = R,
           dlq_enabled = ARGV[argv_offset + 5], dlq_maxlen = ARGV[argv_offset + 6],
           paused_key = K.paused, dlq_key = K.dlq, counters_key = K.stats_counters, running_key = K.running,
           outcomes_key = K.stats_tasks, task_prefix = K.task_prefix}

@@ -64,6 +64,7 @@ local function partition_keys(p)
           throughput_prefix = p .. 'stats:done:', event_seq = p .. 'events:seq',
           periodic_prefix = p .. 'periodic:', periodic_index = p .. 'periodic',
           periodic_tick_prefix = p .. 'periodic-tick:',
+          retain_ok = p .. 'retain:ok', retain_failed = p .. 'retain:failed',
           events_channel = global .. ':events', wake_channel = global .. ':wake'}
 end
 
@@ -180,6 +181,8 @@ local function dead_letter(K, task_id, queue, ttype, attempt, err_class, message
   return 'FAILED'
 end
 
+-- #include retain
+
 -- The text of an error caught by pcall: redis.call raises tables ({err = ...}), Lua strings
 -- carry the script's position ("user_script:12: "), which says nothing to an operator.
 local function error_text(e)
@@ -194,7 +197,8 @@ end
 -- decode is kept aside as errors_corrupt and starts again empty, an attempt that is not a
 -- number as attempt_corrupt (attempt 0), so the record reads (and a retry from the DLQ runs)
 -- normally. Counted as corrupt_records (dtq_corrupt_records_total).
--- q: K (partition_keys), now_ms, now_iso, retention_ms, dlq_enabled, dlq_maxlen. Returns the new status, or nil when the task
+-- q: K (partition_keys), now_ms, now_iso, retention_ms, dlq_enabled, dlq_maxlen, R (retention_policy:
+-- the record is indexed and trimmed like any failure; absent, it is only given retention_ms). Returns the new status, or nil when the task
 -- could not be written either (no hash, or a key of another type): the caller still settles
 -- its entry, so nothing loops.
 local function quarantine(q, task_id, reason)
@@ -218,7 +222,7 @@ local function quarantine(q, task_id, reason)
                            q.dlq_enabled, q.dlq_maxlen)
     rcall('HSET', tkey, 'errors', push_error(raw, attempt, 'dtq.CorruptRecord', reason, '', q.now_iso),
           'last_error', 'dtq.CorruptRecord: ' .. reason, 'finished_at', q.now_ms, 'updated_at', q.now_ms)
-    rcall('PEXPIRE', tkey, q.retention_ms)
+    if q.R then retain_finish(q.R, K, task_id, st, q.now_ms) else rcall('PEXPIRE', tkey, q.retention_ms) end
     rcall('ZREM', K.running, task_id)
     rcall('HINCRBY', K.stats_tasks, outcome_field(queue, ttype, st), 1)
     emit(K, st == 'FAILED' and 'task.failed' or 'task.dead_lettered', task_id, queue, st,

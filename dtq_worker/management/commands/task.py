@@ -34,7 +34,9 @@ class Command(OperatorCommand):
         for name in SUMMARY:
             if task.get(name) is not None:
                 self.stdout.write(f"{name + ':':<18}{task[name]}")
-        self.stdout.write(f"{'payload:':<18}{short(dumps(task['payload']), 200)}")
+        payload = "(not kept: a compact finished record, DTQ_KEEP_PAYLOAD)" if task.get("compact") \
+            else short(dumps(task["payload"]), 200)
+        self.stdout.write(f"{'payload:':<18}{payload}")
         if "result" in task:
             self.stdout.write(f"{'result:':<18}{short(dumps(task['result']), 200)}")
         for err in task.get("errors") or []:

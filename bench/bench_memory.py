@@ -1,0 +1,177 @@
+"""Redis memory per finished task, per outcome, and what the retention policy costs in commands.
+
+Run: .venv/bin/python -m bench.bench_memory [--tasks N]. On a throwaway Redis, N tasks of each
+outcome are made the real way (submitted, run by an in-process burst worker, or cancelled, or
+left to expire): SUCCEEDED (`dtq.echo` with a 66-byte payload, which it returns as its result),
+DEAD_LETTERED (`dtq.fail`), CANCELLED (cancelled while queued) and EXPIRED (ttl passed before
+start). Then MEMORY USAGE is summed over every key of the run's prefix and divided by the number
+of tasks, by kind of key: task records, results, the retention indexes (includes/retain.lua) and
+the rest (recent-tasks index, DLQ, streams, stats). Each outcome runs twice, with the defaults
+(compact records, count-bounded) and with DTQ_KEEP_PAYLOAD=all and no count bound (what dtq did
+before retention had a policy), and the Redis commands per task of each drain are counted from
+INFO commandstats. A last run shows the count bound: 3x DTQ_SUCCEEDED_RETENTION_COUNT tasks,
+and what is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
+
+import django
+
+django.setup()
+
+import redis  # noqa: E402
+
+import dtq_tasks  # noqa: E402,F401  registers the built-in task types
+from dtq_core.config import DtqConfig  # noqa: E402
+from dtq_core.engine import Engine  # noqa: E402
+from dtq_core.engine.audit import Actor  # noqa: E402
+from dtq_core.worker import Worker  # noqa: E402
+
+from .common import commandstats, markdown_table, start_redis  # noqa: E402
+
+PAYLOAD = {"message": "x" * 50}  # 66 bytes of JSON, the issue's measure
+OLD = {"keep_payload": "all", "succeeded_retention_count": 0, "failed_retention_count": 0,
+       "succeeded_retention_s": 604800}
+
+
+def kind(key: str) -> str:
+    rest = key.split("}:", 1)[1] if "}:" in key else key
+    for prefix, name in (("task:", "task records"), ("result:", "results"), ("retain:", "retention index"),
+                         ("recent", "recent index")):
+        if rest.startswith(prefix):
+            return name
+    return "other"
+
+
+def usage(client: redis.Redis, prefix: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key in client.scan_iter(match=f"{prefix}:*", count=5000):
+        name = kind(key)
+        out[name] = out.get(name, 0) + int(client.memory_usage(key, samples=0) or 0)
+    return out
+
+
+def make(engine: Engine, outcome: str, n: int) -> None:
+    """n finished tasks of one outcome, made the way dtq makes them."""
+    cfg = engine.config
+    if outcome == "CANCELLED":
+        for _ in range(n):
+            engine.tasks.cancel(engine.tasks.enqueue("dtq.echo", PAYLOAD, record=False).id, Actor.cli())
+        return
+    for start in range(0, n, 1000):
+        count = min(n, start + 1000) - start
+        if outcome == "SUCCEEDED":
+            subs = [engine.tasks.validate("dtq.echo", PAYLOAD) for _ in range(count)]
+        elif outcome == "DEAD_LETTERED":
+            subs = [engine.tasks.validate("dtq.fail", {"message": "x" * 40}, max_attempts=1) for _ in range(count)]
+        else:  # EXPIRED
+            subs = [engine.tasks.validate("dtq.echo", PAYLOAD, ttl_seconds=0.001) for _ in range(count)]
+        engine.tasks.enqueue_many(subs)
+    if outcome == "EXPIRED":
+        time.sleep(0.05)
+    # A compact record keeps its worker's id, so its length counts: one as long as the default id
+    # (<hostname>:<pid>) in a container, whose hostname is 12 hex digits.
+    name = f"{uuid.uuid4().hex[:12]}:{os.getpid():07d}"
+    asyncio.run(Worker(cfg, concurrency=50, burst=True, name=name).run())
+
+
+RUNS = iter(range(100, 1000))
+
+
+def new_prefix() -> str:
+    """A fresh prefix as long as the default one ("dtq"): key names count in MEMORY USAGE."""
+    return f"m{next(RUNS) % 100:02d}"
+
+
+def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) -> dict[str, Any]:
+    prefix = new_prefix()
+    overrides = {} if policy == "defaults" else OLD
+    engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, **overrides))
+    engine.registry.ensure("default")
+    before = commandstats(client)
+    make(engine, outcome, n)
+    after = commandstats(client)
+    commands = sum(after.values()) - sum(before.values())
+    per_command = {name: (after.get(name, 0) - before.get(name, 0)) / n for name in after}
+    parts = usage(client, prefix)
+    total = sum(parts.values())
+    row: dict[str, Any] = {"outcome": outcome, "policy": policy, "tasks": n,
+                           "bytes_per_task": round(total / n, 1),
+                           "record": round(parts.get("task records", 0) / n, 1),
+                           "result": round(parts.get("results", 0) / n, 1),
+                           "retain": round(parts.get("retention index", 0) / n, 1),
+                           "recent": round(parts.get("recent index", 0) / n, 1),
+                           "other": round(parts.get("other", 0) / n, 1),
+                           "commands_per_task": round(commands / n, 2), "per_command": per_command}
+    for key in client.scan_iter(match=f"{prefix}:*", count=5000):
+        client.unlink(key)
+    return row
+
+
+def count_bound(url: str, client: redis.Redis, n: int) -> dict[str, Any]:
+    prefix = new_prefix()
+    count = max(1, n // 3)
+    engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, succeeded_retention_count=count))
+    engine.registry.ensure("default")
+    before = commandstats(client)
+    make(engine, "SUCCEEDED", n)
+    after = commandstats(client)
+    trim = {name: (after.get(name, 0) - before.get(name, 0)) / n for name in ("lpop", "zrem", "del", "rpush")}
+    left = sum(1 for _ in client.scan_iter(match=f"{prefix}:*task:*", count=5000))
+    results = sum(1 for _ in client.scan_iter(match=f"{prefix}:*result:*", count=5000))
+    for key in client.scan_iter(match=f"{prefix}:*", count=5000):
+        client.unlink(key)
+    return {"submitted": n, "count": count, "records_left": left, "results_left": results, "trim": trim}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_memory", description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", type=int, default=2000, help="tasks per outcome and policy (default 2000)")
+    args = p.parse_args(argv)
+    server = start_redis("memory")
+    try:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        # A first run on a fresh Redis makes more script calls than the next ones (loading,
+        # registration): run one and drop it, so the policies are compared warm.
+        measure(server.url, client, "SUCCEEDED", min(args.tasks, 500), "defaults")
+        rows = [measure(server.url, client, outcome, args.tasks, policy)
+                for outcome in ("SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "EXPIRED")
+                for policy in ("defaults", "keep all, no count")]
+        bound = count_bound(server.url, client, args.tasks)
+    finally:
+        server.stop()
+    print(f"Redis memory per finished task (MEMORY USAGE over every key of the run / {args.tasks} tasks), "
+          "by kind of key, and Redis commands per task of the run:")
+    print()
+    print(markdown_table([("outcome", "outcome"), ("policy", "policy"), ("bytes_per_task", "bytes/task"),
+                          ("record", "task record"), ("result", "result"), ("retain", "retention index"),
+                          ("recent", "recent index"), ("other", "other"),
+                          ("commands_per_task", "commands/task")], rows))
+    print()
+    for outcome in ("SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "EXPIRED"):
+        new, old = (next(r["per_command"] for r in rows if r["outcome"] == outcome and r["policy"] == policy)
+                    for policy in ("defaults", "keep all, no count"))
+        diff = {name: new.get(name, 0) - old.get(name, 0) for name in set(new) | set(old)}
+        shown = ", ".join(f"{name} {d:+.2f}" for name, d in sorted(diff.items()) if abs(d) >= 0.01)
+        print(f"{outcome}: commands per task, defaults minus keep-all: {shown or 'none'}")
+    print()
+    print(f"Count bound: {bound['submitted']} tasks succeeded with DTQ_SUCCEEDED_RETENTION_COUNT={bound['count']}: "
+          f"{bound['records_left']} task records and {bound['results_left']} results left; per task "
+          + ", ".join(f"{name} {v:.2f}" for name, v in bound["trim"].items())
+          + " (DEL includes compaction's one per task, ZREM the running index's).")
+    ok = bound["records_left"] == bound["count"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
