@@ -54,10 +54,10 @@ class FetchLoop(WorkerState):
     async def _consume(self) -> None:
         while not self._stopping:
             await self._refresh_queues()
-            free = self._free_slots()
+            free = self._fetch_room()
             if free <= 0:
                 self._slot_freed.clear()
-                if self._free_slots() <= 0 and not self._stopping:
+                if self._fetch_room() <= 0 and not self._stopping:
                     await self._slot_freed.wait()
                 continue
             if self.fixed_queues and not self._fetchable:  # every queue of --queues is paused (or gone)
@@ -69,11 +69,17 @@ class FetchLoop(WorkerState):
             rows = await self._fetch(free)
             if rows is None:
                 return
-            for row in rows:
-                self._start(row)
+            self._backlog.extend(rows)
+            self._start_backlog()
             # Let the attempts just started reach their first await (their handler's I/O goes
             # out now) before this loop's next fetch: shorter latency on an idle worker.
             await asyncio.sleep(0)
+
+    def _fetch_room(self) -> int:
+        """How many rows a fetch may claim: the free slots, plus room in the backlog, which
+        holds up to `concurrency` claimed rows for the slots that free next (started there by
+        the loop or, for sync handlers, by the handler thread that frees the slot)."""
+        return self._free_slots() + self.concurrency - len(self._backlog)
 
     async def _fetch(self, free: int) -> list[Row] | None:
         """Claim up to `free` entries of the ready partitions, waiting for work when none is ready;
@@ -129,7 +135,7 @@ class FetchLoop(WorkerState):
 
     async def _burst_done(self) -> bool:
         """Burst mode ends when nothing waits, runs, or falls due within BURST_HORIZON_S."""
-        if self._running or self._unacked or self._completions:
+        if self._running or self._unacked or self._completions or self._backlog:
             return False
         horizon = self.clock.now_ms() + int(BURST_HORIZON_S * 1000)
         return not await self.store.due_soon(list(self._served), horizon)

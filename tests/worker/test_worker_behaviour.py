@@ -359,7 +359,7 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
         async with running_worker(cfg, concurrency=2) as worker:
             for t in stuck:
                 assert await status_once(engine, t, lambda s: s == "DEAD_LETTERED") == "DEAD_LETTERED"
-            assert worker.runner.detached_threads == 2  # both slots held by threads still sleeping
+            assert worker.threads.detached == 2  # both slots held by threads still sleeping
             echo = engine.tasks.enqueue("dtq.echo", {"after": "threads"}).id
             return await status_once(engine, echo, lambda s: s == "SUCCEEDED")  # the threads end in ~1.9 s
 
@@ -803,7 +803,7 @@ def test_a_timeout_under_a_second_fires_on_time(engine: Engine, config: DtqConfi
     async def scenario() -> tuple[str, float]:
         row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="dtq.sleep",
                   payload='{"seconds": 0.3}', timeout_s=0.02, queue="q", priority="normal")
-        runner = AttemptRunner(config, engine.clock, None, "w")  # type: ignore[arg-type]
+        runner = AttemptRunner(config, engine.clock, "w")
         ex = Execution(row)
         started = time.monotonic()
         ex.task = asyncio.create_task(runner.run(ex))  # no worker: no periodic deadline check either
