@@ -101,9 +101,11 @@ class ExecutionLoops(WorkerState):
             self._unacked[ex.row.entry_id] = ex.row
             self._completions.append(completion)
             self._flush_wanted.set()
+        self._slot_freed.set()  # the consumer starts backlog rows in the freed slots
+
+    def _thread_released(self, ex: Execution) -> None:
+        """A detached handler's thread ended: its slot is free again."""
         self._slot_freed.set()
-        if self._backlog and not self._stopping:
-            self._start_backlog()
 
     def _finished(self, finished: list[Finished], started: list[Execution]) -> None:
         """Attempts the handler threads started from the backlog, and those they (or the loop,
@@ -126,8 +128,6 @@ class ExecutionLoops(WorkerState):
         if finished:
             self._flush_wanted.set()
         self._slot_freed.set()
-        if self._backlog and not self._stopping:
-            self._start_backlog()
 
     async def _still_ours(self, row: Row) -> bool:
         """Re-check a claim this worker sat on (its process stalled, or its loop was blocked):

@@ -54,10 +54,14 @@ class FetchLoop(WorkerState):
     async def _consume(self) -> None:
         while not self._stopping:
             await self._refresh_queues()
+            # Backlog rows start here, once per wake-up of this loop: attempts that end in the
+            # same turn of the event loop free their slots together, and their successors'
+            # first I/O, then their completions, go out together.
+            self._start_backlog()
             free = self._fetch_room()
-            if free <= 0:
+            if not self._worth_fetching(free):
                 self._slot_freed.clear()
-                if self._fetch_room() <= 0 and not self._stopping:
+                if not self._worth_fetching(self._fetch_room()) and not self._stopping:
                     await self._slot_freed.wait()
                 continue
             if self.fixed_queues and not self._fetchable:  # every queue of --queues is paused (or gone)
@@ -76,10 +80,19 @@ class FetchLoop(WorkerState):
             await asyncio.sleep(0)
 
     def _fetch_room(self) -> int:
-        """How many rows a fetch may claim: the free slots, plus room in the backlog, which
-        holds up to `concurrency` claimed rows for the slots that free next (started there by
-        the loop or, for sync handlers, by the handler thread that frees the slot)."""
+        """How many rows a fetch may claim: the free slots, plus, once sync handlers run here,
+        room in the backlog, which holds up to `concurrency` claimed rows for the slots that
+        free next (started by the handler thread that frees the slot, else by this loop).
+        Async handlers alone gain nothing from it (measured: slower): their slots refill from
+        the fetch as before."""
+        if not self.threads.started:
+            return self._free_slots()
         return self._free_slots() + self.concurrency - len(self._backlog)
+
+    def _worth_fetching(self, room: int) -> bool:
+        """While the backlog still feeds the slots, wait for room for half a batch: a fetch per
+        freed slot would cost a round trip per task."""
+        return room > 0 and (not self._backlog or room >= max(1, self.concurrency // 2))
 
     async def _fetch(self, free: int) -> list[Row] | None:
         """Claim up to `free` entries of the ready partitions, waiting for work when none is ready;

@@ -156,7 +156,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self.runner = AttemptRunner(self.config, self.clock, self.worker_id)
         # A detached thread's end frees its slot: the consumer (or the drain) may be waiting for it.
         self.threads = HandlerThreads(self.concurrency, self.runner, deliver=self._finished,
-                                      released=lambda ex: self._slot_freed.set(), take_next=self._take_next)
+                                      released=self._thread_released, take_next=self._take_next)
         try:
             if not await self._register():
                 return 0  # stopped while Redis was still loading: nothing was started

@@ -64,6 +64,11 @@ class HandlerThreads:
         self._closed = False
 
     # -- on the event loop ------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """Whether a sync handler has run here (the threads start with the first)."""
+        return self._loop is not None
+
     def submit(self, ex: Execution) -> None:
         if self._loop is None:  # started on first use: a worker of async handlers has none
             self._loop = asyncio.get_running_loop()

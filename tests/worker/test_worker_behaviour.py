@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import json
 import logging
@@ -332,6 +333,29 @@ def test_a_handler_timeout_retries_then_dead_letters(config: DtqConfig) -> None:
     tb = task["errors"][0]["traceback"]
     assert 'dtq_tasks/builtins.py", line' in tb and "in sleep\n" in tb and "await asyncio.sleep(seconds)" in tb
     assert tb.rstrip().endswith("HandlerTimeout: handler exceeded its timeout of 0.2s")
+
+
+def test_sync_handlers_share_a_fixed_set_of_threads_each_attempt_in_a_fresh_context(config: DtqConfig) -> None:
+    # Long-lived handler threads run attempt after attempt (most started by the thread that
+    # finished the one before, from the backlog): what a handler sets in a context variable
+    # must not reach the next attempt on its thread, and current_task() is each attempt's own.
+    leaked: contextvars.ContextVar[str] = contextvars.ContextVar("leaked", default="")
+    seen: list[tuple[str, str, str]] = []
+
+    def mark(payload: Any) -> None:
+        ctx = dtq_tasks.current_task()
+        assert ctx is not None
+        seen.append((threading.current_thread().name, leaked.get(), ctx.task_id))
+        leaked.set(ctx.task_id)
+
+    registry.register("test.mark", mark)
+    engine, cfg = make_engine(config)
+    ids = [engine.tasks.enqueue("test.mark", {}).id for _ in range(60)]
+    run_burst(cfg, concurrency=3)
+    assert [engine.tasks.get(t)["status"] for t in ids] == ["SUCCEEDED"] * 60
+    assert {previous for _, previous, _ in seen} == {""}
+    assert sorted(task_id for _, _, task_id in seen) == sorted(ids)
+    assert len({thread for thread, _, _ in seen}) <= 3  # no thread per attempt, no pool growth
 
 
 def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
