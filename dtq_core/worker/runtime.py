@@ -2,9 +2,11 @@
 the visibility reaper (reclaim.py), the cancel watcher and candidacy for scheduler leadership
 (leader.py), each a supervised asyncio loop; this module starts, supervises and drains them.
 
-Hot path per batch: one fetchTasks call per ready partition (fetch.py), the handlers
-(executor.py), one completeTasks call per partition for everything that finished meanwhile
-(state, result, XACK, event); the calls of each step go out in one write per Redis node.
+Hot path per batch: one fetchTasks call per ready partition (fetch.py), the handlers (async
+ones as Tasks on this loop, executor.py; sync ones in `concurrency` handler threads that hand
+their outcomes back in batches and start the next backlog row themselves, threads.py), one
+completeTasks call per partition for everything that finished meanwhile (state, result, XACK,
+event); the calls of each step go out in one write per Redis node.
 """
 
 from __future__ import annotations
