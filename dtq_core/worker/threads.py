@@ -117,6 +117,13 @@ class HandlerThreads:
         self.released(ex)
 
     # -- in a handler thread ----------------------------------------------------------------------
+    def _next(self) -> Execution | None:
+        try:
+            return self.take_next()
+        except Exception:  # the loop starts the backlog instead
+            logger.exception("handler thread could not take the next backlog row")
+            return None
+
     def _serve(self) -> None:
         loop = self._loop
         assert loop is not None
@@ -124,7 +131,11 @@ class HandlerThreads:
         ex = queue.get()
         while ex is not None:
             if not ex.settled:  # given up while queued (a cancel, the drain): nothing to run
-                completion = self.runner.run_in_thread(ex)
+                try:
+                    completion = self.runner.run_in_thread(ex)
+                except Exception:  # a bug of dtq's own: the slot must still come back
+                    logger.exception("task_id=%s attempt left to redelivery", ex.row.task_id)
+                    completion = None
             nxt = None
             with lock:
                 if ex.settled:
@@ -132,7 +143,7 @@ class HandlerThreads:
                 else:
                     ex.settled = mine = True
                     self._finished.append((ex, completion))
-                    nxt = None if self._closed else self.take_next()
+                    nxt = None if self._closed else self._next()
                     if nxt is not None:
                         self._started.append(nxt)
                     wake, self._pending = not self._pending, True
