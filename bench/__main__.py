@@ -32,6 +32,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
     p.add_argument("--workers", default="1,2,4", help="worker-process counts for the drain (default 1,2,4)")
     p.add_argument("--concurrency", type=int, default=10, help="--concurrency of each worker (default 10)")
+    p.add_argument("--body", choices=("async", "sync"), default="async",
+                   help="the no-op task as an async handler or a plain def run in threads (bench/tasks.py)")
     p.add_argument("--latency-samples", type=int, default=200)
     p.add_argument("--http-requests", type=int, default=2000)
     p.add_argument("--http-clients", type=int, default=16)
@@ -191,6 +193,7 @@ def report(data: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    os.environ["DTQ_BENCH_BODY"] = args.body  # the workers inherit it (bench/tasks.py)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
     django.setup()
     skip = set(filter(None, args.skip.split(",")))

@@ -1,12 +1,16 @@
 """The benchmark's no-op task for dtq: one Redis round trip (INCR of the counter named in the payload).
 
 Registered with DTQ_TASK_MODULES=bench.tasks. Every peer in bench/peers runs the same body.
+DTQ_BENCH_BODY=sync registers it as a plain `def` instead (what Django code is): a blocking INCR
+on a module-level redis-py client, the body the peers' thread workers run.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 
 from dtq_core.conf import get_config
@@ -32,7 +36,15 @@ def _redis() -> aioredis.Redis:
     return _client
 
 
-@task("bench.noop")
-async def noop(payload: Any) -> None:
-    """Count one execution."""
-    await _redis().incr(payload["k"])
+if os.environ.get("DTQ_BENCH_BODY") == "sync":
+    _sync = redis.Redis.from_url(get_config().redis_url, max_connections=1000)
+
+    @task("bench.noop")
+    def noop(payload: Any) -> None:
+        """Count one execution, in a handler thread."""
+        _sync.incr(payload["k"])
+else:
+    @task("bench.noop")
+    async def noop(payload: Any) -> None:
+        """Count one execution."""
+        await _redis().incr(payload["k"])

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
-from .. import faults
+from .. import faults, registry
 from ..task import Outcome
-from .executor import TIMEOUT_CHECK_S, Completion, Execution, Row, expire_overdue
+from .executor import EXACT_TIMEOUT_BELOW_S, TIMEOUT_CHECK_S, Completion, Execution, Row, cancel, expire, expire_overdue
 from .state import WorkerState
+from .threads import Finished
 
 logger = logging.getLogger("dtq.worker")
 
@@ -22,12 +24,57 @@ class ExecutionLoops(WorkerState):
     of Worker)."""
 
     # -- execution ----------------------------------------------------------------------------
+    def _start_backlog(self) -> None:
+        """Start claimed rows waiting in the backlog, as many as there are free slots."""
+        backlog = self._backlog
+        while backlog and self._free_slots() > 0:
+            try:
+                row = backlog.popleft()
+            except IndexError:  # a handler thread took the last one meanwhile
+                return
+            self._start(row)
+
+    def _take_next(self) -> Execution | None:
+        """In a handler thread that just finished an attempt (HandlerThreads holds its lock): the
+        backlog's next row, started in that thread, when it is a sync handler's that needs no
+        re-check; None leaves the backlog to the loop."""
+        backlog = self._backlog
+        if self._stopping or not backlog:
+            return None
+        try:
+            row = backlog.popleft()
+        except IndexError:
+            return None
+        handler = registry.get(row.handler or row.type)
+        now = self.clock.monotonic()
+        if handler is None or handler.is_async or now - row.received_at > self.config.stale_start_s:
+            backlog.appendleft(row)
+            return None
+        return Execution(row, in_thread=True, handler=handler, threads=self.threads, started=time.perf_counter(),
+                         deadline=now + row.timeout_s)
+
     def _start(self, row: Row) -> None:
         ex = Execution(row)
         self._running[row.entry_id] = ex
-        ex.task = asyncio.get_running_loop().create_task(self._execute(ex))
+        handler = registry.get(row.handler or row.type)
+        stale = self.clock.monotonic() - row.received_at > self.config.stale_start_s
+        if handler is not None and not handler.is_async and not stale:
+            self._to_thread(ex, handler)  # the common sync case: no asyncio Task at all
+        else:
+            ex.task = asyncio.get_running_loop().create_task(self._execute(ex, handler))
 
-    async def _execute(self, ex: Execution) -> None:
+    def _to_thread(self, ex: Execution, handler: registry.Registered) -> None:
+        """Hand a sync handler's attempt to the handler threads (threads.py); its outcome comes
+        back through _finished."""
+        ex.in_thread, ex.handler = True, handler
+        ex.started = time.perf_counter()
+        timeout_s = ex.row.timeout_s
+        ex.deadline = self.clock.monotonic() + timeout_s
+        if timeout_s < EXACT_TIMEOUT_BELOW_S:
+            ex.timer = asyncio.get_running_loop().call_later(timeout_s, expire, ex)
+        self.threads.submit(ex)
+
+    async def _execute(self, ex: Execution, handler: registry.Registered | None) -> None:
         completion: Completion | None = None
         try:
             if self.clock.monotonic() - ex.row.received_at > self.config.stale_start_s:
@@ -40,14 +87,47 @@ class ExecutionLoops(WorkerState):
                     return
                 if not ours:
                     return
+                if handler is not None and not handler.is_async:
+                    self._to_thread(ex, handler)
+                    return  # still running: its thread hands the outcome back
             completion = await self.runner.run(ex)
         finally:
-            self._running.pop(ex.row.entry_id, None)
+            if not ex.in_thread:
+                self._ended(ex, completion)
+
+    def _ended(self, ex: Execution, completion: Completion | None) -> None:
+        self._running.pop(ex.row.entry_id, None)
+        if completion is not None:
+            self._unacked[ex.row.entry_id] = ex.row
+            self._completions.append(completion)
+            self._flush_wanted.set()
+        self._slot_freed.set()  # the consumer starts backlog rows in the freed slots
+
+    def _thread_released(self, ex: Execution) -> None:
+        """A detached handler's thread ended: its slot is free again."""
+        self._slot_freed.set()
+
+    def _finished(self, finished: list[Finished], started: list[Execution]) -> None:
+        """Attempts the handler threads started from the backlog, and those they (or the loop,
+        giving up on one) ended: one call a batch. Started first: one may be in both."""
+        running, unacked, completions = self._running, self._unacked, self._completions
+        if started:
+            loop = asyncio.get_running_loop()
+            now = self.clock.monotonic()
+            for ex in started:
+                running[ex.row.entry_id] = ex
+                if ex.row.timeout_s < EXACT_TIMEOUT_BELOW_S:
+                    ex.timer = loop.call_later(max(0.0, ex.deadline - now), expire, ex)
+        for ex, completion in finished:
+            if ex.timer is not None:
+                ex.timer.cancel()
+            running.pop(ex.row.entry_id, None)
             if completion is not None:
-                self._unacked[ex.row.entry_id] = ex.row
-                self._completions.append(completion)
-                self._flush_wanted.set()
-            self._slot_freed.set()
+                unacked[ex.row.entry_id] = ex.row
+                completions.append(completion)
+        if finished:
+            self._flush_wanted.set()
+        self._slot_freed.set()
 
     async def _still_ours(self, row: Row) -> bool:
         """Re-check a claim this worker sat on (its process stalled, or its loop was blocked):
@@ -121,7 +201,5 @@ class ExecutionLoops(WorkerState):
                 continue
             flags = await self.store.cancel_flags([ex.row.task_id for ex in running])
             for ex, flag in zip(running, flags, strict=True):
-                if flag and ex.task is not None and not ex.task.done():
-                    logger.info("task_id=%s worker_id=%s cancelling on request", ex.row.task_id, self.worker_id)
-                    ex.cancel_requested = True
-                    ex.task.cancel()
+                if flag and cancel(ex):
+                    logger.info("task_id=%s worker_id=%s cancelled on request", ex.row.task_id, self.worker_id)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
-from concurrent.futures import Executor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import registry
 from ..clock import Clock
@@ -27,6 +27,11 @@ from ..config import DtqConfig
 from ..connection import REDIS_CONNECTION_ERRORS, write_refused
 from ..keys import tag_of
 from ..task import Outcome, RetryPolicy, next_attempt_at
+
+if TYPE_CHECKING:
+    from .threads import HandlerThreads
+
+logger = logging.getLogger("dtq.worker")
 
 BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 TRACEBACK_TAIL = 2000
@@ -107,12 +112,17 @@ class Execution:
     """One in-flight attempt; the cancel watcher and drain act on it through these flags."""
 
     row: Row
-    task: asyncio.Task[Completion | None] | None = None
+    task: asyncio.Task[Any] | None = None  # an async handler's (or a stale claim's re-check)
     cancel_requested: bool = False
     abandoned: bool = False  # drain deadline: leave the entry unacked for a peer
     deadline: float = float("inf")  # clock.monotonic() past which the worker's watchdog cancels it
     timed_out: bool = False
-    in_thread: bool = False  # a sync handler, run in the pool
+    in_thread: bool = False  # a sync handler, run by a handler thread
+    threads: HandlerThreads | None = None  # those threads, once handed over
+    settled: bool = False  # its outcome is recorded (by its thread, or by the loop giving up on it)
+    started: float = 0.0  # perf_counter() when handed over
+    timer: asyncio.TimerHandle | None = None  # a short timeout's own timer
+    handler: Any = None  # its registry.Registered, when a thread runs it
     thread_id: int = 0  # its thread, while it runs
     thread_frame: Any = None  # its _in_thread frame there, while it runs
     thread_stack: str = ""  # that thread's stack when the timeout fired: where it was stuck
@@ -124,13 +134,42 @@ EXACT_TIMEOUT_BELOW_S = 1.0  # shorter handler timeouts get a timer of their own
 
 def expire(ex: Execution) -> bool:
     """Cancel an attempt for its handler timeout, once; False when it already ended or expired."""
-    if ex.timed_out or ex.task is None or ex.task.done():
+    if ex.timed_out:
+        return False
+    threads = ex.threads
+    if threads is not None:  # the thread runs on, detached: record where it is now, for the error
+        stack = _thread_stack(ex)
+        timeout = HandlerTimeout(f"handler exceeded its timeout of {ex.row.timeout_s:g}s")
+        completion = threads.runner._failed(ex.row, timeout, time.perf_counter() - ex.started, frames=stack)
+        ex.timed_out = threads.give_up(ex, completion)
+        return ex.timed_out
+    if ex.task is None or ex.task.done():
         return False
     ex.timed_out = True
-    if ex.in_thread:  # the thread runs on, detached: record where it is now, for the error
-        ex.thread_stack = _thread_stack(ex)
     ex.task.cancel()
     return True
+
+
+def cancel(ex: Execution) -> bool:
+    """End an attempt on a cancel request: CANCELLED (a sync handler's thread runs on, detached)."""
+    if ex.threads is not None:
+        completion = Completion(ex.row, Outcome.CANCELLED, duration_s=time.perf_counter() - ex.started)
+        ex.cancel_requested = ex.threads.give_up(ex, completion)
+        return ex.cancel_requested
+    if ex.task is None or ex.task.done():
+        return False
+    ex.cancel_requested = True
+    ex.task.cancel()
+    return True
+
+
+def abandon(ex: Execution) -> None:
+    """Drain deadline: end the attempt with no outcome, its entry left unacked for a peer."""
+    ex.abandoned = True
+    if ex.threads is not None:
+        ex.threads.give_up(ex, None)
+    elif ex.task is not None:
+        ex.task.cancel()
 
 
 def _thread_stack(ex: Execution) -> str:
@@ -158,21 +197,44 @@ def expire_overdue(executions: Iterable[Execution], now: float) -> int:
 
 
 class AttemptRunner:
-    """Runs attempts: async handlers on the loop, sync ones in the thread pool."""
+    """Runs attempts: async handlers on the loop (run), sync ones in a handler thread
+    (run_in_thread, called by threads.HandlerThreads)."""
 
-    def __init__(self, config: DtqConfig, clock: Clock, pool: Executor, worker_id: str,
-                 thread_released: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, config: DtqConfig, clock: Clock, worker_id: str) -> None:
         self.config = config
         self.clock = clock
-        self.pool = pool
         self.worker_id = worker_id
-        # Called when a detached thread ends: its slot is free again (the consumer may be waiting).
-        self.thread_released = thread_released
         self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
-        self.detached_threads = 0
-        # Sync handlers detached at the drain deadline, while their threads run: the worker keeps
-        # their entries (heartbeats) and lets them run to completion, up to their handler timeout.
-        self.abandoned_threads: dict[asyncio.Future[Any], Execution] = {}
+
+    def run_in_thread(self, ex: Execution) -> Completion | None:
+        """Run one attempt of a sync handler in this (handler) thread; None when it raised
+        KeyboardInterrupt or SystemExit (its entry is left to redelivery)."""
+        row = ex.row
+        started = time.perf_counter()
+        try:
+            try:
+                payload = json.loads(row.payload) if row.payload else {}
+            except ValueError as exc:
+                raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
+            # A fresh context per attempt, as an asyncio Task gets: what a handler sets in its
+            # context variables does not leak into the next attempt this thread runs.
+            result = contextvars.Context().run(self._call_in_thread, row, ex, payload)
+        except BaseException as exc:  # noqa: BLE001 - the handler is user code; every outcome is recorded
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                logger.error("task_id=%s worker_id=%s handler raised %s: attempt left to redelivery", row.task_id,
+                             self.worker_id, type(exc).__name__)
+                return None
+            return self._failed(row, exc, time.perf_counter() - started)
+        return self._succeeded(row, result, time.perf_counter() - started)
+
+    def _call_in_thread(self, row: Row, ex: Execution, payload: Any) -> Any:
+        registry.set_current(self._context(row))
+        return _in_thread(ex, ex.handler.fn, payload)
+
+    def _context(self, row: Row) -> registry.TaskContext:
+        return registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
+                                    queue=row.queue, type=row.type, worker_id=self.worker_id,
+                                    entry_id=row.entry_id)
 
     async def run(self, ex: Execution) -> Completion | None:
         """Run one attempt; None when it was abandoned at the drain deadline."""
@@ -212,38 +274,10 @@ class AttemptRunner:
             payload = json.loads(row.payload) if row.payload else {}
         except ValueError as exc:
             raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
-        ctx = registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
-                                   queue=row.queue, type=row.type, worker_id=self.worker_id,
-                                   entry_id=row.entry_id)
-        if handler.is_async:
-            registry.set_current(ctx)  # this Task has its own context copy
-            return await handler.fn(payload)
-        context = contextvars.copy_context()
-        context.run(registry.set_current, ctx)
-        loop = asyncio.get_running_loop()
-        ex.in_thread = True
-        future = loop.run_in_executor(self.pool, context.run, _in_thread, ex, handler.fn, payload)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The thread cannot be interrupted: it runs on detached and its result is dropped.
-            if not future.done():
-                self._detach(future, ex)
-            raise
-
-    def _detach(self, future: asyncio.Future[Any], ex: Execution) -> None:
-        self.detached_threads += 1
-        if ex.abandoned:
-            self.abandoned_threads[future] = ex
-
-        def done(_: asyncio.Future[Any]) -> None:
-            self.detached_threads -= 1
-            self.abandoned_threads.pop(future, None)
-            self.thread_released()
-            if not future.cancelled():
-                future.exception()  # retrieve, so asyncio does not log "never retrieved"
-
-        future.add_done_callback(done)
+        if not handler.is_async:  # only when a test calls run() for a sync handler: no thread
+            raise TypeError(f"{row.type}: sync handlers run in handler threads (run_in_thread)")
+        registry.set_current(self._context(row))  # this Task has its own context copy
+        return await handler.fn(payload)
 
     def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
         encoded, truncated = truncate_result(encode_result(result), self.config.result_max_bytes)

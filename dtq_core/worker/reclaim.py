@@ -50,7 +50,8 @@ class ReaperLoop(WorkerState):
         free = self._free_slots()
         if free > 0 and self.liveness.may_reclaim():  # a draining worker takes no reclaimed work either
             rows = await self.store.reclaim(await self._reap_partitions(), free,
-                                            ours=self._running.keys() | self._unacked.keys(),
+                                            ours=self._running.keys() | self._unacked.keys()
+                                            | {row.entry_id for row in self._backlog},
                                             trusted=self.liveness.trusted)
             for row in rows:
                 logger.info("task_id=%s attempt=%d worker_id=%s reclaimed after visibility timeout",

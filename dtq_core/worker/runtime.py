@@ -2,9 +2,11 @@
 the visibility reaper (reclaim.py), the cancel watcher and candidacy for scheduler leadership
 (leader.py), each a supervised asyncio loop; this module starts, supervises and drains them.
 
-Hot path per batch: one fetchTasks call per ready partition (fetch.py), the handlers
-(executor.py), one completeTasks call per partition for everything that finished meanwhile
-(state, result, XACK, event); the calls of each step go out in one write per Redis node.
+Hot path per batch: one fetchTasks call per ready partition (fetch.py), the handlers (async
+ones as Tasks on this loop, executor.py; sync ones in `concurrency` handler threads that hand
+their outcomes back in batches and start the next backlog row themselves, threads.py), one
+completeTasks call per partition for everything that finished meanwhile (state, result, XACK,
+event); the calls of each step go out in one write per Redis node.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import logging
 import os
 import signal
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -29,12 +31,13 @@ from ..engine.periodic import PeriodicSpec
 from ..errors import WorkerNameTaken
 from ..keys import Keys
 from .execution import ExecutionLoops
-from .executor import AttemptRunner, Completion, Execution, Row
+from .executor import AttemptRunner, Completion, Execution, Row, abandon
 from .fetch import BLOCK_MS, FetchLoop
 from .leader import LeaderLoop
 from .liveness import HeartbeatLoop, Liveness
 from .reclaim import ReaperLoop
 from .store import Partition, WorkerStore
+from .threads import HandlerThreads
 from .wake import WakeSubscription
 
 logger = logging.getLogger("dtq.worker")
@@ -94,6 +97,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self.state = "starting"
         self._running: dict[str, Execution] = {}
         self._unacked: dict[str, Row] = {}
+        # Claimed rows waiting for a slot (fetch.py's prefetch; handler threads take sync ones).
+        self._backlog: deque[Row] = deque()
         self._completions: list[Completion] = []
         self._queues: list[str] = []
         # The partitions served (tag -> Partition): every one of the served queues, for the reaper
@@ -156,9 +161,10 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self.store = WorkerStore(self.config, self.client, self.clock, self.worker_id,
                                  timeout_s=self.config.redis_timeout_s + 5)
         self.wake = WakeSubscription(self.client, self.keys.wake(), self.worker_id)
-        self.pool = ThreadPoolExecutor(max_workers=self.concurrency * 2, thread_name_prefix="dtq-handler")
-        self.runner = AttemptRunner(self.config, self.clock, self.pool, self.worker_id,
-                                    thread_released=self._slot_freed.set)
+        self.runner = AttemptRunner(self.config, self.clock, self.worker_id)
+        # A detached thread's end frees its slot: the consumer (or the drain) may be waiting for it.
+        self.threads = HandlerThreads(self.concurrency, self.runner, deliver=self._finished,
+                                      released=self._thread_released, take_next=self._take_next)
         try:
             if not await self._register():
                 return 0  # stopped while Redis was still loading: nothing was started
@@ -175,7 +181,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             await self._drain()
         finally:
             await cancel_and_wait(self._loops.values())
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.threads.close()
             await self.wake.close()
             await self.store.aclose()
         return 0
@@ -249,9 +255,9 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
     def _in_flight_rows(self) -> list[Row]:
         """The rows whose entries are this worker's: completing, running, and run by the sync
         handlers the drain detached (their entries stay ours until they end)."""
-        rows = list(self._unacked.values())
+        rows = list(self._unacked.values()) + list(self._backlog)
         rows += [ex.row for ex in self._running.values()]
-        rows += [ex.row for ex in self.runner.abandoned_threads.values()]
+        rows += [ex.row for ex in self.threads.abandoned.values()]
         return rows
 
     def _info(self) -> dict[str, object]:
@@ -260,7 +266,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         partitions = sorted({row.partition_tag for row in self._in_flight_rows()})
         return {"queues": ",".join(self.fixed_queues or self._queues), "concurrency": self.concurrency,
                 "partitions": ",".join(partitions),
-                "in_flight": len(self._running) + len(self.runner.abandoned_threads),  # with the drain's threads
+                "in_flight": len(self._running) + len(self.threads.abandoned),  # with the drain's threads
                 "processed": self.processed, "state": self.state,
                 "started_at": getattr(self, "started_at", self.clock.now_ms()),
                 "leader": 1 if self.is_leader else 0}
@@ -288,20 +294,20 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         if self.is_leader:
             await self._quietly(self.store.release_lock())
             self.is_leader = False
-        pending = [ex.task for ex in self._running.values() if ex.task is not None]
-        logger.info("worker_id=%s stopped taking work; draining %d attempt(s)", self.worker_id, len(pending))
+        # Claimed rows not started yet go back to the stream for a peer (handed back below).
+        unstarted = self._take_backlog()
+        logger.info("worker_id=%s stopped taking work; draining %d attempt(s), handing back %d not started",
+                    self.worker_id, len(self._running), len(unstarted))
         abandoned: list[Execution] = []
-        if pending:
-            done, not_done = await asyncio.wait(pending, timeout=self.config.drain_timeout_s)
-            if not_done:
-                logger.warning("worker_id=%s drain timeout: abandoning %d attempt(s) to redelivery",
-                               self.worker_id, len(not_done))
-                abandoned = list(self._running.values())
-                for ex in abandoned:
-                    ex.abandoned = True
-                    if ex.task is not None:
-                        ex.task.cancel()
-                await asyncio.gather(*not_done, return_exceptions=True)
+        await self._wait_slots(lambda: not self._running, self.clock.monotonic() + self.config.drain_timeout_s)
+        if self._running:
+            logger.warning("worker_id=%s drain timeout: abandoning %d attempt(s) to redelivery",
+                           self.worker_id, len(self._running))
+            abandoned = list(self._running.values())
+            tasks = [ex.task for ex in abandoned if ex.task is not None and not ex.task.done()]
+            for ex in abandoned:
+                abandon(ex)
+            await asyncio.gather(*tasks, return_exceptions=True)
         flush = self._loops.pop("flush", None)
         if flush is not None:
             # Stop it between writes, never during one: a batch cut off mid-exchange may already
@@ -318,8 +324,10 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
                                if name in self._loops])
         # Only now, with no heartbeat left to refresh them again; a thread still running (past
         # its timeout) keeps its entry until this process is gone.
-        running = {ex.row.entry_id for ex in self.runner.abandoned_threads.values()}
-        await self._quietly(self.store.release([ex.row for ex in abandoned if ex.row.entry_id not in running]))
+        running = set(self.threads.abandoned)
+        unstarted += self._take_backlog()  # one a handler thread put back as the drain began
+        await self._quietly(self.store.release([ex.row for ex in abandoned if ex.row.entry_id not in running]
+                                               + unstarted))
         await self._quietly(self.store.deregister())
         self.state = "stopped"
         logger.info("worker_id=%s stopped processed=%d", self.worker_id, self.processed)
@@ -331,20 +339,40 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         heartbeat loop keeps refreshing its entry (see _heartbeat_loop), so no peer starts the
         task's next attempt beside it. Its result is discarded all the same.
         """
-        threads = self.runner.abandoned_threads
+        threads = self.threads.abandoned
         if not threads:
             return
         logger.warning("worker_id=%s %d sync handler(s) still running in their thread(s): keeping their entries "
                        "until they finish, at most until their handler timeout (results discarded); signal again "
                        "to exit now", self.worker_id, len(threads))
-        deadline = max(ex.deadline for ex in threads.values())
-        while threads and (left_s := deadline - self.clock.monotonic()) > 0:
-            await asyncio.wait(list(threads), timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+        await self._wait_slots(lambda: not threads, max(ex.deadline for ex in threads.values()))
         if threads:
             logger.warning("worker_id=%s %d detached sync handler(s) past their timeout: exiting without them",
                            self.worker_id, len(threads))
         else:
             logger.info("worker_id=%s detached sync handlers finished", self.worker_id)
+
+    def _take_backlog(self) -> list[Row]:
+        rows = []
+        while self._backlog:
+            try:
+                rows.append(self._backlog.popleft())
+            except IndexError:
+                break
+        return rows
+
+    async def _wait_slots(self, done: Callable[[], bool], deadline: float) -> None:
+        """Wait until done() holds or the clock.monotonic() deadline passes, looking again each
+        time an attempt ends or a detached thread does (both set _slot_freed)."""
+        while True:
+            self._slot_freed.clear()
+            if done() or (left_s := deadline - self.clock.monotonic()) <= 0:
+                return
+            try:
+                async with asyncio.timeout(left_s):
+                    await self._slot_freed.wait()
+            except TimeoutError:
+                pass
 
     async def _quietly(self, awaitable: Awaitable[object]) -> None:
         try:
@@ -400,4 +428,4 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             pass
 
     def _free_slots(self) -> int:
-        return self.concurrency - len(self._running) - self.runner.detached_threads
+        return self.concurrency - len(self._running) - self.threads.detached

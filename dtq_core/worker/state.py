@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import asyncio
-    from concurrent.futures import ThreadPoolExecutor
+    from collections import deque
 
     import redis.asyncio as aioredis
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .executor import AttemptRunner, Completion, Execution, Row
     from .liveness import Liveness
     from .store import Partition, WorkerStore
+    from .threads import Finished, HandlerThreads
     from .wake import WakeSubscription
 
 
@@ -39,12 +40,13 @@ class WorkerState:
     client: aioredis.Redis
     store: WorkerStore
     wake: WakeSubscription
-    pool: ThreadPoolExecutor
     runner: AttemptRunner
+    threads: HandlerThreads
 
     _aligned_at: float
     _running: dict[str, Execution]
     _unacked: dict[str, Row]
+    _backlog: deque[Row]
     _completions: list[Completion]
     _queues: list[str]
     _served: dict[str, Partition]
@@ -73,3 +75,8 @@ class WorkerState:
         async def _pause(self, seconds: float) -> None: ...
         def _free_slots(self) -> int: ...
         def _start(self, row: Row) -> None: ...
+        def _finished(self, finished: list[Finished], started: list[Execution]) -> None: ...
+        def _start_backlog(self) -> None: ...
+        def _thread_released(self, ex: Execution) -> None: ...
+        def _take_next(self) -> Execution | None: ...
+        def _fetch_room(self) -> int: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import json
 import logging
@@ -334,6 +335,29 @@ def test_a_handler_timeout_retries_then_dead_letters(config: DtqConfig) -> None:
     assert tb.rstrip().endswith("HandlerTimeout: handler exceeded its timeout of 0.2s")
 
 
+def test_sync_handlers_share_a_fixed_set_of_threads_each_attempt_in_a_fresh_context(config: DtqConfig) -> None:
+    # Long-lived handler threads run attempt after attempt (most started by the thread that
+    # finished the one before, from the backlog): what a handler sets in a context variable
+    # must not reach the next attempt on its thread, and current_task() is each attempt's own.
+    leaked: contextvars.ContextVar[str] = contextvars.ContextVar("leaked", default="")
+    seen: list[tuple[str, str, str]] = []
+
+    def mark(payload: Any) -> None:
+        ctx = dtq_tasks.current_task()
+        assert ctx is not None
+        seen.append((threading.current_thread().name, leaked.get(), ctx.task_id))
+        leaked.set(ctx.task_id)
+
+    registry.register("test.mark", mark)
+    engine, cfg = make_engine(config)
+    ids = [engine.tasks.enqueue("test.mark", {}).id for _ in range(60)]
+    run_burst(cfg, concurrency=3)
+    assert [engine.tasks.get(t)["status"] for t in ids] == ["SUCCEEDED"] * 60
+    assert {previous for _, previous, _ in seen} == {""}
+    assert sorted(task_id for _, _, task_id in seen) == sorted(ids)
+    assert len({thread for thread, _, _ in seen}) <= 3  # no thread per attempt, no pool growth
+
+
 def test_a_sync_handler_timeout_detaches_the_thread(config: DtqConfig) -> None:
     engine, cfg = make_engine(config)
     task_id = engine.tasks.enqueue("dtq.sleep_sync", {"seconds": 1.5}, timeout_seconds=0.2, max_attempts=1).id
@@ -359,7 +383,7 @@ def test_a_worker_whose_every_slot_held_a_detached_thread_takes_work_again_when_
         async with running_worker(cfg, concurrency=2) as worker:
             for t in stuck:
                 assert await status_once(engine, t, lambda s: s == "DEAD_LETTERED") == "DEAD_LETTERED"
-            assert worker.runner.detached_threads == 2  # both slots held by threads still sleeping
+            assert worker.threads.detached == 2  # both slots held by threads still sleeping
             echo = engine.tasks.enqueue("dtq.echo", {"after": "threads"}).id
             return await status_once(engine, echo, lambda s: s == "SUCCEEDED")  # the threads end in ~1.9 s
 
@@ -803,7 +827,7 @@ def test_a_timeout_under_a_second_fires_on_time(engine: Engine, config: DtqConfi
     async def scenario() -> tuple[str, float]:
         row = Row(entry_id="1-0", stream="s", task_id="t", attempt=1, max_attempts=1, type="dtq.sleep",
                   payload='{"seconds": 0.3}', timeout_s=0.02, queue="q", priority="normal")
-        runner = AttemptRunner(config, engine.clock, None, "w")  # type: ignore[arg-type]
+        runner = AttemptRunner(config, engine.clock, "w")
         ex = Execution(row)
         started = time.monotonic()
         ex.task = asyncio.create_task(runner.run(ex))  # no worker: no periodic deadline check either

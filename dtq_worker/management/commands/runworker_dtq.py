@@ -144,7 +144,7 @@ class Command(BaseCommand):
             raise CommandError(one_line(trouble, redacted(config.redis_url))) from None
         sys.stdout.flush()
         sys.stderr.flush()
-        if worker.runner.detached_threads:
+        if worker.threads.detached:
             # Left by timeouts or cancels, or by the drain past their timeout: they must not keep
             # the process alive.
             os._exit(code)

@@ -1,0 +1,56 @@
+"""Sync handlers in the worker's handler threads (dtq_core/worker/threads.py), with real worker
+processes: rows claimed ahead of a free slot (the backlog) are handed back at a drain without
+running, and a thread that starts the next row itself still honours its handler timeout."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from dtq_core.engine import Engine
+
+from ..conftest import WorkerProcess, wait_for
+from .support import env, execs, pending, started, status, statuses
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_drain_hands_back_claimed_rows_it_never_started(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    keys = engine.keys
+    a = start_worker("--name", "a", "--queues", "ahead", "--concurrency", "1", **env(DTQ_DRAIN_TIMEOUT_S=10))
+    running = engine.tasks.enqueue("failure.work", {"seconds": 1.5}, queue="ahead").id
+    wait_for(lambda: started(redis_client, keys, running), message=a.output())
+    waiting = engine.tasks.enqueue("failure.work", {"seconds": 0}, queue="ahead").id
+    # Claimed into the backlog (one slot, busy): the fetch made it RUNNING, no handler ran it.
+    wait_for(lambda: status(redis_client, keys, waiting) == "RUNNING", message=a.output())
+    a.proc.send_signal(signal.SIGTERM)
+    assert a.wait(15) == 0, a.output()
+    assert "draining 1 attempt(s), handing back 1 not started" in a.output()
+    assert status(redis_client, keys, running) == "SUCCEEDED"  # the running one finished in the drain
+    assert execs(redis_client, keys, waiting) == 0 and pending(redis_client, keys, ["ahead"]) == 1
+
+    b = start_worker("--name", "b", "--queues", "ahead", **env())
+    wait_for(lambda: status(redis_client, keys, waiting) == "SUCCEEDED", timeout=20, message=b.output())
+    assert execs(redis_client, keys, waiting) == 1 and pending(redis_client, keys, ["ahead"]) == 0
+
+
+def test_a_short_timeout_fires_on_an_attempt_a_thread_started_from_the_backlog(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    keys = engine.keys
+    # One slot: the second task waits in the backlog and starts in the first one's thread.
+    first = engine.tasks.enqueue("failure.work", {"seconds": 0.3}, queue="chain").id
+    stuck = engine.tasks.enqueue("failure.work", {"seconds": 3}, queue="chain", timeout_seconds=0.2,
+                                 max_attempts=1).id
+    after = engine.tasks.enqueue("failure.work", {"seconds": 0}, queue="chain").id
+    w = start_worker("--name", "w", "--queues", "chain", "--concurrency", "1", **env())
+    wait_for(lambda: statuses(redis_client, keys, [first, stuck, after]) == ["SUCCEEDED", "DEAD_LETTERED",
+                                                                               "SUCCEEDED"],
+             timeout=20, message=lambda: f"{statuses(redis_client, keys, [first, stuck, after])} {w.output()}")
+    error = engine.tasks.get(stuck)["errors"][0]
+    assert error["error"] == "dtq.HandlerTimeout" and "time.sleep(" in error["traceback"]
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.wait(15) == 0, w.output()
