@@ -14,7 +14,7 @@ from .shapes import submit_errors
 
 def _validate(engine: Engine, item: Any, request_id: str) -> Submission | dict[str, Any]:
     options, errors = submit_errors(item)
-    if errors is not None:
+    if options is None:
         message, _ = _flatten(errors)
         return error_body(ValidationError(message), request_id)
     try:

@@ -90,7 +90,7 @@ def batch_items(data: Any) -> list[Any]:
     wrong = {i: [NULL if item is None else INVALID_JSON] for i, item in enumerate(items)
              if item is None or not _strict_json(item)}
     if wrong:
-        raise ValidationError({"tasks": wrong})
+        raise ValidationError({"tasks": wrong})  # type: ignore[dict-item]  # keyed by index, as ListField's
     return items
 
 
