@@ -53,7 +53,7 @@ def respond(view: Any, request: HttpRequest, handle: Callable[[Any], tuple[Any, 
     """Run handle(request data) -> (body, status) and answer as DRF's finalize_response would."""
     try:
         data, status = handle(request_data(request))
-    except Exception as exc:  # noqa: BLE001 - what DRF's handle_exception does with it, below
+    except Exception as exc:  # as DRF's handle_exception: answered by the exception handler, or raised
         response = exception_handler(exc, {"request": request, "view": view})
         if response is None:
             raise

@@ -78,7 +78,7 @@ def test_a_payload_past_the_limit_and_an_idempotent_repeat_answer_as_drf(api: AP
 
 
 BATCHES: list[Any] = [
-    {"tasks": [{"type": "dtq.echo"}, {"type": "bad type!"}, None and {}, {"type": "dtq.echo", "queue": "b"}]},
+    {"tasks": [{"type": "dtq.echo"}, {"type": "bad type!"}, None, {"type": "dtq.echo", "queue": "b"}]},
     {"tasks": [{"type": "dtq.echo"}] * 1001}, {"tasks": "x"}, {"tasks": [None]}, {"task": []}, [], "{",
 ]
 
