@@ -1,4 +1,4 @@
-"""docker-compose.yml: its shape (Redis AOF, PostgreSQL, migrate once, daphne with a /health
+"""docker-compose.yml: its shape (Redis AOF, PostgreSQL, migrate once, granian with a /health
 healthcheck, two workers), and the very commands it runs, started here as real processes
 against a throwaway Redis (no Docker engine needed)."""
 
@@ -77,7 +77,7 @@ def test_the_compose_file_has_the_documented_shape(compose: dict[str, Any]) -> N
     with pytest.raises(ValueError, match="DJANGO_SECRET_KEY in .env"):
         interpolate(str(compose["x-dtq-environment"]["DJANGO_SECRET_KEY"]), {})
     api = services["api"]
-    assert "daphne" in api["command"] and "/health" in " ".join(api["healthcheck"]["test"])
+    assert "granian" in api["command"] and "/health" in " ".join(api["healthcheck"]["test"])
     # Orchestrator grace period longer than the drain window (docs/deployment.md).
     drain = float(service_env(services["worker-1"])["DTQ_DRAIN_TIMEOUT_S"])
     assert all(float(services[w]["stop_grace_period"].rstrip("s")) > drain for w in workers)
@@ -132,7 +132,7 @@ def test_the_compose_commands_serve_work_and_metrics(compose: dict[str, Any], re
             procs[name] = subprocess.Popen(localize(services[name]["command"], port), cwd=ROOT, env=env,
                                            stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: http(base + "/health")[0] == 200, timeout=30, message="daphne never served /health")
+        wait_for(lambda: http(base + "/health")[0] == 200, timeout=30, message="the API never served /health")
         # The healthcheck command itself, as the container would run it.
         check = subprocess.run(localize(services["api"]["healthcheck"]["test"][1:], port), cwd=ROOT, env=env,
                                timeout=30)
