@@ -11,6 +11,7 @@ bare batch view and POST /api/v1/tasks/batch, and submit as a share of its bare 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -108,6 +109,17 @@ def bodies(prefix: str, batch: int) -> dict[str, tuple[str, bytes, int]]:
             "bare-batch": ("/bench/bare/batch", many, batch), "batch": ("/api/v1/tasks/batch", many, batch)}
 
 
+def installed(name: str) -> bool:
+    """Whether this environment has the server (uvicorn and gunicorn are not in dtq's lock: install
+    them beside it, `pip install uvicorn[standard] gunicorn`, to compare them)."""
+    module = {"daphne": "daphne", "uvicorn": "uvicorn", "granian-asgi": "granian", "granian-wsgi": "granian",
+              "gunicorn-gthread": "gunicorn"}[name]
+    if importlib.util.find_spec(module) is None:
+        print(f"skipping {name}: {module} is not installed", flush=True)
+        return False
+    return True
+
+
 def measure(rig: Rig, name: str, args: argparse.Namespace) -> dict[str, Any]:
     prefix, port = new_prefix(), free_port()
     argv = servers(port, args.threads)[name]
@@ -152,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         sys.stderr.write("bench_http needs wrk (Debian/Ubuntu: apt-get install wrk)\n")
         return 1
-    names = [n for n in args.servers.split(",") if n]
+    names = [n for n in args.servers.split(",") if n and installed(n)]
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     server = start_redis("http")
     try:

@@ -1,5 +1,5 @@
 """dtq measurements with real processes: a throwaway redis-server, `manage.py runworker_dtq`
-workers (run through bench.rtcount, which counts their Redis round trips) and daphne.
+workers (run through bench.rtcount, which counts their Redis round trips) and the web server.
 
 Each measurement uses its own key prefix, so runs never see each other's keys.
 """
