@@ -121,10 +121,13 @@ def installed(name: str) -> bool:
 
 
 def measure(rig: Rig, name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One server (`name`, or `name@before`: served from the --compare tree) on every endpoint."""
     prefix, port = new_prefix(), free_port()
-    argv = servers(port, args.threads)[name]
+    server, _, tree = name.partition("@")
+    root = args.compare if tree else rig.root
+    argv = servers(port, args.threads)[server]
     log = open(VAR / f"{prefix}-{name}.log", "wb")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(argv, cwd=rig.root, env=rig.env(prefix, DJANGO_SETTINGS_MODULE="bench.http_settings"),
+    proc = subprocess.Popen(argv, cwd=root, env=rig.env(prefix, DJANGO_SETTINGS_MODULE="bench.http_settings"),
                             stdout=log, stderr=subprocess.STDOUT)
     log.close()
     try:
@@ -160,11 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=8, help="request threads of the WSGI servers (default 8)")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument("--compare", type=Path, default=None,
+                   help="another dtq tree (e.g. an unpacked `git archive` of main): NAME@before in --servers "
+                        "serves it (bench/http_settings.py and http_urls.py are copied in)")
     args = p.parse_args(argv)
     if shutil.which("wrk") is None:
         sys.stderr.write("bench_http needs wrk (Debian/Ubuntu: apt-get install wrk)\n")
         return 1
-    names = [n for n in args.servers.split(",") if n and installed(n)]
+    names = [n for n in args.servers.split(",") if n and installed(n.partition("@")[0])]
+    if args.compare is not None:
+        for helper in ("http_settings.py", "http_urls.py"):
+            shutil.copy(Path(__file__).parent / helper, args.compare / "bench" / helper)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     server = start_redis("http")
     try:

@@ -13,7 +13,7 @@ from .shapes import submit_errors
 
 
 def _validate(engine: Engine, item: Any, request_id: str) -> Submission | dict[str, Any]:
-    options, errors = submit_errors(item)
+    options, errors = submit_errors(item, strict_json=True)  # batch_items checked every item
     if options is None:
         message, _ = _flatten(errors)
         return error_body(ValidationError(message), request_id)

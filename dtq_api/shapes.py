@@ -32,8 +32,12 @@ DEFAULTS: dict[str, Any] = {"queue": "default", "priority": "normal", "delay_sec
 _FIELDS = frozenset(SUBMIT_FIELDS)
 
 
-def submit_errors(data: Any) -> tuple[dict[str, Any] | None, dict[str, list[ErrorDetail]] | None]:
-    """(the submit options, None) or (None, the errors as SubmitSerializer.errors has them)."""
+def submit_errors(data: Any, *, strict_json: bool = False
+                  ) -> tuple[dict[str, Any] | None, dict[str, list[ErrorDetail]] | None]:
+    """(the submit options, None) or (None, the errors as SubmitSerializer.errors has them).
+
+    strict_json: the caller has checked the whole body is JSON without NaN or infinities
+    (batch_items does, for every item at once)."""
     if data is None:
         return None, {"non_field_errors": [NO_DATA]}
     if not isinstance(data, dict):
@@ -41,6 +45,7 @@ def submit_errors(data: Any) -> tuple[dict[str, Any] | None, dict[str, list[Erro
     if not _FIELDS.issuperset(data):
         return None, {name: [UNKNOWN] for name in sorted(set(data) - _FIELDS)}
     errors: dict[str, list[ErrorDetail]] = {}
+    strict_json = strict_json or _strict_json(data)  # one check of the whole, not one per field
     for name in SUBMIT_FIELDS:  # declaration order, as DRF reports them
         if name not in data:
             if name == "type":
@@ -48,7 +53,7 @@ def submit_errors(data: Any) -> tuple[dict[str, Any] | None, dict[str, list[Erro
         elif data[name] is None:
             if name not in NULLABLE:
                 errors[name] = [NULL]
-        elif not _strict_json(data[name]):
+        elif not strict_json and not _strict_json(data[name]):
             errors[name] = [INVALID_JSON]
     if errors:
         return None, errors
@@ -87,8 +92,9 @@ def batch_items(data: Any) -> list[Any]:
     if len(items) > BATCH_MAX:
         raise ValidationError({"tasks": [ErrorDetail(f"Ensure this field has no more than {BATCH_MAX} elements.",
                                                      code="max_length")]})
+    strict_json = _strict_json(items)  # one check of the whole list, not one per item
     wrong = {i: [NULL if item is None else INVALID_JSON] for i, item in enumerate(items)
-             if item is None or not _strict_json(item)}
+             if item is None or not (strict_json or _strict_json(item))}
     if wrong:
         raise ValidationError({"tasks": wrong})  # type: ignore[dict-item]  # keyed by index, as ListField's
     return items
