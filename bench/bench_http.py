@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     table = summarise(runs)
     print(table)
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": runs}, indent=1))
+        args.json.write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1, default=str))
     return 0
 
 
