@@ -37,15 +37,15 @@ def is_plain_json_call(request: HttpRequest) -> bool:
 
 def request_data(request: HttpRequest) -> Any:
     """The body as DRF's request.data has it: {} when Content-Length is 0 or unset, else JSON
-    (ParseError: MALFORMED_JSON), read from the request stream as DRF reads it."""
+    (ParseError: MALFORMED_JSON), read through request.body as DRF's JSON parsing does, so a body
+    past DATA_UPLOAD_MAX_MEMORY_SIZE raises RequestDataTooBig (413 PAYLOAD_TOO_LARGE)."""
     try:
         length = int(request.META.get("CONTENT_LENGTH", request.META.get("HTTP_CONTENT_LENGTH", 0)))
     except (ValueError, TypeError):
         length = 0
     if length == 0:
         return {}
-    raw = request.body if request._read_started else request.read()  # type: ignore[attr-defined]
-    return _PARSER.parse(io.BytesIO(raw), "application/json",
+    return _PARSER.parse(io.BytesIO(request.body), "application/json",
                          {"encoding": request.encoding or settings.DEFAULT_CHARSET})
 
 

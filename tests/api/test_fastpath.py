@@ -80,6 +80,7 @@ def test_a_payload_past_the_limit_and_an_idempotent_repeat_answer_as_drf(api: AP
 BATCHES: list[Any] = [
     {"tasks": [{"type": "dtq.echo"}, {"type": "bad type!"}, None, {"type": "dtq.echo", "queue": "b"}]},
     {"tasks": [{"type": "dtq.echo"}] * 1001}, {"tasks": "x"}, {"tasks": [None]}, {"task": []}, [], "{",
+    {"tasks": [{"type": "dtq.echo", "payload": "x" * 1_000_000}] * 3},  # past DATA_UPLOAD_MAX_MEMORY_SIZE: 413
 ]
 
 
