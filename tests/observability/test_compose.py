@@ -129,8 +129,9 @@ def test_the_compose_commands_serve_work_and_metrics(compose: dict[str, Any], re
     logs = {name: open(tmp_path / f"{name}.log", "wb") for name in ("api", "worker-1", "worker-2")}  # noqa: SIM115
     try:
         for name, log in logs.items():
+            # Each in its own session, as in its own container: the API's group holds granian's worker.
             procs[name] = subprocess.Popen(localize(services[name]["command"], port), cwd=ROOT, env=env,
-                                           stdout=log, stderr=subprocess.STDOUT)
+                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
         wait_for(lambda: http(base + "/health")[0] == 200, timeout=30, message="the API never served /health")
         # The healthcheck command itself, as the container would run it.
@@ -164,10 +165,25 @@ def test_the_compose_commands_serve_work_and_metrics(compose: dict[str, Any], re
         records = [json.loads(line) for line in worker_lines if line.startswith("{")]
         assert records and all("worker_id" in r for r in records)
         assert any("stopped" in r["message"] for r in records)
+        # The API too: granian stops its worker process and exits, leaving nothing of its group.
+        procs["api"].send_signal(signal.SIGTERM)
+        assert procs["api"].wait(timeout=15) == 0
+        wait_for(lambda: not _group_alive(procs["api"].pid), timeout=10, message="granian left its worker behind")
     finally:
         for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
+            if proc.poll() is None or _group_alive(proc.pid):
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 proc.wait(10)
         for log in logs.values():
             log.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
