@@ -1,5 +1,5 @@
 """dtq measurements with real processes: a throwaway redis-server, `manage.py runworker_dtq`
-workers (run through bench.rtcount, which counts their Redis round trips) and daphne.
+workers (run through bench.rtcount, which counts their Redis round trips) and the web server.
 
 Each measurement uses its own key prefix, so runs never see each other's keys.
 """
@@ -348,15 +348,16 @@ def redelivery(rig: Rig, *, runs: int = 3, visibility_timeout_s: float = 2.0) ->
 
 
 def http_submit(rig: Rig, *, requests: int = 2000, clients: int = 16) -> dict[str, Any]:
-    """POST /api/v1/tasks through a real daphne with `clients` concurrent keep-alive connections."""
+    """POST /api/v1/tasks through `make run`'s web server (granian) with `clients` concurrent
+    keep-alive connections."""
     prefix, port = new_prefix(), free_port()
-    log = open(VAR / f"{prefix}-daphne.log", "wb")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen([rig.python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "dtq_site.asgi:application"], cwd=rig.root, env=rig.env(prefix), stdout=log,
-                            stderr=subprocess.STDOUT)
+    log = open(VAR / f"{prefix}-web.log", "wb")  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen([rig.python, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port",
+                             str(port), "--log-level", "warning", "dtq_site.asgi:application"],
+                            cwd=rig.root, env=rig.env(prefix), stdout=log, stderr=subprocess.STDOUT)
     log.close()
     try:
-        wait_until(lambda: _health(port) or proc.poll() is not None, 30, interval=0.1, what="daphne start")
+        wait_until(lambda: _health(port) or proc.poll() is not None, 30, interval=0.1, what="web server start")
         body = json.dumps({"type": TASK, "payload": {"k": counter_key(prefix)}, "queue": QUEUE}).encode()
         request = post_json_request("127.0.0.1", port, "/api/v1/tasks", body)
         asyncio.run(run_load("127.0.0.1", port, request, total=50, clients=4))  # warm up

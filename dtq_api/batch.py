@@ -9,16 +9,16 @@ from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationEr
 from dtq_core.submit import Submission
 
 from .exceptions import _flatten
-from .serializers import SubmitSerializer
+from .shapes import submit_errors
 
 
 def _validate(engine: Engine, item: Any, request_id: str) -> Submission | dict[str, Any]:
-    shape = SubmitSerializer(data=item)
-    if not shape.is_valid():
-        message, _ = _flatten(shape.errors)
+    options, errors = submit_errors(item, strict_json=True)  # batch_items checked every item
+    if options is None:
+        message, _ = _flatten(errors)
         return error_body(ValidationError(message), request_id)
     try:
-        return engine.tasks.validate(request_id=request_id, **shape.validated_data)
+        return engine.tasks.validate(request_id=request_id, **options)
     except DtqError as exc:
         return error_body(exc, request_id)
 

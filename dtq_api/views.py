@@ -30,9 +30,11 @@ from .auth import actor_for
 from .base import APIView, extend_schema
 from .batch import submit_batch
 from .exceptions import envelope
+from .fastpath import is_plain_json_call, respond
 from .middleware import request_id_of
 from .pagination import PAGE_PARAMETERS, page_params, page_response, text_param
 from .permissions import ChangingMethodsMixin, DestructiveMixin
+from .shapes import batch_items, submit_options
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "VALIDATION_ERROR or MALFORMED_JSON", 404: "not found",
@@ -52,19 +54,27 @@ def _filters(*names: str) -> list[OpenApiParameter]:
 # -- tasks ------------------------------------------------------------------------------------
 
 class TaskListView(APIView):
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.method == "POST" and is_plain_json_call(request):
+            return respond(self, request, lambda body: self.submit(request, body))
+        return super().dispatch(request, *args, **kwargs)
+
     @extend_schema(operation_id="tasks_submit", request=s.SubmitSerializer,
                    responses={201: s.TaskSerializer, 200: s.TaskSerializer, 413: s.ErrorSerializer,
                               429: s.ErrorSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
-        data = s.SubmitSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        return Response(*self.submit(request._request, request.data))
+
+    def submit(self, request: HttpRequest, body: Any) -> tuple[dict[str, Any], int]:
+        """(the task, 201 or 200 for an idempotency key seen before); POST through DRF or fastpath."""
+        options = submit_options(body)  # SubmitSerializer's checks, without its per-call cost
         engine = get_engine()
-        enqueued = engine.tasks.enqueue(request_id=request_id_of(request._request), **data.validated_data)
+        enqueued = engine.tasks.enqueue(request_id=request_id_of(request), **options)
         if enqueued.task is None and not enqueued.created and enqueued.status == "UNKNOWN":
             # The idempotency key outlived its task's record: the id is all that is known.
-            return Response({"id": enqueued.id, "status": enqueued.status}, status=status.HTTP_200_OK)
+            return {"id": enqueued.id, "status": enqueued.status}, status.HTTP_200_OK
         task = enqueued.task if enqueued.task is not None else engine.tasks.get(enqueued.id)
-        return Response(task, status=status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK)
+        return task, status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK
 
     @extend_schema(operation_id="tasks_list",
                    parameters=[*_filters("queue", "status", "type", "periodic_name"), *PAGE_PARAMETERS],
@@ -80,13 +90,19 @@ class TaskListView(APIView):
 
 
 class TaskBatchView(APIView):
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.method == "POST" and is_plain_json_call(request):
+            return respond(self, request, lambda body: self.submit(request, body))
+        return super().dispatch(request, *args, **kwargs)
+
     @extend_schema(operation_id="tasks_batch_submit", request=s.BatchSerializer,
                    responses={200: s.BatchResultsSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
-        data = s.BatchSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        results = submit_batch(get_engine(), data.validated_data["tasks"], request_id_of(request._request))
-        return Response({"results": results})
+        return Response(*self.submit(request._request, request.data))
+
+    def submit(self, request: HttpRequest, body: Any) -> tuple[dict[str, Any], int]:
+        items = batch_items(body)  # BatchSerializer's checks, as for the single submit
+        return {"results": submit_batch(get_engine(), items, request_id_of(request))}, status.HTTP_200_OK
 
 
 class TaskDetailView(APIView):

@@ -61,11 +61,26 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, redis.cluster.RedisCluster | aiocluster.RedisCluster)
 
 
+_CLUSTER_CLASSES: dict[type, bool] = {}  # client class -> a blocking RedisCluster
+
+
+def _blocking_cluster(client: object) -> bool:
+    """isinstance(client, RedisCluster), remembered per class: redis-py makes that check go
+    through typing's Protocol machinery, a few µs on every submit."""
+    kind = type(client)
+    known = _CLUSTER_CLASSES.get(kind)
+    if known is None:
+        known = _CLUSTER_CLASSES[kind] = isinstance(client, redis.cluster.RedisCluster)
+    return known
+
+
 def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: Sequence[Routed]) -> list[Any]:
     """Send commands (blocking client) and return their replies in order; an error reply comes
     back as its exception."""
-    if not isinstance(client, redis.cluster.RedisCluster):
-        return exchange_pooled(client.connection_pool, [command for _, command in commands])
+    if not _blocking_cluster(client):
+        pool = client.connection_pool  # type: ignore[union-attr]  # a Redis: _blocking_cluster said so
+        return exchange_pooled(pool, [command for _, command in commands])
+    assert isinstance(client, redis.cluster.RedisCluster)
     replies: list[Any] = [None] * len(commands)
     pending = list(range(len(commands)))
     asked: dict[int, tuple[str, int]] = {}  # command -> the node an ASK sent it to

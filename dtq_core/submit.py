@@ -3,10 +3,9 @@ and the making of task ids."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import uuid
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +45,13 @@ class Submission:
 
     def placed(self, tag: str) -> Submission:
         """This submission in partition `tag`, under a new id that names it."""
-        return dataclasses.replace(self, task_id=new_task_id(tag))
+        # Spelled out: dataclasses.replace inspects the fields on every call, a tenth of the
+        # client's work per enqueue.
+        return Submission(type=self.type, payload_json=self.payload_json, queue=self.queue,
+                          priority=self.priority, delay_s=self.delay_s, ttl_s=self.ttl_s,
+                          max_attempts=self.max_attempts, timeout_s=self.timeout_s,
+                          idempotency_key=self.idempotency_key, request_id=self.request_id,
+                          handler=self.handler, task_id=new_task_id(tag))
 
     @property
     def handler_name(self) -> str:
@@ -57,7 +62,7 @@ class Submission:
 def new_task_id(tag: str) -> str:
     """A task id: its partition's tag, a dash, 32 hex digits (dtq_core.keys.TASK_ID_RE), so a
     lookup by id finds the partition's slot. At most 49 characters: ids stay under 64."""
-    return f"{tag}-{uuid.uuid4().hex}"
+    return f"{tag}-{os.urandom(16).hex()}"  # 128 random bits, as uuid4's 122, without its object
 
 
 def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: bool = False) -> float:

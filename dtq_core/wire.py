@@ -13,6 +13,8 @@ a redis+sentinel:// URL they are Sentinel-managed: each connect asks the sentine
 from __future__ import annotations
 
 import asyncio
+import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,10 +98,69 @@ def _demoted(replies: list[Any]) -> bool:
     return any(isinstance(reply, redis.exceptions.ReadOnlyError) for reply in replies)
 
 
+KEEP_MAX = 32  # connections kept between exchanges per pool (beyond: back to the pool)
+
+
+class _Kept:
+    """Connections exchange_pooled took from a pool and keeps for its next exchanges.
+
+    redis-py's checkout and release (a lock, pool events, connection-count metrics) cost more
+    client CPU than packing and parsing a submit; a list pop and append are atomic under the
+    GIL. To the pool they stay in use, so its disconnect() still closes them (they reconnect
+    on their next exchange). After a fork the child starts a list of its own, as the pool does.
+    """
+
+    __slots__ = ("free", "pid")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.free: list[Any] = []
+
+
+_KEPT: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
+
+
+def _kept(pool: Any) -> _Kept:
+    kept = _KEPT.get(pool)
+    if kept is None or kept.pid != os.getpid():
+        kept = _KEPT[pool] = _Kept()
+    return kept
+
+
+def _borrow(pool: Any, kept: _Kept) -> Any:
+    try:
+        conn = kept.free.pop()
+    except IndexError:
+        return pool.get_connection()  # connected and checked by the pool
+    # The pool's checks before lending: connected (a disconnect() may have closed it), and
+    # nothing to read (an end of file when Redis closed it idle or restarted, or stray bytes).
+    try:
+        conn.connect()
+        try:
+            stale = conn.can_read()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+            stale = True  # it reads the end of file as an error
+        if stale:
+            conn.disconnect()
+            conn.connect()
+    except BaseException:
+        pool.release(conn)
+        raise
+    return conn
+
+
+def _give_back(pool: Any, kept: _Kept, conn: Any) -> None:
+    if len(kept.free) < KEEP_MAX and kept.pid == os.getpid():
+        kept.free.append(conn)
+    else:
+        pool.release(conn)
+
+
 def exchange_pooled(pool: redis.ConnectionPool, commands: Sequence[bytes]) -> list[Any]:
-    """The blocking client's counterpart of Line.exchange, on a connection borrowed from the
-    pool (request threads share it), under the connection's own socket timeout."""
-    conn = pool.get_connection()
+    """The blocking client's counterpart of Line.exchange, on a connection of the pool's
+    (request threads share them: see _Kept), under the connection's own socket timeout."""
+    kept = _kept(pool)
+    conn = _borrow(pool, kept)
     try:
         conn.send_packed_command(commands, check_health=False)
         replies: list[Any] = []
@@ -115,4 +176,4 @@ def exchange_pooled(pool: redis.ConnectionPool, commands: Sequence[bytes]) -> li
         conn.disconnect()
         raise
     finally:
-        pool.release(conn)
+        _give_back(pool, kept, conn)

@@ -1,4 +1,5 @@
-"""Browser fixtures: one daphne console per test module, a real worker, and headless Debian Chromium."""
+"""Browser fixtures: one console server (granian, as make run) per test module, a real worker, and
+headless Debian Chromium."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ back in order, and a connection that comes back after a timeout or a script cach
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 import redis
@@ -11,7 +12,9 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
-from dtq_core.wire import Line, pack
+from dtq_core.keys import is_task_id
+from dtq_core.submit import Submission
+from dtq_core.wire import Line, exchange_pooled, pack
 
 
 def test_packing_matches_the_redis_protocol() -> None:
@@ -85,3 +88,35 @@ def test_submit_reloads_its_script_after_a_flush_and_raises_connection_error_wit
             dead.tasks.enqueue("dtq.echo", record=False)
     finally:
         dead.client.close()
+
+
+@pytest.mark.single_node  # one pool: a cluster's exchanges use one pool per master
+def test_pooled_exchanges_keep_their_connection_and_reconnect_when_redis_closed_it(
+        config: DtqConfig, key_prefix: str, redis_client: redis.Redis) -> None:
+    client = redis.Redis.from_url(config.redis_url)
+    pool = client.connection_pool
+    name = f"{key_prefix}-kept"
+    try:
+        assert exchange_pooled(pool, [pack(["CLIENT", "SETNAME", name])]) == [b"OK"]
+        ids = {exchange_pooled(pool, [pack(["CLIENT", "ID"])])[0] for _ in range(20)}
+        assert len(ids) == 1  # kept between exchanges, not a connection each
+
+        assert _kill_named(redis_client, name) == 1  # Redis closes it while it is kept
+        # Its end of file is queued by the time CLIENT KILL answers (loopback): the exchange sees it
+        # before sending and reconnects rather than failing.
+        assert exchange_pooled(pool, [pack(["CLIENT", "ID"])])[0] not in ids
+
+        pool.disconnect()  # closes the kept connections too: they count as in use to the pool
+        assert [c for c in redis_client.client_list() if c.get("name") == name] == []
+        assert exchange_pooled(pool, [pack(["PING"])]) == [b"PONG"]
+    finally:
+        client.close()
+
+
+def test_a_placed_submission_keeps_every_field_but_its_id() -> None:
+    s = Submission(type="t", payload_json="{}", queue="q", priority="low", delay_s=1.5, ttl_s=9.0, max_attempts=4,
+                   timeout_s=3.0, idempotency_key="k", request_id="r", handler="django.task", task_id="old")
+    placed = s.placed("a1")
+    assert placed.task_id.startswith("a1-") and is_task_id(placed.task_id) and placed.task_id != s.task_id
+    assert {f.name: getattr(placed, f.name) for f in dataclasses.fields(s) if f.name != "task_id"} == \
+        {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "task_id"}

@@ -1,0 +1,97 @@
+"""`python -m bench.bench_enqueue`: enqueue one by one, dtq beside Huey (and an older dtq tree).
+
+Each system is a long-lived child process that enqueues a no-op task `--calls` times one by one
+when told to; the children take turns for `--rounds` rounds on one throwaway Redis, so the load
+of the moment on a shared machine weighs on all alike. Reported per system: the best and the
+median rate, and client CPU per call (the process's own user + system time). dtq's call is what
+dtq_tasks.enqueue does (engine.tasks.enqueue, record=False); Huey's is calling a task, as in
+bench/peers. Huey runs from bench/peers' virtualenv (make bench-peers makes it) or --huey-python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .common import ROOT, start_redis
+
+CHILD = r'''
+import json, os, sys, time
+kind, url = sys.argv[1], sys.argv[2]
+if kind == "huey":
+    from huey import RedisHuey
+    huey = RedisHuey("bench", url=url)
+    @huey.task()
+    def noop(key): pass
+    send = lambda: noop("k")
+else:
+    sys.path.insert(0, os.getcwd())
+    from dtq_core.config import DtqConfig
+    from dtq_core.engine import Engine
+    tasks = Engine(DtqConfig(redis_url=url, key_prefix=sys.argv[3], max_queue_depth=0)).tasks
+    send = lambda: tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+for _ in range(300):
+    send()
+print("ready", flush=True)
+for line in sys.stdin:
+    n = int(line)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        send()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(json.dumps({"per_s": n / wall, "cpu_us": cpu / n * 1e6}), flush=True)
+'''
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_enqueue", description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=1000, help="enqueues per turn (default 1000)")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--compare", type=Path, default=None, help="another dtq tree, reported as dtq-before")
+    p.add_argument("--huey-python", type=Path, default=ROOT / "var" / "bench-peers-venv" / "bin" / "python")
+    args = p.parse_args(argv)
+    systems: dict[str, tuple[list[str], Path]] = {"dtq": ([sys.executable, "-c", CHILD, "dtq"], ROOT)}
+    if args.compare is not None:
+        systems["dtq-before"] = ([sys.executable, "-c", CHILD, "dtq"], args.compare)
+    if args.huey_python.exists():
+        systems["huey"] = ([str(args.huey_python), "-c", CHILD, "huey"], ROOT)
+    else:
+        print(f"skipping Huey: no {args.huey_python} (make bench-peers makes it)", flush=True)
+    server = start_redis("enqueue")
+    procs: dict[str, subprocess.Popen[str]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+    try:
+        for name, (command, cwd) in systems.items():
+            procs[name] = proc = subprocess.Popen([*command, server.url, f"bench{uuid.uuid4().hex[:8]}"], cwd=cwd,
+                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", name
+        for _ in range(args.rounds):
+            for name, proc in procs.items():
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(f"{args.calls}\n")
+                proc.stdin.flush()
+                runs[name].append(json.loads(proc.stdout.readline()))
+    finally:
+        for proc in procs.values():
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(30)
+        server.stop()
+    print(f"{args.calls} enqueues one by one x {args.rounds} rounds, taking turns")
+    print("| system | best /s | median /s | client CPU µs/call (min, median) |\n|---|---|---|---|")
+    for name, results in runs.items():
+        rates = sorted(r["per_s"] for r in results)
+        cpus = sorted(r["cpu_us"] for r in results)
+        print(f"| {name} | {rates[-1]:.0f} | {statistics.median(rates):.0f} "
+              f"| {cpus[0]:.1f}, {statistics.median(cpus):.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
