@@ -220,7 +220,8 @@ class Tasks(Noun):
         record = _pairs(reply[3])
         if code is ErrorCode.EXISTING:
             # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
-            task = codec.task_view(record, codec.stored_result(record, reply[4] or None), str(reply[1])) if record else None
+            result = codec.stored_result(record, reply[4] or None)
+            task = codec.task_view(record, result, str(reply[1])) if record else None
             return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task)
         return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True,
                         task=codec.task_view(record) if record else None)

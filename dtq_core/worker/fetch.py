@@ -50,6 +50,25 @@ class FetchLoop(WorkerState):
         self._fetchable = fetchable
         self._paused_queues = paused
         self._refreshed_at = self.clock.monotonic()
+        if paused and self._backlog:
+            await self._return_paused_backlog(paused)
+
+    async def _return_paused_backlog(self, paused: set[str]) -> None:
+        """A paused queue runs nothing new: its claimed rows not started yet go back to their
+        streams, uncharged, in their order (returnEntries); on failure they wait in the backlog
+        for the next refresh."""
+        rows = self._take_backlog()
+        held = [row for row in rows if row.queue in paused]
+        self._backlog.extendleft(reversed([row for row in rows if row.queue not in paused]))
+        if not held:
+            return
+        try:
+            returned = await self.store.return_unstarted(held)
+        except Exception:
+            self._backlog.extend(held)
+            raise
+        logger.info("worker_id=%s queue paused: %d claimed task(s) not started put back in their streams",
+                    self.worker_id, returned)
 
     async def _consume(self) -> None:
         while not self._stopping:

@@ -294,7 +294,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         if self.is_leader:
             await self._quietly(self.store.release_lock())
             self.is_leader = False
-        # Claimed rows not started yet go back to the stream for a peer (handed back below).
+        # Claimed rows not started yet go back to their streams, uncharged (returned below).
         unstarted = self._take_backlog()
         logger.info("worker_id=%s stopped taking work; draining %d attempt(s), handing back %d not started",
                     self.worker_id, len(self._running), len(unstarted))
@@ -326,8 +326,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         # its timeout) keeps its entry until this process is gone.
         running = set(self.threads.abandoned)
         unstarted += self._take_backlog()  # one a handler thread put back as the drain began
-        await self._quietly(self.store.release([ex.row for ex in abandoned if ex.row.entry_id not in running]
-                                               + unstarted))
+        await self._quietly(self.store.release([ex.row for ex in abandoned if ex.row.entry_id not in running]))
+        await self._quietly(self.store.return_unstarted(unstarted))
         await self._quietly(self.store.deregister())
         self.state = "stopped"
         logger.info("worker_id=%s stopped processed=%d", self.worker_id, self.processed)

@@ -345,6 +345,21 @@ class WorkerStore:
                                args=[Keys.GROUP, self.worker_id, idle_ms, *pairs], client=pipe)
         return sum(int(n) for n in await self.scripts.aexecute(pipe))
 
+    async def return_unstarted(self, rows: Sequence[Row]) -> int:
+        """Put claims this worker made but never started back in their streams, uncharged
+        (returnEntries, one per partition, pipelined); the number put back."""
+        if not rows:
+            return 0
+        now = self.clock.now_ms()
+        pipe = self.client.pipeline(transaction=False)
+        for tag, group in _by_tag(rows).items():
+            quads = [part for row in group
+                     for part in (stream_suffix(row.stream), row.entry_id, row.task_id, str(row.attempt))]
+            await self.scripts("returnEntries", keys=[self.keys.partition(tag)],
+                               args=[Keys.GROUP, self.worker_id, now, iso(now), self.config.retention_arg, *quads],
+                               client=pipe)
+        return sum(int(n) for n in await self.scripts.aexecute(pipe))
+
     # -- complete -----------------------------------------------------------------------------
     def _complete_calls(self, completions: Sequence[Completion], events: int = 1
                         ) -> tuple[list[Call], list[list[int]]]:

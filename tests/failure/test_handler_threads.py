@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 
 from ..conftest import WorkerProcess, wait_for
 from .support import env, execs, pending, started, status, statuses
@@ -31,11 +32,34 @@ def test_a_drain_hands_back_claimed_rows_it_never_started(
     assert a.wait(15) == 0, a.output()
     assert "draining 1 attempt(s), handing back 1 not started" in a.output()
     assert status(redis_client, keys, running) == "SUCCEEDED"  # the running one finished in the drain
-    assert execs(redis_client, keys, waiting) == 0 and pending(redis_client, keys, ["ahead"]) == 1
+    # Back in its stream, uncharged: no attempt ran, so none is counted and no error is recorded.
+    back = engine.tasks.get(waiting)
+    assert (back["status"], back["attempt"], back["errors"]) == ("QUEUED", 0, [])
+    assert execs(redis_client, keys, waiting) == 0 and pending(redis_client, keys, ["ahead"]) == 0
 
     b = start_worker("--name", "b", "--queues", "ahead", **env())
     wait_for(lambda: status(redis_client, keys, waiting) == "SUCCEEDED", timeout=20, message=b.output())
-    assert execs(redis_client, keys, waiting) == 1 and pending(redis_client, keys, ["ahead"]) == 0
+    done = engine.tasks.get(waiting)
+    assert execs(redis_client, keys, waiting) == 1 and (done["attempt"], done["errors"]) == (1, [])
+
+
+def test_a_paused_queue_puts_back_claimed_rows_it_never_started(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    keys = engine.keys
+    a = start_worker("--name", "a", "--queues", "held", "--concurrency", "1", **env())
+    running = engine.tasks.enqueue("failure.work", {"seconds": 2}, queue="held").id
+    wait_for(lambda: started(redis_client, keys, running), message=a.output())
+    waiting = engine.tasks.enqueue("failure.work", {"seconds": 0}, queue="held").id
+    wait_for(lambda: status(redis_client, keys, waiting) == "RUNNING", message=a.output())  # in the backlog
+    engine.queues.pause("held", Actor.cli())
+    wait_for(lambda: status(redis_client, keys, waiting) == "QUEUED", timeout=10, message=a.output())
+    wait_for(lambda: status(redis_client, keys, running) == "SUCCEEDED", timeout=20, message=a.output())
+    back = engine.tasks.get(waiting)
+    assert (back["attempt"], back["errors"], execs(redis_client, keys, waiting)) == (0, [], 0)
+    engine.queues.resume("held", Actor.cli())
+    wait_for(lambda: status(redis_client, keys, waiting) == "SUCCEEDED", timeout=20, message=a.output())
+    done = engine.tasks.get(waiting)
+    assert execs(redis_client, keys, waiting) == 1 and (done["attempt"], done["errors"]) == (1, [])
 
 
 def test_a_short_timeout_fires_on_an_attempt_a_thread_started_from_the_backlog(

@@ -110,9 +110,11 @@ def test_a_paused_queue_costs_nothing_and_keeps_its_order(private_redis: RedisSe
         time.sleep(3)  # the measurement window, not a synchronisation
         churn = {c: _calls(client, c) for c in ("xadd", "xclaim", "xdel")}
         # The attempt in flight when the pause landed finishes (one XDEL, maybe a heartbeat's
-        # XCLAIM); nothing else of the paused queue is read, put back or started.
-        assert churn["xadd"] == 0 and churn["xclaim"] <= 3 and churn["xdel"] <= 1, churn
-        assert client.llen(runs_key) <= ran_at_pause + 1
+        # XCLAIM), and the one row claimed ahead (--concurrency 1) either starts before the worker
+        # sees the pause or goes back to its stream (an XADD and an XDEL); nothing else of the
+        # paused queue is read, put back or started.
+        assert churn["xadd"] <= 1 and churn["xclaim"] <= 3 and churn["xdel"] <= 2, churn
+        assert client.llen(runs_key) <= ran_at_pause + 2
         engine.queues.resume("steady", Actor.cli())
         wait_for(lambda: client.llen(runs_key) >= 300, timeout=120, message=worker.output)
     finally:
@@ -120,4 +122,7 @@ def test_a_paused_queue_costs_nothing_and_keeps_its_order(private_redis: RedisSe
     order = [run.split("|")[0] for run in client.lrange(runs_key, 0, -1)]
     assert len(order) == len(set(order)) == 300  # each ran once
     for priority, ids in submitted.items():
-        assert [t for t in order if t in set(ids)] == ids, priority  # submit order within the band
+        # Submit order within the band, but for the one row claimed ahead that the pause may have
+        # put back at the tail.
+        ran = [t for t in order if t in set(ids)]
+        assert ran == ids or any(ran == ids[:i] + ids[i + 1:] + [ids[i]] for i in range(len(ids))), priority
