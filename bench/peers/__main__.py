@@ -239,8 +239,13 @@ def start_redis(port: int) -> RedisServer:
     return RedisServer(VAR / f"redis-peers-{os.getpid()}", appendonly=False, port=port).start()
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # so the finally blocks stop the worker and the redis-server
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     started = time.monotonic()
     only = set(filter(None, args.only.split(","))) | {"dtq"} if args.only else None
     pool = candidates() if args.explore else list(SYSTEMS)
