@@ -360,9 +360,10 @@ def _header(data: dict[str, Any]) -> list[str]:
 
 def report(data: dict[str, Any]) -> str:
     a = data["args"]
+    rounds = int(a["rounds"]) - data["skipped_rounds_for_time"]
     lines = [f"## dtq and its peers ({data['finished_at']}, {data['elapsed_s']} s)", "", *_header(data),
              f"Drain: {a['tasks']:,} pre-filled tasks per run, one normal worker process (stopped by SIGTERM "
-             f"after), median of {a['rounds']} interleaved rounds, timed from the first body's INCR to the last. "
+             f"after), median of {rounds} interleaved round(s), timed from the first body's INCR to the last. "
              "Redis commands (the body's INCR included) and Redis CPU per task: INFO commandstats / INFO cpu deltas "
              f"over that window, less the benchmark's own polling. Latency: {a['latency_samples']:,} sequential "
              f"tasks on an idle worker in {a['latency_rounds']} interleaved rounds, enqueue call → body's INCR "
@@ -394,7 +395,7 @@ def explore_report(data: dict[str, Any]) -> str:
     a = data["args"]
     lines = [f"## Exploration of peer configurations ({data['finished_at']}, {data['elapsed_s']} s)", "",
              *_header(data), f"Drain only: {a['tasks']:,} pre-filled tasks per run, one worker process, median of "
-             f"{a['rounds']} interleaved rounds.", ""]
+             f"{int(a['rounds']) - data['skipped_rounds_for_time']} interleaved round(s).", ""]
     cols = [("key", "body: system (configuration)"), ("drain_per_s", "drain tasks/s"),
             ("drain_rounds", "drain per round"), ("redis_commands_per_task", "Redis cmds/task"),
             ("redis_cpu_us_per_task", "Redis CPU µs/task"), ("extra_runs", "bodies run twice"),
