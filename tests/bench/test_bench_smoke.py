@@ -14,7 +14,7 @@ import pytest
 
 from bench.common import markdown_table, percentile
 from bench.peers import driver
-from bench.peers.__main__ import summarise
+from bench.peers.__main__ import redis_work, summarise
 from bench.peers.systems import SYNC_ONLY, SYSTEMS
 from bench.rtcount import _label
 
@@ -118,3 +118,13 @@ def test_peer_tables_give_ratios_to_the_fastest_peer_of_the_same_body() -> None:
     assert rows["sync: dtq (default)"]["drain_x_fastest_peer"] == 1.5
     assert rows["async: dtq (default)"]["drain_x_fastest_peer"] == 4.0
     assert {s.body for s in SYSTEMS if s.name in SYNC_ONLY} == {"sync"}  # n/a in the async table
+
+
+def test_peer_redis_work_leaves_out_the_benchmarks_own_commands() -> None:
+    # The harness polls the counter with GET and reads INFO: neither may be charged to the system.
+    before = ({"get": 5, "info": 2, "incr": 0, "xack": 0}, 1.0)
+    after = ({"get": 105, "info": 4, "incr": 50, "xack": 50, "evalsha": 10}, 1.005)
+    work = redis_work(before, after, own_gets=100, tasks=50)
+    assert work["redis_commands_per_task"] == (50 + 50 + 10) / 50
+    assert work["redis_commands"] == {"incr": 1.0, "xack": 1.0, "evalsha": 0.2}
+    assert round(work["redis_cpu_us_per_task"], 6) == 100.0
