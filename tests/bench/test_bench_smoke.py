@@ -15,8 +15,8 @@ import pytest
 
 from bench.common import markdown_table, percentile
 from bench.peers import driver
-from bench.peers.__main__ import summarise
-from bench.peers.systems import SYSTEMS
+from bench.peers.__main__ import redis_work, summarise
+from bench.peers.systems import SYNC_ONLY, SYSTEMS
 from bench.rtcount import _label
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -77,7 +77,8 @@ def test_peer_latency_rounds_stop_at_their_time_bound_with_enough_samples(
 
     class InlineApp:  # the "worker" runs the body inside send: the notification comes at once
         @staticmethod
-        def send(k: str) -> None:
+        def send(k: str, body: str) -> None:
+            assert body == "sync"
             redis_client.incr(k)
 
     monkeypatch.setenv("BENCH_REDIS_URL", redis_server.url)
@@ -90,12 +91,41 @@ def test_peer_latency_rounds_stop_at_their_time_bound_with_enough_samples(
     assert bounded["samples"] == driver.MIN_SAMPLES
     assert unbounded["samples"] == 30
     assert 0 < unbounded["p50_ms"] <= unbounded["p99_ms"]
+    assert len(unbounded["times_ms"]) == 30  # every sample, for the run to pool its rounds
     assert int(redis_client.get(key)) == (2 + driver.MIN_SAMPLES) + (2 + 30)  # every task ran once
 
 
-def test_peer_summary_keeps_every_latency_round_beside_the_median() -> None:
-    dtq = next(s for s in SYSTEMS if s.name == "dtq" and s.config == "default")
-    runs = {dtq.label: {"drain": [], "latency": [{"p50_ms": p, "p99_ms": p * 2} for p in (0.31, 0.52, 0.29)]}}
+def test_peer_summary_pools_latency_samples_of_every_round() -> None:
+    # p99 must come from all samples of all rounds (not a median of per-round maxima), while each
+    # round's p50 stays visible beside it.
+    dtq = next(s for s in SYSTEMS if s.name == "dtq" and s.config == "default" and s.body == "sync")
+    rounds = [[0.3] * 495 + [9.0] * 5, [0.5] * 500, [0.29] * 500]
+    runs = {dtq.key: {"drain": [], "latency": [
+        {"p50_ms": percentile(t, 50), "p99_ms": percentile(t, 99), "samples": len(t), "times_ms": t}
+        for t in rounds]}}
     (row,) = summarise([dtq], runs)
-    assert row["p50_ms"] == 0.31 and row["p99_ms"] == 0.62
-    assert row["p50_rounds"] == "0.31 / 0.52 / 0.29"
+    assert row["samples"] == 1500
+    assert row["p50_ms"] == 0.3 and row["p99_ms"] == 0.5
+    assert row["p50_rounds"] == "0.30 / 0.50 / 0.29"
+
+
+def test_peer_tables_give_ratios_to_the_fastest_peer_of_the_same_body() -> None:
+    systems = [s for s in SYSTEMS if s.name in ("dtq", "huey", "arq") and s.config in ("default", "best")]
+    drain = {"sync: huey (best)": 2000.0, "sync: dtq (default)": 3000.0, "async: arq (best)": 1000.0,
+             "async: dtq (default)": 4000.0}
+    runs = {s.key: {"drain": [{"tasks": 10, "drain_per_s": drain.get(s.key, 500.0)}], "latency": []}
+            for s in systems}
+    rows = {r["key"]: r for r in summarise(systems, runs)}
+    assert rows["sync: dtq (default)"]["drain_x_fastest_peer"] == 1.5
+    assert rows["async: dtq (default)"]["drain_x_fastest_peer"] == 4.0
+    assert {s.body for s in SYSTEMS if s.name in SYNC_ONLY} == {"sync"}  # n/a in the async table
+
+
+def test_peer_redis_work_leaves_out_the_benchmarks_own_commands() -> None:
+    # The harness polls the counter with GET and reads INFO: neither may be charged to the system.
+    before = ({"get": 5, "info": 2, "incr": 0, "xack": 0}, 1.0)
+    after = ({"get": 105, "info": 4, "incr": 50, "xack": 50, "evalsha": 10}, 1.005)
+    work = redis_work(before, after, own_gets=100, tasks=50)
+    assert work["redis_commands_per_task"] == (50 + 50 + 10) / 50
+    assert work["redis_commands"] == {"incr": 1.0, "xack": 1.0, "evalsha": 0.2}
+    assert round(work["redis_cpu_us_per_task"], 6) == 100.0

@@ -1,23 +1,23 @@
-"""Celery with its Redis broker (kombu)."""
+"""Celery with its Redis broker (kombu). Sync tasks only (Celery has no async task bodies)."""
 
 from __future__ import annotations
 
 import os
 
-import redis
 from celery import Celery
 
-URL = os.environ["BENCH_REDIS_URL"]
-app = Celery("bench", broker=URL)
+from .body import incr_sync as _incr_sync
+
+app = Celery("bench", broker=os.environ["BENCH_REDIS_URL"])
 app.conf.task_default_queue = "bench"
 app.conf.broker_connection_retry_on_startup = True
-r = redis.Redis.from_url(URL)
 
 
-@app.task(name="noop", ignore_result=True)
-def noop(key: str) -> None:
-    r.incr(key)
+@app.task(name="incr_sync", ignore_result=True)
+def incr_sync(key: str) -> None:
+    _incr_sync(key)
 
 
-def send(key: str) -> None:
-    noop.delay(key)
+def send(key: str, body: str) -> None:
+    assert body == "sync"
+    incr_sync.delay(key)

@@ -1,22 +1,24 @@
-"""Dramatiq with its Redis broker."""
+"""Dramatiq with its Redis broker. Sync actors only (Dramatiq 2.2 has no async actor without
+its AsyncIO middleware's own loop thread, which is not a worker model of its own). Prefetch
+comes from dramatiq's own `dramatiq_queue_prefetch` environment variable (systems.py sets it)."""
 
 from __future__ import annotations
 
 import os
 
 import dramatiq
-import redis
 from dramatiq.brokers.redis import RedisBroker
 
-URL = os.environ["BENCH_REDIS_URL"]
-dramatiq.set_broker(RedisBroker(url=URL))
-r = redis.Redis.from_url(URL)
+from .body import incr_sync as _incr_sync
+
+dramatiq.set_broker(RedisBroker(url=os.environ["BENCH_REDIS_URL"]))
 
 
-@dramatiq.actor(queue_name="bench")
-def noop(key: str) -> None:
-    r.incr(key)
+@dramatiq.actor(queue_name="bench", actor_name="incr_sync")
+def incr_sync(key: str) -> None:
+    _incr_sync(key)
 
 
-def send(key: str) -> None:
-    noop.send(key)
+def send(key: str, body: str) -> None:
+    assert body == "sync"
+    incr_sync.send(key)

@@ -1,26 +1,38 @@
-"""dtq itself, driven like the peers (runs in dtq's own .venv). The task is bench.tasks.noop."""
+"""dtq itself, driven like the peers (runs in dtq's own .venv); the worker imports this module
+(DTQ_TASK_MODULES) for its two handlers, registered as any user's would be."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
 django.setup()
 
-from dtq_core.config import DtqConfig  # noqa: E402
-from dtq_core.engine import Engine  # noqa: E402
+import dtq_tasks  # noqa: E402
+from dtq_core.conf import get_engine  # noqa: E402
 
-engine = Engine(DtqConfig(redis_url=os.environ["BENCH_REDIS_URL"], max_queue_depth=0))
-
-
-def send(key: str) -> None:
-    # What dtq_tasks.enqueue does (it returns the id): no record read back.
-    engine.tasks.enqueue("bench.noop", {"k": key}, queue="bench", record=False)
+from .body import incr_async, incr_sync  # noqa: E402
 
 
-def send_many(key: str, n: int) -> None:
+@dtq_tasks.task("bench.incr_sync")
+def incr_sync_task(payload: Any) -> None:
+    incr_sync(payload["k"])
+
+
+@dtq_tasks.task("bench.incr_async")
+async def incr_async_task(payload: Any) -> None:
+    await incr_async(payload["k"])
+
+
+def send(key: str, body: str) -> None:
+    dtq_tasks.enqueue(f"bench.incr_{body}", {"k": key}, queue="bench")
+
+
+def send_many(key: str, n: int, body: str) -> None:
+    tasks = get_engine().tasks
     for start in range(0, n, 1000):
-        engine.tasks.enqueue_many([engine.tasks.validate("bench.noop", {"k": key}, queue="bench")
-                                   for _ in range(min(1000, n - start))])
+        tasks.enqueue_many([tasks.validate(f"bench.incr_{body}", {"k": key}, queue="bench")
+                            for _ in range(min(1000, n - start))])

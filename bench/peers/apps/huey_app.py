@@ -1,21 +1,21 @@
-"""Huey with RedisHuey (blocking BRPOP dequeue)."""
+"""Huey with RedisHuey (blocking BRPOP dequeue). Sync tasks only."""
 
 from __future__ import annotations
 
 import os
 
-import redis
 from huey import RedisHuey
 
-URL = os.environ["BENCH_REDIS_URL"]
-huey = RedisHuey("bench", url=URL)
-r = redis.Redis.from_url(URL)
+from .body import incr_sync as _incr_sync
+
+huey = RedisHuey("bench", url=os.environ["BENCH_REDIS_URL"])
 
 
-@huey.task()
-def noop(key: str) -> None:
-    r.incr(key)
+@huey.task(name="incr_sync")
+def incr_sync(key: str) -> None:
+    _incr_sync(key)
 
 
-def send(key: str) -> None:
-    noop(key)
+def send(key: str, body: str) -> None:
+    assert body == "sync"
+    incr_sync(key)

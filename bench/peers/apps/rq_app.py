@@ -1,4 +1,4 @@
-"""RQ (the default Worker forks a work horse per job; SimpleWorker runs jobs in-process)."""
+"""RQ (the default Worker forks a work horse per job; SimpleWorker runs jobs in-process). Sync only."""
 
 from __future__ import annotations
 
@@ -7,18 +7,17 @@ import os
 import redis
 from rq import Queue
 
-URL = os.environ["BENCH_REDIS_URL"]
-r = redis.Redis.from_url(URL)
-queue = Queue("bench", connection=r)
+from .body import incr_sync
+
+queue = Queue("bench", connection=redis.Redis.from_url(os.environ["BENCH_REDIS_URL"]))
 
 
-def noop(key: str) -> None:
-    r.incr(key)
+def send(key: str, body: str) -> None:
+    assert body == "sync"
+    queue.enqueue(incr_sync, key)
 
 
-def send(key: str) -> None:
-    queue.enqueue(noop, key)
-
-
-def send_many(key: str, n: int) -> None:
-    queue.enqueue_many([Queue.prepare_data(noop, (key,)) for _ in range(n)])
+def send_many(key: str, n: int, body: str) -> None:
+    assert body == "sync"
+    for start in range(0, n, 1000):
+        queue.enqueue_many([Queue.prepare_data(incr_sync, (key,)) for _ in range(min(1000, n - start))])

@@ -1,33 +1,34 @@
-"""SAQ (asyncio) on Redis. `settings` is SAQ's default concurrency (10); `best` raises it."""
+"""SAQ (asyncio) on Redis: async functions run on its loop, plain functions in its thread pool.
+BENCH_SAQ_CONCURRENCY sets `concurrency` (SAQ's default: 10)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-import redis.asyncio as aioredis
 from saq import Queue
 
-URL = os.environ["BENCH_REDIS_URL"]
-queue = Queue.from_url(URL, name="bench")
-_r: aioredis.Redis | None = None
+from .body import incr_async, incr_sync
+
+queue = Queue.from_url(os.environ["BENCH_REDIS_URL"], name="bench")
 
 
-async def noop(ctx: dict[str, Any], *, counter: str) -> None:
-    global _r
-    if _r is None:
-        _r = aioredis.Redis.from_url(URL, max_connections=200, socket_timeout=None)  # as bench/tasks.py
-    await _r.incr(counter)
+async def incr_async_task(ctx: dict[str, Any], *, counter: str) -> None:
+    await incr_async(counter)
 
 
-settings = {"queue": queue, "functions": [noop]}
-best = {"queue": queue, "functions": [noop], "concurrency": 100}
+def incr_sync_task(ctx: dict[str, Any], *, counter: str) -> None:
+    incr_sync(counter)
+
+
+settings = {"queue": queue, "functions": [("incr_async", incr_async_task), ("incr_sync", incr_sync_task)],
+            "concurrency": int(os.environ.get("BENCH_SAQ_CONCURRENCY", "10"))}
 _connected = False
 
 
-async def send(key: str) -> None:
+async def send(key: str, body: str) -> None:
     global _connected
     if not _connected:
         await queue.connect()
         _connected = True
-    await queue.enqueue("noop", counter=key)  # "key" is SAQ's job key
+    await queue.enqueue(f"incr_{body}", counter=key)  # "key" is SAQ's job key
