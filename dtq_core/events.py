@@ -25,6 +25,11 @@ LISTENER_TTL_MS = 10_000  # the key outlives a few missed refreshes of a live li
 LISTENER_REFRESH_S = 2.0
 CHECK_EVERY_S = 1.0
 
+# Published on the wake channel by a listener that has just subscribed: workers (which hear that
+# channel anyway, dtq_core/worker/wake.py) read the key again at once instead of up to
+# CHECK_EVERY_S later, so an operator who opens the console sees the next task's events.
+LISTENER_JOINED = "!events"
+
 # Bumped by announce() in this process, so gates of the same process read the key again at once
 # (a test that subscribes and then submits sees its events without waiting for the next check).
 _generation = 0
@@ -34,6 +39,13 @@ def announce(client: Any, keys: Keys, ttl_ms: int = LISTENER_TTL_MS) -> None:
     """Say (blocking client) that someone listens on keys.events() for the next ttl_ms."""
     global _generation
     client.set(keys.events_listener(), "1", px=ttl_ms)
+    _generation += 1
+
+
+def listener_joined() -> None:
+    """A listener said it joined (LISTENER_JOINED heard): every gate of this process reads the key
+    again at its next use."""
+    global _generation
     _generation += 1
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
-from dtq_core.events import LISTENER_REFRESH_S, aannounce
+from dtq_core.events import LISTENER_JOINED, LISTENER_REFRESH_S, aannounce
 from dtq_core.keys import Keys
 from dtq_core.task import TERMINAL
 
@@ -167,6 +167,7 @@ class EventHub:
                 # set before subscribing, so whoever sees the subscription sees the key too.
                 await aannounce(client, self.keys)
                 await pubsub.subscribe(self.keys.events())
+                await client.publish(self.keys.wake(), LISTENER_JOINED)  # workers read the key again now
                 next_announce = loop.time() + LISTENER_REFRESH_S
                 self.subscribed.set()
                 if failed:

@@ -35,6 +35,8 @@ import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 
+from .. import events
+
 logger = logging.getLogger("dtq.worker")
 
 PING_EVERY_S = 5.0  # a silent subscription is checked this often; no answer by the next check: reconnect
@@ -191,7 +193,11 @@ class WakeSubscription:
             pinged = False
             kind = message["type"]
             if kind == "message":
-                self._woke(str(message["data"]))
+                data = str(message["data"])
+                if data == events.LISTENER_JOINED:
+                    events.listener_joined()
+                else:
+                    self._woke(data)
             elif kind == "subscribe":
                 if self._failures:
                     logger.info("worker_id=%s wake subscription back; sweeping every partition once",

@@ -45,7 +45,21 @@ def prefix() -> str:
 def attach_replica(directory: Path, master: RedisServer) -> RedisServer:
     replica = RedisServer(directory, appendonly=False, args=["--replicaof", HOST, str(master.port)]).start()
     poll(lambda: link_up(replica.port), timeout=10, what="the replica in sync")
+    # A replica whose link has just come up does not always confirm the next writes within
+    # WAIT_MS yet (seen here: a WAIT timing out right after the link was up): wait until it does.
+    poll(lambda: replica_acked(master.port), timeout=10, what="the master to count the replica")
     return replica
+
+
+def replica_acked(port: int) -> bool:
+    """Three writes in a row confirmed by the replica within WAIT_MS: it keeps up."""
+    master = redis.Redis(port=port)
+    for n in range(3):
+        master.set("dtqtest:replica-probe", n)
+        if int(master.execute_command("WAIT", 1, WAIT_MS)) < 1:
+            return False
+    master.delete("dtqtest:replica-probe")
+    return True
 
 
 def point_django_at(settings: Any, master: RedisServer, prefix: str, **more: Any) -> None:
