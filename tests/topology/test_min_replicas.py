@@ -44,10 +44,14 @@ def prefix() -> str:
 
 def attach_replica(directory: Path, master: RedisServer) -> RedisServer:
     replica = RedisServer(directory, appendonly=False, args=["--replicaof", HOST, str(master.port)]).start()
-    poll(lambda: link_up(replica.port), timeout=10, what="the replica in sync")
-    # A replica whose link has just come up does not always confirm the next writes within
-    # WAIT_MS yet (seen here: a WAIT timing out right after the link was up): wait until it does.
-    poll(lambda: replica_acked(master.port), timeout=10, what="the master to count the replica")
+    try:
+        poll(lambda: link_up(replica.port), timeout=10, what="the replica in sync")
+        # A replica whose link has just come up does not always confirm the next writes within
+        # WAIT_MS yet (seen here: a WAIT timing out right after the link was up): wait until it does.
+        poll(lambda: replica_acked(master.port), timeout=10, what="the master to count the replica")
+    except BaseException:
+        replica.stop()  # not left running when the test fails here
+        raise
     return replica
 
 
