@@ -1,4 +1,4 @@
-# dtq: one image for the API and console (granian), the workers (manage.py runworker_dtq) and migrations.
+# dtq: one image for the API (daphne), the workers (manage.py runworker_dtq) and migrations.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -23,7 +23,5 @@ RUN useradd --system --uid 10001 --home-dir /app dtq \
 USER dtq
 
 EXPOSE 8000
-# The API, console and WebSockets by default (granian, as `make run`: docs/performance.md says why);
-# docker-compose.yml gives the workers and the migrate job their commands.
-CMD ["python", "-m", "granian", "--interface", "asgi", "--host", "0.0.0.0", "--port", "8000", \
-     "--log-level", "warning", "dtq_site.asgi:application"]
+# The API by default; docker-compose.yml gives the workers and the migrate job their commands.
+CMD ["python", "-m", "daphne", "-b", "0.0.0.0", "-p", "8000", "dtq_site.asgi:application"]

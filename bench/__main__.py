@@ -180,7 +180,7 @@ def report(data: dict[str, Any]) -> str:
                   f"(target ≤ {fmt(red['target_s'])} s).", ""]
     http = data.get("http")
     if http:
-        lines += [f"Submit over HTTP (granian, POST /api/v1/tasks, {http['clients']} keep-alive clients, "
+        lines += [f"Submit over HTTP (daphne, POST /api/v1/tasks, {http['clients']} keep-alive clients, "
                   f"{http['requests']:,} requests): {fmt(http['submit_per_s'])} tasks/s, p50 "
                   f"{fmt(http['p50_ms'])} ms, p99 {fmt(http['p99_ms'])} ms.", ""]
     for name, other in data.get("others", {}).items():

@@ -348,12 +348,12 @@ def redelivery(rig: Rig, *, runs: int = 3, visibility_timeout_s: float = 2.0) ->
 
 
 def http_submit(rig: Rig, *, requests: int = 2000, clients: int = 16) -> dict[str, Any]:
-    """POST /api/v1/tasks through `make run`'s web server (granian) with `clients` concurrent
+    """POST /api/v1/tasks through `make run`'s web server (daphne) with `clients` concurrent
     keep-alive connections."""
     prefix, port = new_prefix(), free_port()
     log = open(VAR / f"{prefix}-web.log", "wb")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen([rig.python, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port",
-                             str(port), "--log-level", "warning", "dtq_site.asgi:application"],
+    proc = subprocess.Popen([rig.python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "dtq_site.asgi:application"],
                             cwd=rig.root, env=rig.env(prefix), stdout=log, stderr=subprocess.STDOUT)
     log.close()
     try:

@@ -1,15 +1,11 @@
-"""`make run`: a local persistent Redis (unless DTQ_REDIS_URL is set), granian and one worker.
-
-granian serves the API, console and WebSockets (dtq_site.asgi) in one process: measured against
-daphne and uvicorn on the same load, it submits the most tasks per second (docs/performance.md,
-"HTTP submit and the server").
+"""`make run`: a local persistent Redis (unless DTQ_REDIS_URL is set), daphne and one worker.
 
 State kept under var/ (DTQ_LOCAL_STATE_DIR) across restarts: redis.url (the Redis this uses, read by
 manage.py and bin/dtq when DTQ_REDIS_URL is unset), api_key (the local DTQ_API_KEY for destructive
 API calls, unless DTQ_API_KEY or DTQ_ALLOW_ANONYMOUS_ADMIN is set) and secret_key (the local
-DJANGO_SECRET_KEY: the web process with DEBUG off refuses dtq's public default).
+DJANGO_SECRET_KEY: daphne with DEBUG off refuses dtq's public default).
 
-Ctrl-C stops everything in order (worker drains, granian, then Redis flushes its AOF) and leaves
+Ctrl-C stops everything in order (worker drains, daphne, then Redis flushes its AOF) and leaves
 no process of ours behind. Children get their own sessions so only this script signals them.
 """
 
@@ -71,13 +67,6 @@ def local_secret(path: Path) -> str:
     return value
 
 
-def web_server_argv(host: str, port: int) -> list[str]:
-    """The web server of `make run` (and of the image): granian on dtq_site.asgi, one worker
-    process; SIGTERM stops it gracefully, its worker included."""
-    return [PY, "-m", "granian", "--interface", "asgi", "--host", host, "--port", str(port),
-            "--log-level", "warning", "dtq_site.asgi:application"]
-
-
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
 
@@ -90,17 +79,14 @@ def stop(proc: subprocess.Popen[bytes] | None, name: str, timeout: float) -> Non
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         say(f"{name} did not stop in {timeout:.0f}s; killing it")
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its session's group: granian's worker process too
-        except ProcessLookupError:
-            pass
+        proc.kill()
         proc.wait(5)
 
 
 def wait_for_redis(url: str, proc: subprocess.Popen[bytes] | None, stopping: Callable[[], bool]) -> bool:
     """Wait until Redis answers PING; False if it never will (our redis-server exited or never
     opened its port, or Ctrl-C). A Redis restarted on existing data answers LOADING until its
-    dataset is in memory, which takes as long as it takes: starting the worker and granian then
+    dataset is in memory, which takes as long as it takes: starting the worker and daphne then
     would only have them fail."""
     import redis
 
@@ -121,7 +107,7 @@ def wait_for_redis(url: str, proc: subprocess.Popen[bytes] | None, stopping: Cal
                 if not loading_since:
                     loading_since, next_progress = now, now + 10
                     say(f"redis is loading its dataset into memory ({loading_progress(client)}); "
-                        "granian and the worker start once it has")
+                        "daphne and the worker start once it has")
                 elif now >= next_progress:
                     next_progress = now + 10
                     say(f"redis is still loading its dataset ({loading_progress(client)})")
@@ -192,9 +178,9 @@ def main() -> int:
     if not api_key and not anonymous:
         api_key = env["DTQ_API_KEY"] = local_secret(STATE_DIR / "api_key")
         key_from = f"kept in {STATE_DIR / 'api_key'}"
-    web = start(web_server_argv("127.0.0.1", port), env)
+    daphne = start([PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dtq_site.asgi:application"], env)
     worker = start([PY, "manage.py", "runworker_dtq"], env)
-    say(f"granian pid {web.pid}, worker pid {worker.pid}")
+    say(f"daphne pid {daphne.pid}, worker pid {worker.pid}")
     say(f"console    http://127.0.0.1:{port}/")
     say(f"API        http://127.0.0.1:{port}/api/v1/   (schema: /api/schema/, metrics: /metrics)")
     say(f"WebSocket  ws://127.0.0.1:{port}/ws/events")
@@ -208,14 +194,14 @@ def main() -> int:
 
     code = 0
     while not stopping:
-        for proc, name in ((web, "granian"), (worker, "worker"), (redis_proc, "redis-server")):
+        for proc, name in ((daphne, "daphne"), (worker, "worker"), (redis_proc, "redis-server")):
             if proc is not None and proc.poll() is not None:
                 say(f"{name} exited with code {proc.returncode}; stopping the rest")
                 stopping, code = True, 1
         time.sleep(0.2)
-    say("stopping: worker drains, then granian, then redis")
+    say("stopping: worker drains, then daphne, then redis")
     stop(worker, "worker", config.drain_timeout_s + 5)
-    stop(web, "granian", 10)
+    stop(daphne, "daphne", 10)
     stop(redis_proc, "redis-server", 15)
     return code
 

@@ -1,5 +1,5 @@
 """The dtq benchmark harness, end to end on a tiny run: real redis-server, real worker processes,
-the real web server (granian, as make run). It checks the shape of the results, never the timings
+the real web server (daphne, as make run). It checks the shape of the results, never the timings
 (the machine is shared)."""
 
 from __future__ import annotations

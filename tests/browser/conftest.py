@@ -1,5 +1,4 @@
-"""Browser fixtures: one console server (granian, as make run) per test module, a real worker, and
-headless Debian Chromium."""
+"""Browser fixtures: one daphne console per test module, a real worker, and headless Debian Chromium."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""A real console for browser tests: migrate a throwaway SQLite DB, make users, serve it with the
-web server `make run` uses (scripts/run.py: granian)."""
+"""A real console for browser tests: migrate a throwaway SQLite DB, make users, serve with daphne."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,16 +13,6 @@ from pathlib import Path
 from tests.conftest import ROOT, worker_env
 from tests.redis_server import free_port
 
-
-def _run_script() -> object:
-    spec = importlib.util.spec_from_file_location("dtq_run_script", ROOT / "scripts" / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-web_server_argv = _run_script().web_server_argv  # type: ignore[attr-defined]
 PASSWORD = "correct horse battery staple"
 USERS_SCRIPT = f"""
 from django.contrib.auth.models import User
@@ -37,7 +23,7 @@ User.objects.create_user("readonly", "readonly@example.com", {PASSWORD!r}, is_st
 
 
 class ConsoleServer:
-    """`make run`'s web server on dtq_site.asgi, on a free loopback port, against the test Redis and key prefix."""
+    """daphne serving dtq_site.asgi on a free loopback port, against the test Redis and key prefix."""
 
     def __init__(self, directory: Path, redis_url: str, key_prefix: str, **env: str) -> None:
         self.directory = directory
@@ -64,10 +50,10 @@ class ConsoleServer:
                            capture_output=True, timeout=60)
 
     def start(self) -> ConsoleServer:
-        self._log = open(self.directory / f"web-{self.port}.log", "ab")  # noqa: SIM115 - closed in stop()
-        # Its own session: crash() kills the server's whole process group (granian's worker too).
-        self.proc = subprocess.Popen(web_server_argv("127.0.0.1", self.port), cwd=ROOT, env=self.env,
-                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._log = open(self.directory / f"daphne-{self.port}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dtq_site.asgi:application"],
+            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -77,7 +63,7 @@ class ConsoleServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the web server did not start: {self.log()[-3000:]}")
+                raise RuntimeError(f"daphne did not start: {self.log()[-3000:]}")
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -86,25 +72,18 @@ class ConsoleServer:
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                self._kill_group()
+                self.proc.kill()
+                self.proc.wait(5)
         if self._log is not None:
             self._log.close()
             self._log = None
 
     def crash(self) -> None:
-        """SIGKILL the server (its worker process too), like an API process that dies (no graceful
-        WebSocket close)."""
+        """SIGKILL daphne, like an API process that dies (no graceful WebSocket close)."""
         if self.proc is not None and self.proc.poll() is None:
-            self._kill_group()
+            self.proc.kill()
+            self.proc.wait(5)
         self.stop()
 
-    def _kill_group(self) -> None:
-        assert self.proc is not None
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(5)
-
     def log(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.directory.glob("web-*.log")))
+        return "".join(p.read_text(errors="replace") for p in sorted(self.directory.glob("daphne-*.log")))

@@ -1,6 +1,5 @@
-"""End to end in headless Chromium against make run's web server (granian) and a real worker: log
-in, live feed, click to retry a dead letter and see the audit entry, a non-staff user cannot act,
-hostile text stays text."""
+"""End to end in headless Chromium against daphne and a real worker: log in, live feed, click to
+retry a dead letter and see the audit entry, a non-staff user cannot act, hostile text stays text."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """With DTQ_CONSOLE_LOGIN_REQUIRED=true: pages send anonymous readers to the login page, and the
-live feed's WebSocket is authenticated by the session cookie through Channels' AuthMiddlewareStack."""
+live feed's WebSocket is authenticated by the session cookie through daphne's AuthMiddlewareStack."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A stuck WebSocket client on the real web server (granian, as make run): its socket stops taking
-data, so events wait in the client's bounded buffer (dropped and counted past 1000; terminal ones
-kept, up to the overflow cap), not in an unbounded transport buffer of the server process."""
+"""A stuck WebSocket client on a real daphne: its socket stops taking data, so events wait in the
+client's bounded buffer (dropped and counted past 1000; terminal ones kept, up to the overflow
+cap), not in an unbounded transport buffer of the server process."""
 
 from __future__ import annotations
 

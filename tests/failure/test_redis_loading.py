@@ -187,7 +187,7 @@ def test_the_compose_redis_healthcheck_fails_while_redis_loads(loading_redis: tu
     assert subprocess.run(command, capture_output=True, timeout=30).returncode == 0
 
 
-def test_make_run_waits_for_a_loading_redis_before_starting_granian_and_the_worker(tmp_path: Path) -> None:
+def test_make_run_waits_for_a_loading_redis_before_starting_daphne_and_the_worker(tmp_path: Path) -> None:
     # `make run` restarted on existing data: its redis-server answers LOADING for a while. It used
     # to start the worker at once, which exited, and make run stopped everything.
     persist_a_dataset(tmp_path / "redis")
@@ -212,7 +212,7 @@ def test_make_run_waits_for_a_loading_redis_before_starting_granian_and_the_work
         wait_for(lambda: "redis is loading its dataset" in log_path.read_text() or proc.poll() is not None,
                  timeout=30, message=log_path.read_text)
         assert proc.poll() is None, log_path.read_text()
-        assert "granian pid" not in log_path.read_text() and loading(redis_port)  # nothing else started yet
+        assert "daphne pid" not in log_path.read_text() and loading(redis_port)  # nothing else started yet
 
         finish_loading(redis_port)
         base = f"http://127.0.0.1:{port}"
@@ -227,7 +227,7 @@ def test_make_run_waits_for_a_loading_redis_before_starting_granian_and_the_work
         output = log_path.read_text()
         assert "redis finished loading its dataset" in output and "exited with code" not in output
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
-        assert len(pids) == 3  # redis-server, granian, worker
+        assert len(pids) == 3  # redis-server, daphne, worker
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
         wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10, message="a child outlived make run")

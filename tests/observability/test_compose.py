@@ -1,4 +1,4 @@
-"""docker-compose.yml: its shape (Redis AOF, PostgreSQL, migrate once, granian with a /health
+"""docker-compose.yml: its shape (Redis AOF, PostgreSQL, migrate once, daphne with a /health
 healthcheck, two workers), and the very commands it runs, started here as real processes
 against a throwaway Redis (no Docker engine needed)."""
 
@@ -77,7 +77,7 @@ def test_the_compose_file_has_the_documented_shape(compose: dict[str, Any]) -> N
     with pytest.raises(ValueError, match="DJANGO_SECRET_KEY in .env"):
         interpolate(str(compose["x-dtq-environment"]["DJANGO_SECRET_KEY"]), {})
     api = services["api"]
-    assert "granian" in api["command"] and "/health" in " ".join(api["healthcheck"]["test"])
+    assert "daphne" in api["command"] and "/health" in " ".join(api["healthcheck"]["test"])
     # Orchestrator grace period longer than the drain window (docs/deployment.md).
     drain = float(service_env(services["worker-1"])["DTQ_DRAIN_TIMEOUT_S"])
     assert all(float(services[w]["stop_grace_period"].rstrip("s")) > drain for w in workers)
@@ -129,11 +129,11 @@ def test_the_compose_commands_serve_work_and_metrics(compose: dict[str, Any], re
     logs = {name: open(tmp_path / f"{name}.log", "wb") for name in ("api", "worker-1", "worker-2")}  # noqa: SIM115
     try:
         for name, log in logs.items():
-            # Each in its own session, as in its own container: the API's group holds granian's worker.
+            # Each in its own session, as in its own container.
             procs[name] = subprocess.Popen(localize(services[name]["command"], port), cwd=ROOT, env=env,
                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: http(base + "/health")[0] == 200, timeout=30, message="the API never served /health")
+        wait_for(lambda: http(base + "/health")[0] == 200, timeout=30, message="daphne never served /health")
         # The healthcheck command itself, as the container would run it.
         check = subprocess.run(localize(services["api"]["healthcheck"]["test"][1:], port), cwd=ROOT, env=env,
                                timeout=30)
@@ -165,10 +165,10 @@ def test_the_compose_commands_serve_work_and_metrics(compose: dict[str, Any], re
         records = [json.loads(line) for line in worker_lines if line.startswith("{")]
         assert records and all("worker_id" in r for r in records)
         assert any("stopped" in r["message"] for r in records)
-        # The API too: granian stops its worker process and exits, leaving nothing of its group.
+        # The API too: it exits on SIGTERM, leaving nothing of its group.
         procs["api"].send_signal(signal.SIGTERM)
         assert procs["api"].wait(timeout=15) == 0
-        wait_for(lambda: not _group_alive(procs["api"].pid), timeout=10, message="granian left its worker behind")
+        wait_for(lambda: not _group_alive(procs["api"].pid), timeout=10, message="the API left a process behind")
     finally:
         for proc in procs.values():
             if proc.poll() is None or _group_alive(proc.pid):

@@ -1,4 +1,4 @@
-"""`make run`'s launcher as a real process tree: Redis, granian and a worker come up, a task
+"""`make run`'s launcher as a real process tree: Redis, daphne and a worker come up, a task
 submitted over HTTP runs, destructive calls need the local API key it prints, and Ctrl-C (SIGINT)
 leaves no process of ours behind."""
 
@@ -77,7 +77,7 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         assert (state / "redis.url").read_text().strip() == f"redis://127.0.0.1:{redis_port}/0"
         assert (state / "secret_key").stat().st_mode & 0o777 == 0o600
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
-        assert len(pids) == 3  # redis-server, granian, worker
+        assert len(pids) == 3  # redis-server, daphne, worker
         assert (tmp_path / "redis" / "appendonlydir").exists()  # persistent: AOF on
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
