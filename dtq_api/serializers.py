@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 SUBMIT_FIELDS = ("type", "payload", "queue", "priority", "delay_seconds", "ttl_seconds", "max_attempts",
-                 "timeout_seconds", "idempotency_key")
+                 "timeout_seconds", "idempotency_key", "group_key")
 
 
 class SubmitSerializer(serializers.Serializer):
@@ -25,6 +25,7 @@ class SubmitSerializer(serializers.Serializer):
     max_attempts = serializers.JSONField(required=False, default=None, allow_null=True)
     timeout_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
     idempotency_key = serializers.JSONField(required=False, default=None, allow_null=True)
+    group_key = serializers.JSONField(required=False, default=None, allow_null=True)
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
@@ -166,6 +167,7 @@ class TaskSerializer(serializers.Serializer):
     cancel_requested = serializers.BooleanField()
     idempotency_key = serializers.CharField(allow_null=True)
     request_id = serializers.CharField(allow_null=True)
+    group_key = serializers.CharField(allow_null=True, help_text="its group for the queue's group limits")
     compact = serializers.BooleanField(
         help_text="a finished record compacted by the retention policy (DTQ_KEEP_PAYLOAD): payload, max_attempts, "
                   "timeout_s, enqueued_at, idempotency_key and request_id are no longer kept (null)")

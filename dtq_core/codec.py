@@ -104,6 +104,7 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
         "result_truncated": fields.get("result_truncated") == "1",
         "cancel_requested": fields.get("cancel_requested") == "1",
         "idempotency_key": fields.get("idempotency_key") or None,
+        "group_key": fields.get("group_key") or None,
         "request_id": fields.get("request_id") or None,
         "compact": fields.get("status") in COMPACTED and "payload" not in fields,
     }

@@ -70,6 +70,28 @@ def declared_periodic() -> list[Any]:
     return [specs[name] for name in sorted(specs)]
 
 
+def declared_queue_limits() -> dict[str, dict[str, Any]] | None:
+    """settings.DTQ_QUEUE_LIMITS ({queue: limits}, validated as engine.limits.set validates them),
+    or None when the setting is absent (then nothing is synced). ConfigError naming a bad entry."""
+    from .engine.limits import validate as validate_limits
+    from .task import valid_queue_name
+
+    raw = getattr(settings, "DTQ_QUEUE_LIMITS", None)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError("DTQ_QUEUE_LIMITS must be a dict of queue name -> limits")
+    out: dict[str, dict[str, Any]] = {}
+    for queue, spec in raw.items():
+        if not isinstance(queue, str) or not valid_queue_name(queue):
+            raise ConfigError(f"DTQ_QUEUE_LIMITS: {queue!r} is not a queue name")
+        try:
+            out[queue] = validate_limits(spec)
+        except ValidationError as exc:
+            raise ConfigError(f"DTQ_QUEUE_LIMITS[{queue!r}]: {exc.message}") from None
+    return out
+
+
 def reset_engine() -> None:
     global _engine
     _engine = None

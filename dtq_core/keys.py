@@ -185,6 +185,43 @@ class Keys:
         """Counter that makes event ids unique (the partition's tag is part of the id)."""
         return f"{self.partition(tag)}events:seq"
 
+    def limits(self, tag: str) -> str:
+        """Hash of the partition's flow-control limits (issue 22, includes/limits.lua): its share
+        of the queue's limits (conc, rate_n, rate_ms, gconc, grate_n, grate_ms), the queue-wide
+        spec as set (spec, source, updated_at), a handler's pause (pause_until, ms) and the count
+        of claims held back (throttled)."""
+        return f"{self.partition(tag)}limits"
+
+    def limits_rate(self, tag: str) -> str:
+        """Zset "<task id>:<attempt>" -> start (ms): the queue's starts in the current rate window
+        (a sliding log, at most rate_n members)."""
+        return f"{self.partition(tag)}limits:rate"
+
+    def limits_held(self, tag: str) -> str:
+        """Hash task id -> group key of the RUNNING tasks holding a slot of their group."""
+        return f"{self.partition(tag)}limits:held"
+
+    def limits_groups(self, tag: str) -> str:
+        """Hash group key -> its tasks holding a group slot now."""
+        return f"{self.partition(tag)}limits:groups"
+
+    def limits_waiting(self, tag: str) -> str:
+        """Hash group key -> 1 for the groups with tasks parked in their wait list."""
+        return f"{self.partition(tag)}limits:waiting"
+
+    def limits_wait(self, tag: str, group: str) -> str:
+        """List of task ids parked while their group was full, put back in their stream one per
+        freed group slot."""
+        return f"{self.partition(tag)}limits:wait:{group}"
+
+    def limits_group_rate(self, tag: str, group: str) -> str:
+        """Zset of a group's starts in its current rate window (as limits_rate)."""
+        return f"{self.partition(tag)}limits:grate:{group}"
+
+    def limits_group_pause(self, tag: str) -> str:
+        """Hash group key -> until (ms): groups a handler paused (RateLimited(scope="group"))."""
+        return f"{self.partition(tag)}limits:gpause"
+
     # -- global keys: no script touches one of them together with another key ------------------
     def queues(self) -> str:
         """Hash queue -> JSON partition layout {"tags": [...], "draining": [...]}: the registry

@@ -34,6 +34,21 @@ class RetryableError(Exception):
         self.retry_after = _seconds(retry_after)
 
 
+class RateLimited(RetryableError):
+    """Raise from a handler that hit a rate limit (e.g. an HTTP 429): the task goes back to wait,
+    not counted as an attempt and never to the DLQ for it, and its queue (scope="queue") or its
+    group (scope="group": the tasks with the same group_key) starts nothing before retry_after
+    seconds have passed. A retry_after that is not a number of seconds (0 to 366 days) waits 1 s.
+    A task without a group_key that pauses its group waits alone.
+    """
+
+    def __init__(self, *args: object, retry_after: float | str | None = None, scope: str = "queue") -> None:
+        super().__init__(*args, retry_after=retry_after)
+        if self.retry_after is None:
+            self.retry_after = 1.0
+        self.scope = "group" if scope == "group" else "queue"
+
+
 def _seconds(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None

@@ -21,6 +21,7 @@ MAX_ATTEMPTS_LIMIT = 100
 MAX_TIMEOUT_S = 7 * 86400
 MAX_IDEMPOTENCY_KEY = 200
 MAX_REQUEST_ID = 200
+MAX_GROUP_KEY = 200
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,6 +43,8 @@ class Submission:
     # type is its function's import path, its handler dtq's Django runner (django.task/atask).
     handler: str = ""
     task_id: str = ""  # "" until placed in a partition
+    # Flow control (issue 22): the task's group for group_concurrency/group_rate ("" = none).
+    group_key: str = ""
 
     def placed(self, tag: str) -> Submission:
         """This submission in partition `tag`, under a new id that names it."""
@@ -51,7 +54,7 @@ class Submission:
                           priority=self.priority, delay_s=self.delay_s, ttl_s=self.ttl_s,
                           max_attempts=self.max_attempts, timeout_s=self.timeout_s,
                           idempotency_key=self.idempotency_key, request_id=self.request_id,
-                          handler=self.handler, task_id=new_task_id(tag))
+                          handler=self.handler, task_id=new_task_id(tag), group_key=self.group_key)
 
     @property
     def handler_name(self) -> str:
@@ -89,6 +92,7 @@ def validate(
     idempotency_key: Any = None,
     request_id: Any = None,
     handler: str | None = None,
+    group_key: Any = None,
 ) -> Submission:
     """Check every field of a submission; raise ValidationError / PayloadTooLarge naming it."""
     if not isinstance(type, str) or not TASK_TYPE_RE.fullmatch(type):
@@ -121,6 +125,10 @@ def validate(
     ):
         raise ValidationError(f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
                               field="idempotency_key")
+    if group_key is not None and (
+        not isinstance(group_key, str) or not 0 < len(group_key) <= MAX_GROUP_KEY or not is_unicode(group_key)
+    ):
+        raise ValidationError(f"group_key must be a string of 1-{MAX_GROUP_KEY} characters", field="group_key")
     try:
         payload_json = json.dumps({} if payload is None else payload, separators=(",", ":"),
                                   ensure_ascii=False, allow_nan=False)
@@ -144,5 +152,5 @@ def validate(
         type=type, payload_json=payload_json, queue=queue, priority=priority,
         delay_s=float(delay), ttl_s=None if ttl is None else float(ttl), max_attempts=attempts,
         timeout_s=float(timeout), idempotency_key=idempotency_key, request_id=request_id,
-        handler="" if handler in (None, type) else handler,
+        handler="" if handler in (None, type) else handler, group_key=group_key or "",
     )

@@ -56,6 +56,7 @@ class Outcome(StrEnum):
     RETRY = "retry"
     FAILED = "fail"
     CANCELLED = "cancel"
+    LIMITED = "limited"  # RateLimited: back to wait, not an attempt (includes/limits.lua)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

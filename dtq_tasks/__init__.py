@@ -3,13 +3,13 @@ idempotent_operation and current_task. Importing this module registers the built
 
 from __future__ import annotations
 
-from dtq_core.registry import RetryableError, TaskContext, current_task
+from dtq_core.registry import RateLimited, RetryableError, TaskContext, current_task
 
 from .api import enqueue, periodic, task
 from .once import aidempotent_operation, idempotent_operation
 
 __all__ = [
-    "RetryableError", "TaskContext", "aidempotent_operation", "current_task", "enqueue", "idempotent_operation",
+    "RateLimited", "RetryableError", "TaskContext", "aidempotent_operation", "current_task", "enqueue", "idempotent_operation",
     "periodic", "task",
 ]
 

@@ -89,6 +89,7 @@ def enqueue(
     max_attempts: int | None = None,
     timeout_seconds: float | None = None,
     idempotency_key: str | None = None,
+    group_key: str | None = None,
 ) -> str:
     """Queue up a task and return its id (the first task's id when the idempotency key was seen).
 
@@ -98,5 +99,5 @@ def enqueue(
     return get_engine().tasks.enqueue(
         type, payload, queue=queue, priority=priority, delay_seconds=delay_seconds, ttl_seconds=ttl_seconds,
         max_attempts=max_attempts, timeout_seconds=timeout_seconds, idempotency_key=idempotency_key,
-        record=False,
+        group_key=group_key, record=False,
     ).id

@@ -2,7 +2,7 @@
 
 Grouped by noun, each a small class over the same plumbing (plumbing.py):
 `engine.tasks`, `engine.queues`, `engine.dlq`, `engine.schedule`, `engine.workers`,
-`engine.audit`, `engine.periodic`. Every operation is one pipelined round trip or one script where it can be;
+`engine.audit`, `engine.periodic`, `engine.limits`. Every operation is one pipelined round trip or one script where it can be;
 every operator action is audited (audit.py). This package imports no Django: the process-wide
 engine built from settings.DTQ is `dtq_core.conf.get_engine()`.
 """
@@ -19,6 +19,7 @@ from ..replication import Replication
 from ..scripts import Scripts
 from .audit import Audit
 from .dlq import DeadLetters
+from .limits import Limits
 from .periodic import Periodic
 from .plumbing import Plumbing
 from .queues import Queues
@@ -48,6 +49,7 @@ class Engine:
         self.schedule = Schedule(plumbing, self.registry)
         self.workers = Workers(plumbing)
         self.periodic = Periodic(plumbing, self.audit, self.registry, self.tasks)
+        self.limits = Limits(plumbing, self.audit, self.registry)
 
     # -- health -------------------------------------------------------------------------------
     def ping(self) -> bool:

@@ -163,7 +163,8 @@ class Tasks(Noun):
         layout = self.registry.ensure(s.queue)
         if s.task_id and tag_of(s.task_id) in layout.tags:
             return s, layout
-        return s.placed(layout.tag_for(s.idempotency_key)), layout
+        # A group's tasks share a partition, so its group limits hold exactly (engine/limits.py).
+        return s.placed(layout.tag_for(s.group_key or s.idempotency_key)), layout
 
     def _reopen(self, queues: set[str]) -> None:
         """Read the registry anew and open the partitions of these queues (see place)."""
@@ -196,6 +197,8 @@ class Tasks(Noun):
         ]
         if s.handler:
             fields += ["handler", s.handler]
+        if s.group_key:
+            fields += ["group_key", s.group_key]
         keys = [self.keys.partition(tag_of(s.task_id))]
         args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.depth_limit(layout), due, layout.owner,

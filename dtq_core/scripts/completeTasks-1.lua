@@ -14,19 +14,23 @@
                result retention (ms), dlq enabled (1/0), dlq maxlen
     ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream (after
              the partition's stream key prefix: queue:priority),
-             outcome (ok|retry|fail|cancel), result JSON, truncated (1/0), error class, error
-             message, traceback tail, retry due (ms, 0 = out of attempts), duration (s),
-             histogram bucket label. (One argument for the batch: redis-py's asyncio client
+             outcome (ok|retry|fail|cancel|limited), result JSON, truncated (1/0), error class, error
+             message, traceback tail, retry due (ms, 0 = out of attempts; for limited: when the
+             task may start again), duration (s), histogram bucket label; a limited record has a
+             14th: the scope of its pause (queue|group, includes/limits.lua). (One argument for the batch: redis-py's asyncio client
              packs every argument in Python, which cost more than cjson decoding them here.)
              A result of JSON null is not stored: the record says so (result_null = 1).
     ARGV[9] events (1/0: publish task events, see events_on in common.lua; absent = 1)
   Output:
-    one status per record: the new status; 'fenced' (a newer attempt owns the task); 'resent'
+    one status per record: the new status (PENDING for a limited one); 'fenced' (a newer attempt owns the task); 'resent'
     (this record was applied already); or {'quarantined', new status ('' when the task could not
     be written), reason}
 ]]
 -- #include common
+-- #include limits
 local K = partition_keys(KEYS[1])
+-- Flow control (includes/limits.lua): one read of the partition's limits per batch.
+local lim_conc, lim_gconc = unpack(rcall('HMGET', K.limits, 'conc', 'gconc'))
 local group, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3]
 -- Finished records are compacted, indexed and counted per outcome (includes/retain.lua); the
 -- count trim runs once, after the batch.
@@ -94,7 +98,18 @@ local function complete_one(r)
     end
     retain_finish(R, K, task_id, 'SUCCEEDED', now_ms, t, writes)
     status, etype = 'SUCCEEDED', 'task.succeeded'
-  elseif outcome == 'cancel' then
+  elseif outcome == 'limited' and t.cancel_requested ~= '1' then
+    -- RateLimited from the handler: not an attempt (the record goes back to the attempt before,
+    -- so the next entry runs this attempt number again), never the DLQ; the task waits in the
+    -- schedule and its queue or group starts nothing until then.
+    local due = tonumber(r[11])
+    rcall('HSET', tkey, 'status', 'PENDING', 'attempt', tonumber(attempt) - 1, 'due_at', due, 'entry_id', '',
+          'last_error', r[8] .. ': ' .. r[9], 'updated_at', now_ms, 'completed', mark)
+    schedule_add(K.schedule, due, task_id, queue)
+    rcall('PEXPIRE', tkey, ttl + math.max(0, due - tonumber(now_ms)))
+    limits_pause(K, tkey, r[14], due)
+    status, etype = 'PENDING', 'task.retrying'
+  elseif outcome == 'cancel' or outcome == 'limited' then
     retain_finish(R, K, task_id, 'CANCELLED', now_ms, t, {'status', 'CANCELLED', 'finished_at', now_ms,
                   'updated_at', now_ms, 'completed', mark})
     status, etype = 'CANCELLED', 'task.cancelled'
@@ -123,8 +138,8 @@ local function complete_one(r)
   end
   stopped[#stopped + 1] = task_id
   settle(stream, entry_id)
-  add(task_counts, outcome_field(queue, ttype, status), 1)
-  if status ~= 'RETRYING' then add(finished, queue, 1) end
+  if status ~= 'PENDING' then add(task_counts, outcome_field(queue, ttype, status), 1) end
+  if status ~= 'RETRYING' and status ~= 'PENDING' then add(finished, queue, 1) end
   if outcome ~= 'cancel' then
     add(buckets, r[13], 1)
     duration_sum = duration_sum + tonumber(r[12])
@@ -142,6 +157,7 @@ for _, record in ipairs(cjson.decode(ARGV[8])) do
     local reason = 'the completion of attempt ' .. tostring(record[2]) .. ' could not be recorded: '
                    .. error_text(status)
     status = {'quarantined', quarantine(q, record[1], reason) or '', reason}
+    if lim_gconc then limits_release(K, tostring(record[1])) end
     local stream = K.stream_prefix .. tostring(record[4])
     redis.pcall('XACK', stream, group, record[3])
     redis.pcall('XDEL', stream, record[3])
@@ -149,6 +165,10 @@ for _, record in ipairs(cjson.decode(ARGV[8])) do
   statuses[#statuses + 1] = status
 end
 if #stopped > 0 then rcall('ZREM', K.running, unpack(stopped)) end
+if lim_gconc then
+  for _, id in ipairs(stopped) do limits_release(K, id) end
+end
+if lim_conc and #stopped > 0 then ring(K) end  -- freed queue slots: wake a worker held back
 for stream, ids in pairs(settled) do
   rcall('XACK', stream, group, unpack(ids))
   rcall('XDEL', stream, unpack(ids))

@@ -17,7 +17,9 @@
     ARGV[11..] the partition's streams after its stream key prefix ("queue:priority"), in the
                order they are served (high, normal, low)
   Output:
-    {drained, rows}: drained 1 when the ready flag was cleared, 0 when more may wait; rows:
+    {drained, rows[, wait_ms]}: drained 1 when the ready flag was cleared, 0 when more may wait;
+    wait_ms (only when the queue's limits let nothing start, includes/limits.lua): ms until a
+    rate token frees or a handler's pause ends, 0 when a freed slot will ring the partition; rows:
     runnable ones {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload,
     timeout_s, queue, priority, handler ('' = the type's own)}, and for the worker's log
     {outcome, entry_id, stream, task_id, reason} of entries settled here: 'absorbed' duplicates,
@@ -37,6 +39,22 @@ if is_paused(ctx) then
   -- lands between two fetches is always seen).
   rcall('DEL', K.ready)
   return {1, {}}
+end
+
+-- Flow control (includes/limits.lua): the queue's limits cap this fetch before any read.
+local lim = limits_read(K)
+local lim_now = tonumber(ctx.now_ms)
+if lim then
+  local allowed, wait_ms = limits_allowance(K, lim, remaining, lim_now)
+  if allowed <= 0 then
+    -- Nothing may start: clear the flag (a freed slot rings again); the reply says how long
+    -- until a token frees, so the worker sleeps that long instead of fetching.
+    rcall('DEL', K.ready)
+    limits_throttled(K, 1)
+    return {1, {}, wait_ms}
+  end
+  remaining = allowed
+  ctx.lim, ctx.lim_now, ctx.lim_started = lim, lim_now, {}
 end
 
 local function read(stream, count)
@@ -92,6 +110,7 @@ for i = 11, #ARGV do
   end
 end
 if #ctx.started > 0 then rcall('ZADD', K.running, unpack(ctx.started)) end
+if lim then limits_started(K, lim, ctx.lim_started, lim_now) end
 if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
   rcall('DEL', K.ready)

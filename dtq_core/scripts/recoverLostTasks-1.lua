@@ -28,6 +28,7 @@ local function recover(task_id)
   local t = read_task(tkey, unpack(TASK_FIELDS))
   if t.status ~= 'RUNNING' then
     rcall('ZREM', ctx.running_key, task_id)  -- moved on (or expired) by a path that keeps no index
+    limits_left_running(ctx.K, task_id)
   else
     local stream = stream_key(ctx.K, t.queue, t.priority)
     local entry_id = t.entry_id or ''
@@ -52,6 +53,7 @@ local function recover(task_id)
               'updated_at', ctx.now_ms)
         rcall('PEXPIRE', tkey, ctx.retention_ms)
         rcall('ZREM', ctx.running_key, task_id)
+        limits_left_running(ctx.K, task_id)
         emit(ctx.K, 'task.queued', task_id, t.queue, 'QUEUED', cur, ctx.now_ms, ctx.now_iso)
       end
       recovered = recovered + 1
@@ -65,6 +67,7 @@ for _, task_id in ipairs(rcall('ZRANGEBYSCORE', ctx.running_key, '-inf', ARGV[8]
     local reason = 'the lost-task sweep could not recover it: ' .. error_text(err)
     quarantine(ctx, task_id, reason)
     rcall('ZREM', ctx.running_key, task_id)
+    limits_left_running(ctx.K, task_id)
     quarantined[#quarantined + 1] = task_id
     quarantined[#quarantined + 1] = reason
     recovered = recovered + 1

@@ -16,6 +16,7 @@
     number of tasks put back in their stream (cancelled ones not counted)
 ]]
 -- #include common
+-- #include limits
 local K = partition_keys(KEYS[1])
 local group, worker_id, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local R = retention_policy(ARGV[5])
@@ -45,6 +46,7 @@ for i = 6, #ARGV, 4 do
   end
 end
 if #stopped > 0 then rcall('ZREM', K.running, unpack(stopped)) end
+for _, id in ipairs(stopped) do limits_left_running(K, id) end  -- flow control: slots given back
 if returned > 0 then ring(K) end
 retain_trim(R, K, now_ms)
 return returned

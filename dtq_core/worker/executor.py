@@ -79,13 +79,18 @@ class Completion:
     traceback: str = ""
     retry_due_ms: int = 0
     duration_s: float = 0.0
+    limit_scope: str = ""  # a LIMITED outcome's pause: queue or group
 
     def record(self) -> list[str]:
-        """The completeTasks record: 13 strings (the script compares attempt as a string)."""
+        """The completeTasks record: 13 strings (the script compares attempt as a string), 14 for a
+        limited one (its scope)."""
         r = self.row
-        return [r.task_id, str(r.attempt), r.entry_id, r.stream, self.outcome.value, self.result_json,
-                "1" if self.truncated else "0", self.error_class, self.error_message[:2000], self.traceback,
-                str(self.retry_due_ms), f"{self.duration_s:.6f}", bucket_label(self.duration_s)]
+        record = [r.task_id, str(r.attempt), r.entry_id, r.stream, self.outcome.value, self.result_json,
+                  "1" if self.truncated else "0", self.error_class, self.error_message[:2000], self.traceback,
+                  str(self.retry_due_ms), f"{self.duration_s:.6f}", bucket_label(self.duration_s)]
+        if self.limit_scope:
+            record.append(self.limit_scope)
+        return record
 
 
 def bucket_label(seconds: float) -> str:
@@ -295,6 +300,11 @@ class AttemptRunner:
             text = "".join(traceback.format_exception(exc))
         tb = valid_utf8(text[-TRACEBACK_TAIL:])
         message = valid_utf8(_message(exc)) or error_class
+        if isinstance(exc, registry.RateLimited):
+            # Not a failure: the task waits (not an attempt) and its queue or group pauses.
+            due = self.clock.now_ms() + int((exc.retry_after or 0) * 1000)
+            return Completion(row, Outcome.LIMITED, error_class=error_class, error_message=message,
+                              retry_due_ms=due, duration_s=duration, limit_scope=exc.scope)
         if retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
                                   now_ms=self.clock.now_ms(), policy=self.policy)
@@ -330,5 +340,7 @@ def error_name(exc: BaseException) -> str:
         return f"dtq.{cls.__name__}"
     if cls is registry.RetryableError:
         return "dtq_tasks.RetryableError"
+    if cls is registry.RateLimited:
+        return "dtq_tasks.RateLimited"
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"

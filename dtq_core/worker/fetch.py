@@ -144,6 +144,8 @@ class FetchLoop(WorkerState):
         for tag in fetched.drained:
             self.wake.drained(tag, tickets[tag])
             self._fetch_errors.pop(tag, None)
+        for tag, wait_s in fetched.waits.items():
+            self._wake_later(tag, wait_s)
         for tag, exc in fetched.failed.items():
             # One partition's fault (a key overwritten by hand) must not stop the others, nor
             # spin: it is dropped until the next wake-up or queue refresh.
@@ -155,6 +157,19 @@ class FetchLoop(WorkerState):
                                "every %gs", self.worker_id, tag, self._fetchable[tag].queue, type(exc).__name__, exc,
                                QUEUE_REFRESH_S)
         return fetched.rows
+
+    def _wake_later(self, tag: str, wait_s: float) -> None:
+        """A partition's rate limit (or a handler's pause) lets nothing start for wait_s: its fetch
+        cleared the ready flag, and this worker marks it ready again when the token frees, one
+        timer per partition. Meanwhile the other partitions are served as before."""
+        timers = self._limit_timers
+        if tag in timers:
+            return
+
+        def fire() -> None:
+            timers.pop(tag, None)
+            self.wake.mark_ready([tag])
+        timers[tag] = asyncio.get_running_loop().call_later(wait_s, fire)
 
     async def _sweep(self, free: int) -> list[Row]:
         """Fetch from every partition until one gives work or all are drained."""

@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -78,11 +78,14 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         max_tasks: int | None = None,
         clock: Clock | None = None,
         periodic: Sequence[PeriodicSpec] | None = None,
+        queue_limits: Mapping[str, Any] | None = None,
     ) -> None:
         """periodic: the schedules declared in code, synced at start (None: no sync; an empty
         list retires the declared schedules of the types this worker serves)."""
         self.config = config
         self.periodic = None if periodic is None else list(periodic)
+        # DTQ_QUEUE_LIMITS, synced at start (None: the setting is absent, nothing is synced).
+        self.queue_limits = None if queue_limits is None else dict(queue_limits)
         self.keys = Keys(config.key_prefix)
         self.fixed_queues = list(dict.fromkeys(queues)) if queues else None
         self.concurrency = concurrency
@@ -108,6 +111,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._paused_queues: set[str] = set()
         self._retry_tags: set[str] = set()  # partitions whose fetch failed: ready again at the next refresh
         self._fetch_errors: dict[str, str] = {}  # the last error of each, logged once
+        self._limit_timers: dict[str, asyncio.TimerHandle] = {}  # partitions a rate limit holds back (fetch.py)
         self._fetch_offset = 0  # rotates which ready partitions get the remainder of the free slots
         self._refreshed_at = -1e9
         self._sweep_at = 0  # where in the served partitions the reaper's next round-robin slices start
@@ -235,6 +239,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         await self.store.register_types(registry.served_types())
         if self.periodic is not None:
             await self._sync_periodic(self.periodic)
+        if self.queue_limits is not None:
+            await self._sync_limits(self.queue_limits)
         await self.store.heartbeat(self._info(), [])
         self.liveness.beat_done()
         self.started_at = self.clock.now_ms()
@@ -250,6 +256,17 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             engine.client.close()
         changes = {k: v for k, v in report.items() if v and k != "unchanged"}
         logger.info("worker_id=%s periodic schedules synced: %d declared%s", self.worker_id, len(specs),
+                    "".join(f"; {k}: {', '.join(v)}" for k, v in changes.items()))
+
+    async def _sync_limits(self, declared: dict[str, Any]) -> None:
+        """Apply DTQ_QUEUE_LIMITS (engine.limits.sync_declared), once at start."""
+        engine = Engine(self.config, clock=self.clock)
+        try:
+            report = await asyncio.to_thread(engine.limits.sync_declared, declared)
+        finally:
+            engine.client.close()
+        changes = {k: v for k, v in report.items() if v and k != "unchanged"}
+        logger.info("worker_id=%s queue limits synced: %d declared%s", self.worker_id, len(declared),
                     "".join(f"; {k}: {', '.join(v)}" for k, v in changes.items()))
 
     def _in_flight_rows(self) -> list[Row]:

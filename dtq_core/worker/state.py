@@ -54,6 +54,7 @@ class WorkerState:
     _paused_queues: set[str]
     _retry_tags: set[str]
     _fetch_errors: dict[str, str]
+    _limit_timers: dict[str, asyncio.TimerHandle]
     _fetch_offset: int
     _refreshed_at: float
     _sweep_at: int

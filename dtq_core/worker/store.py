@@ -77,6 +77,8 @@ class Fetched:
     rows: list[Row] = field(default_factory=list)
     drained: list[str] = field(default_factory=list)
     failed: dict[str, Exception] = field(default_factory=dict)
+    # Partitions whose limits let nothing start, with the seconds until a token frees (issue 22).
+    waits: dict[str, float] = field(default_factory=dict)
 
 
 class WorkerStore:
@@ -177,10 +179,12 @@ class WorkerStore:
             if isinstance(reply, Exception):
                 fetched.failed[partition.tag] = reply
                 continue
-            drained, rows = reply
+            drained, rows = reply[0], reply[1]
             fetched.rows += self._runnable(rows, partition.tag, received_at)
             if int(drained):
                 fetched.drained.append(partition.tag)
+            if len(reply) > 2 and int(reply[2]) > 0:
+                fetched.waits[partition.tag] = int(reply[2]) / 1000
         if fetched.failed and len(fetched.failed) == len(asks):
             raise next(iter(fetched.failed.values()))  # nothing answered: the caller backs off
         return fetched
@@ -191,6 +195,8 @@ class WorkerStore:
         for r in reply:
             if r[0] == "run":
                 rows.append(Row.from_reply(r, received_at, tag))
+                continue
+            if len(r) < 5:  # held back by its group's limits (parked, deferred): nothing to log
                 continue
             outcome, entry_id, stream, task_id, reason = r[:5]
             if outcome == "absorbed":

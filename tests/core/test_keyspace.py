@@ -24,6 +24,9 @@ LUA_TO_PYTHON = {
     "stats_duration": ("stats_duration", ()), "stats_counters": ("stats_counters", ()),
     "event_seq": ("event_seq", ()), "periodic_index": ("periodic_index", ()),
     "retain_ok": ("retain_ok", ()), "retain_failed": ("retain_failed", ()),
+    "limits": ("limits", ()), "limits_rate": ("limits_rate", ()), "limits_held": ("limits_held", ()),
+    "limits_groups": ("limits_groups", ()), "limits_waiting": ("limits_waiting", ()),
+    "limits_gpause": ("limits_group_pause", ()),
 }
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "ab12cd"
@@ -50,6 +53,8 @@ def test_lua_builds_a_partitions_keys_as_keys_py_names_them(redis_client: redis.
     assert lua["result_prefix"] + TASK_ID == keys.result(TASK_ID)
     assert lua["idem_prefix"] + "k" == keys.idem(TAG, "k")
     assert lua["stream_prefix"] + "q:high" == keys.stream(TAG, "q", "high")
+    assert lua["limits_wait_prefix"] + "acme" == keys.limits_wait(TAG, "acme")
+    assert lua["limits_grate_prefix"] + "acme" == keys.limits_group_rate(TAG, "acme")
     assert lua["throughput_prefix"] + "7" == keys.throughput(TAG, 7)
     assert lua["schedule"] + ":counts" == keys.schedule_counts(TAG)
     assert lua["dlq"] + ":counts" == keys.dlq_counts(TAG)

@@ -1,5 +1,7 @@
 -- Decide what a delivered stream entry means and, when it is runnable, move the task to RUNNING.
 -- Needs: common. Callers run claim_entry under pcall and hand a failure to quarantine_entry.
+-- ctx.lim (set by fetchTasks when the queue has limits): group limits are checked per new claim.
+-- #include limits
 -- ctx fields (also what quarantine needs): K (partition_keys of KEYS[1]), group, worker_id, now_ms,
 -- now_iso, retention_ms, R (includes/retain.lua: how finished tasks are kept), dlq_enabled, dlq_maxlen, and the K names as the code below reads them:
 -- task_prefix, paused_key, dlq_key, counters_key, running_key, outcomes_key (the per-outcome task
@@ -25,7 +27,8 @@ local function finish_entry(ctx, stream, entry_id)
 end
 
 local TASK_FIELDS = {'status', 'attempt', 'max_attempts', 'type', 'payload', 'timeout_s', 'queue',
-                     'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested', 'handler'}
+                     'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested', 'handler',
+                     'group_key'}
 
 -- The worker running attempt t.attempt went silent: honour a cancel it never got to act on, or count
 -- the lost attempt against the budget (DLQ when spent). The caller finishes the old entry.
@@ -36,6 +39,7 @@ local function lose_attempt(ctx, tkey, task_id, t)
     retain_finish(ctx.R, ctx.K, task_id, 'CANCELLED', ctx.now_ms, nil,
                   {'status', 'CANCELLED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms})
     rcall('ZREM', ctx.running_key, task_id)
+    limits_left_running(ctx.K, task_id)
     count_outcome(ctx, t.queue, t.type, 'CANCELLED')
     emit(ctx.K, 'task.cancelled', task_id, t.queue, 'CANCELLED', cur, ctx.now_ms, ctx.now_iso)
     return 'cancelled'
@@ -49,6 +53,7 @@ local function lose_attempt(ctx, tkey, task_id, t)
                            ctx.dlq_enabled, ctx.dlq_maxlen)
     retain_finish(ctx.R, ctx.K, task_id, st, ctx.now_ms, nil, {'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms})
     rcall('ZREM', ctx.running_key, task_id)
+    limits_left_running(ctx.K, task_id)
     count_outcome(ctx, t.queue, t.type, st)
     emit(ctx.K, st == 'FAILED' and 'task.failed' or 'task.dead_lettered',
          task_id, t.queue, st, cur, ctx.now_ms, ctx.now_iso)
@@ -59,6 +64,7 @@ end
 
 -- Returns {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload, timeout_s,
 -- queue, priority, handler ('' = the type's own)} or {outcome, reason} where outcome is absorbed|missing|expired|deferred|dead|cancelled
+-- (or, held back by its group's limits, {'parked'} / {'deferred'}: includes/limits.lua)
 -- (a reason only for absorbed, dead and cancelled: the worker logs those).
 local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclaim)
   local tkey = ctx.task_prefix .. task_id
@@ -88,6 +94,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     retain_finish(ctx.R, ctx.K, task_id, 'EXPIRED', ctx.now_ms, nil,
                   {'status', 'EXPIRED', 'finished_at', ctx.now_ms, 'updated_at', ctx.now_ms})
     rcall('ZREM', ctx.running_key, task_id)
+    if status == 'RUNNING' then limits_left_running(ctx.K, task_id) end
     finish_entry(ctx, stream, entry_id)
     count_outcome(ctx, t.queue, t.type, 'EXPIRED')
     emit(ctx.K, 'task.expired', task_id, t.queue, 'EXPIRED', cur, ctx.now_ms, ctx.now_iso)
@@ -99,12 +106,22 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', ea)
     rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', ea - 1, 'entry_id', new_id)
     rcall('ZREM', ctx.running_key, task_id)
+    if status == 'RUNNING' then limits_left_running(ctx.K, task_id) end
     finish_entry(ctx, stream, entry_id)
     if status ~= 'QUEUED' then  -- RUNNING -> QUEUED is a state change: say so
       rcall('HSET', tkey, 'updated_at', ctx.now_ms, 'enqueued_at', ctx.now_ms)
       emit(ctx.K, 'task.queued', task_id, t.queue, 'QUEUED', ea - 1, ctx.now_ms, ctx.now_iso)
     end
     return {'deferred'}
+  end
+  if ctx.lim and not reclaim then
+    local held = limits_admit(ctx.K, ctx.lim, tkey, task_id, t, ea, ctx.lim_now)
+    if held then
+      finish_entry(ctx, stream, entry_id)
+      limits_throttled(ctx.K, 1)
+      return {held}
+    end
+    ctx.lim_started[#ctx.lim_started + 1] = task_id .. ':' .. ea
   end
   rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea, 'started_at', ctx.now_ms,
         'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id,
@@ -130,6 +147,7 @@ end
 local function quarantine_entry(ctx, stream, entry_id, task_id, err)
   local reason = 'entry ' .. entry_id .. ' could not be claimed: ' .. error_text(err)
   quarantine(ctx, task_id or '', reason)
+  if task_id then pcall(limits_left_running, ctx.K, task_id) end
   redis.pcall('XACK', stream, ctx.group, entry_id)
   redis.pcall('XDEL', stream, entry_id)
   return {'quarantined', reason}

@@ -65,6 +65,10 @@ local function partition_keys(p)
           periodic_prefix = p .. 'periodic:', periodic_index = p .. 'periodic',
           periodic_tick_prefix = p .. 'periodic-tick:',
           retain_ok = p .. 'retain:ok', retain_failed = p .. 'retain:failed',
+          limits = p .. 'limits', limits_rate = p .. 'limits:rate', limits_held = p .. 'limits:held',
+          limits_groups = p .. 'limits:groups', limits_waiting = p .. 'limits:waiting',
+          limits_wait_prefix = p .. 'limits:wait:', limits_grate_prefix = p .. 'limits:grate:',
+          limits_gpause = p .. 'limits:gpause',
           events_channel = global .. ':events', wake_channel = global .. ':wake'}
 end
 

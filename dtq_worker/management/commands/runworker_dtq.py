@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 import dtq_core.django_tasks.runner  # noqa: F401  (registers django.task / django.atask: the Django Tasks backend)
 import dtq_tasks  # noqa: F401  (registers the built-in types, before DTQ_TASK_MODULES can clash with them)
 from dtq_core import registry
-from dtq_core.conf import declared_periodic, get_config
+from dtq_core.conf import declared_periodic, declared_queue_limits, get_config
 from dtq_core.config import ConfigError
 from dtq_core.engine.periodic import validate_spec
 from dtq_core.errors import ValidationError, WorkerNameTaken
@@ -121,8 +121,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except (ConfigError, ValidationError) as exc:
             raise CommandError(f"periodic schedules: {getattr(exc, 'message', exc)}") from None
+        try:
+            queue_limits = declared_queue_limits()
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from None
         worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks,
-                        periodic=periodic)
+                        periodic=periodic, queue_limits=queue_limits)
         show_worker_logs()
         types = registry.names()
         logger.info("worker_id=%s serving queues=%s concurrency=%d redis=%s task_types=%d (%s)", worker.worker_id,
