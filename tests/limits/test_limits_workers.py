@@ -146,3 +146,27 @@ def test_rate_limited_pauses_the_queue_or_group_and_costs_no_attempt(
     else:
         assert started[other] >= hit + 1500
     assert live.queues.get("apis")["dlq"] == 0
+
+
+def test_a_worker_held_back_by_a_limit_does_not_poll_and_serves_its_other_queues(
+        live: Engine, redis_client: redis.Redis, key_prefix: str,
+        start_worker: Callable[..., WorkerProcess]) -> None:
+    live.limits.set("slow", {"concurrency": 1}, actor=ACTOR)
+    live.limits.set("paced", {"rate": {"limit": 1, "period_s": 3}}, actor=ACTOR)
+    blocker = live.tasks.enqueue("limits.sleep", {"seconds": 4}, queue="slow").id
+    waiting = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="slow").id for _ in range(3)]
+    paced = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="paced").id for _ in range(2)]
+    workers = [start_worker("--name", f"w{i}", "--queues", "slow,paced,free", "--concurrency", "8", **ENV)
+               for i in range(2)]
+    wait_for(lambda: live.tasks.get(blocker)["status"] == "RUNNING", message=workers[0].output)
+    wait_for(lambda: live.tasks.get(paced[0])["status"] == "SUCCEEDED", message=workers[0].output)
+    before = {q: live.limits.get(q)["usage"]["throttled_total"] for q in ("slow", "paced")}
+    # Meanwhile another queue of the same workers runs at once.
+    free = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="free").id for _ in range(20)]
+    wait_for(_all_done(live, free), timeout=5, message=workers[0].output)
+    time.sleep(1.5)  # a stretch of held-back time: count the fetches it cost
+    after = {q: live.limits.get(q)["usage"]["throttled_total"] for q in ("slow", "paced")}
+    # A spinning worker would fetch hundreds of times a second; each held-back fetch is counted.
+    assert after["slow"] - before["slow"] <= 4 and after["paced"] - before["paced"] <= 4, (before, after)
+    assert all(live.tasks.get(t)["status"] == "QUEUED" for t in waiting)
+    wait_for(_all_done(live, [blocker, *waiting, *paced]), timeout=20, message=workers[0].output)
