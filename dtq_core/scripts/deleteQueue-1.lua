@@ -6,13 +6,15 @@
            submitter holding the queue's layout, a DLQ retry, the leader) is refused.
            Empty: nothing waiting or delivered and not yet acknowledged in its streams, no
            RUNNING task in its running index (one whose entry vanished; the leader's sweep would
-           queue it again), nothing in its schedule or in the scheduler's claims (taken from
+           queue it again), no task parked in a group's wait list (flow control), nothing in its
+           schedule or in the scheduler's claims (taken from
            the schedule and about to be queued), no dead letter (a dead letter of a deleted
            queue could be neither listed nor retried).
   reopen - undo a close (another partition was not empty): the owner names the queue again.
   drop   - after every partition closed: delete the partition's keys (streams and their group,
            flags, schedule, indexes, DLQ, statistics, which the caller has folded into the global
-           ones), leaving the tombstone for ARGV[4] seconds. Task records, results and
+           ones, the flow-control limits and their state; per-group rate windows expire on
+           their own), leaving the tombstone for ARGV[4] seconds. Task records, results and
            idempotency keys expire on their own TTLs (a task stays readable by id meanwhile).
   A partition a delete closed and never dropped (the process died) stays closed: running the
   delete again finishes it.
@@ -45,7 +47,8 @@ if step == 'drop' then
   if current ~= tombstone then return {CODE.PARTITION_CLOSED} end
   rcall('DEL', streams[1], streams[2], streams[3], K.ready, K.paused, K.schedule, K.schedule_claims,
         K.schedule .. ':counts', K.running, K.recent, K.dlq, K.dlq .. ':counts', K.event_seq,
-        K.stats_tasks, K.stats_duration, K.stats_counters, K.retain_ok, K.retain_failed)
+        K.stats_tasks, K.stats_duration, K.stats_counters, K.retain_ok, K.retain_failed,
+        K.limits, K.limits_rate, K.limits_held, K.limits_groups, K.limits_waiting, K.limits_gpause)
   rcall('SET', K.owner, tombstone, 'EX', tonumber(ARGV[4]))
   return {CODE.OK}
 end
@@ -62,6 +65,8 @@ for _, stream in ipairs(streams) do
   end
 end
 local in_flight = math.max(pending, rcall('ZCARD', K.running))
+-- Tasks parked while their group was full (includes/limits.lua) wait outside the streams.
+for _, g in ipairs(rcall('HKEYS', K.limits_waiting)) do entries = entries + rcall('LLEN', K.limits_wait_prefix .. g) end
 local scheduled = rcall('ZCARD', K.schedule) + rcall('ZCARD', K.schedule_claims)
 local dead = rcall('XLEN', K.dlq)
 if entries > 0 or in_flight > 0 or scheduled > 0 or dead > 0 then
