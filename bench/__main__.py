@@ -38,7 +38,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--http-requests", type=int, default=2000)
     p.add_argument("--http-clients", type=int, default=16)
     p.add_argument("--redelivery-runs", type=int, default=3)
-    p.add_argument("--skip", default="", help="comma-separated: drain,latency,redelivery,http,others")
+    p.add_argument("--skip", default="", help="comma-separated: drain,limits,latency,redelivery,http,others")
     p.add_argument("--compare", type=Path, default=None,
                    help="another dtq tree (e.g. an unpacked `git archive`); its drain and latency run "
                         "interleaved with this tree's and are reported as ratios")
@@ -62,13 +62,30 @@ def run_drains(rigs: dict[str, b.Rig], args: argparse.Namespace) -> dict[str, An
                 label = f"{tree}/{workers}w"
                 r = b.drain(rig, tasks=args.tasks, workers=workers, concurrency=args.concurrency)
                 runs.setdefault(label, []).append(r)
-                log(f"round {round_no + 1}: {label} drained {r['drain_per_s']:,.0f} tasks/s, "
-                    f"{r['round_trips_per_task']:.3f} round trips/task, worker CPU {r['worker_cpu_us_per_task']:.0f} "
-                    f"µs/task, Redis CPU {r['redis_cpu_us_per_task']:.0f} µs/task, rss {r['peak_rss_mb']} MB")
-                log(f"round {round_no + 1}: {label} Redis per task: {r['queue_commands_per_task']:.2f} commands "
-                    f"({', '.join(r['top_commands'])}); enqueue 1-by-1 {fmt(r['enqueue_redis_commands_per_task'])} "
-                    f"commands, {fmt(r['enqueue_redis_cpu_us_per_task'])} µs CPU "
-                    f"({', '.join(r['enqueue_top_commands'])})")
+                _log_drain(round_no, label, r)
+                if tree != "current" or workers != 1 or "limits" in args.skip.split(","):
+                    continue
+                # Issue 22: the same drain with a limit that never binds, side by side in each round.
+                for name, limits in b.NON_BINDING_LIMITS.items():
+                    label = f"{tree}/{workers}w+{name}"
+                    r = b.drain(rig, tasks=args.tasks, workers=workers, concurrency=args.concurrency,
+                                limits=limits)
+                    runs.setdefault(label, []).append(r)
+                    _log_drain(round_no, label, r)
+    return _summary(runs)
+
+
+def _log_drain(round_no: int, label: str, r: dict[str, Any]) -> None:
+    log(f"round {round_no + 1}: {label} drained {r['drain_per_s']:,.0f} tasks/s, "
+        f"{r['round_trips_per_task']:.3f} round trips/task, worker CPU {r['worker_cpu_us_per_task']:.0f} "
+        f"µs/task, Redis CPU {r['redis_cpu_us_per_task']:.0f} µs/task, rss {r['peak_rss_mb']} MB")
+    log(f"round {round_no + 1}: {label} Redis per task: {r['queue_commands_per_task']:.2f} commands "
+        f"({', '.join(r['top_commands'])}); enqueue 1-by-1 {fmt(r['enqueue_redis_commands_per_task'])} "
+        f"commands, {fmt(r['enqueue_redis_cpu_us_per_task'])} µs CPU "
+        f"({', '.join(r['enqueue_top_commands'])})")
+
+
+def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     summary = {}
     for label, rs in runs.items():
         summary[label] = {key: median([r[key] for r in rs]) for key in rs[0] if isinstance(rs[0][key], (int, float))}

@@ -145,11 +145,23 @@ def _wait_counter(client: redis.Redis, key: str, target: int, timeout: float) ->
     return wait_until(reached, timeout, interval=0.002, what=f"{key} >= {target}")
 
 
-def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10) -> dict[str, Any]:
-    """Pre-fill `tasks` no-op tasks, start `workers` burst workers, time the drain."""
+# Limits no drain can reach (issue 22): what a limit costs on the hot path when it never binds.
+NON_BINDING_LIMITS: dict[str, dict[str, Any]] = {
+    "concurrency": {"concurrency": 100_000},
+    "concurrency+rate": {"concurrency": 100_000, "rate": {"limit": 1_000_000, "period_s": 1}},
+}
+
+
+def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
+          limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pre-fill `tasks` no-op tasks, start `workers` burst workers, time the drain. limits: set on
+    the queue first (engine.limits), e.g. one of NON_BINDING_LIMITS."""
     prefix = new_prefix()
     engine, key = rig.engine(prefix), counter_key(prefix)
     try:
+        if limits:
+            from dtq_core.engine.audit import Actor
+            engine.limits.set(QUEUE, limits, actor=Actor(name="bench", source="cli"))
         enqueue = prefill(engine, tasks, key)
         stats0, totals0 = commandstats(rig.client), server_totals(rig.client)
         procs = [rig.worker(prefix, "--burst", "--concurrency", str(concurrency), name=f"w{i}")
