@@ -2,9 +2,10 @@
 
 Grouped by noun, each a small class over the same plumbing (plumbing.py):
 `engine.tasks`, `engine.queues`, `engine.dlq`, `engine.schedule`, `engine.workers`,
-`engine.audit`, `engine.periodic`, `engine.limits`. Every operation is one pipelined round trip or one script where it can be;
-every operator action is audited (audit.py). This package imports no Django: the process-wide
-engine built from settings.DTQ is `dtq_core.conf.get_engine()`.
+`engine.audit`, `engine.periodic`, `engine.limits`. Every operation is one pipelined round trip
+or one script where it can be; every operator action is audited (audit.py). This package
+imports no Django: the process-wide engine built from settings.DTQ is
+`dtq_core.conf.get_engine()`.
 """
 
 from __future__ import annotations

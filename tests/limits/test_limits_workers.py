@@ -74,7 +74,7 @@ def test_group_concurrency_one_never_overlaps_a_group_while_other_groups_run(
         start_worker: Callable[..., WorkerProcess]) -> None:
     live.limits.set("tenants", {"group_concurrency": 1}, actor=ACTOR)
     ids = []
-    for i in range(8):  # a flood from tenant a first, then the others
+    for _ in range(8):  # a flood from tenant a first, then the others
         ids.append(live.tasks.enqueue("limits.sleep", {"seconds": 0.3, "group": "a"}, queue="tenants",
                                       group_key="a").id)
     for g in "bcd":
