@@ -19,6 +19,7 @@ a limit set through the API stays until a deploy changes the settings' value for
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 from collections.abc import Mapping
@@ -139,13 +140,13 @@ class Limits(Noun):
         layout = self.registry.get(queue, fresh=True)
         return self._views([layout or Layout(queue=queue, tags=())])[0]
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         """get() of every registered queue that has limits (or a handler's pause in force)."""
         layouts = self.registry.layouts(fresh=True)
         views = self._views([layouts[q] for q in sorted(layouts)])
         return [v for v in views if v["source"] is not None or v["paused_until"] is not None]
 
-    def _views(self, layouts: list[Layout]) -> list[dict[str, Any]]:
+    def _views(self, layouts: builtins.list[Layout]) -> builtins.list[dict[str, Any]]:
         k = self.keys
         now = self.clock.now_ms()
         pipe = self.client.pipeline(transaction=False)
@@ -229,12 +230,12 @@ class Limits(Noun):
                               queue=layout.queue)
 
     # -- settings form ----------------------------------------------------------------------------
-    def sync_declared(self, declared: Mapping[str, Any]) -> dict[str, list[str]]:
+    def sync_declared(self, declared: Mapping[str, Any]) -> dict[str, builtins.list[str]]:
         """Apply DTQ_QUEUE_LIMITS: a queue whose settings value differs from the one last applied
         gets it (source "settings"); a queue the settings no longer name loses the limits they had
         set, unless the API changed them since. Returns {"applied": [...], "cleared": [...],
         "unchanged": [...]}."""
-        report: dict[str, list[str]] = {"applied": [], "cleared": [], "unchanged": []}
+        report: dict[str, builtins.list[str]] = {"applied": [], "cleared": [], "unchanged": []}
         wanted = {self._check_name(q): validate(spec) for q, spec in declared.items()}
         layouts = self.registry.layouts(fresh=True)
         recorded: dict[str, dict[str, Any] | None] = {}

@@ -302,9 +302,9 @@ class AttemptRunner:
         message = valid_utf8(_message(exc)) or error_class
         if isinstance(exc, registry.RateLimited):
             # Not a failure: the task waits (not an attempt) and its queue or group pauses.
-            due = self.clock.now_ms() + int((exc.retry_after or 0) * 1000)
+            until = self.clock.now_ms() + int((exc.retry_after or 0) * 1000)
             return Completion(row, Outcome.LIMITED, error_class=error_class, error_message=message,
-                              retry_due_ms=due, duration_s=duration, limit_scope=exc.scope)
+                              retry_due_ms=until, duration_s=duration, limit_scope=exc.scope)
         if retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
                                   now_ms=self.clock.now_ms(), policy=self.policy)

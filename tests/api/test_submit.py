@@ -173,3 +173,14 @@ def test_a_key_whose_first_task_record_expired_answers_200_with_its_id(
     response = post(api, body)
     assert response.status_code == 200
     assert response.json() == {"id": first["id"], "status": "UNKNOWN"}  # no second task was made
+
+
+def test_a_group_key_is_stored_and_shown_and_a_bad_one_refused(api: APIClient) -> None:
+    # Flow control (issue 22): the task's group for its queue's group limits.
+    task = post(api, {"type": "dtq.echo", "group_key": "tenant-42"})
+    assert task.status_code == 201 and task.json()["group_key"] == "tenant-42"
+    assert api.get(f"/api/v1/tasks/{task.json()['id']}").json()["group_key"] == "tenant-42"
+    assert post(api, {"type": "dtq.echo"}).json()["group_key"] is None
+    for bad in ("", "x" * 201, 7):
+        response = post(api, {"type": "dtq.echo", "group_key": bad})
+        assert response.status_code == 400 and "group_key" in response.content.decode(), bad

@@ -301,3 +301,16 @@ def test_rate_limited_puts_the_task_back_uncounted_and_pauses_the_queue(
     assert not any(f.endswith("|pending") for f in redis_client.hkeys(engine.keys.stats_tasks(tag)))
     stream = engine.keys.stream(tag, "lim", "normal")
     assert redis_client.xpending(stream, Keys.GROUP)["pending"] == 0  # its entry was settled
+
+
+def test_a_partitioned_queue_never_runs_more_than_its_concurrency_in_total(
+        config: DtqConfig) -> None:
+    wide = dataclasses.replace(config, queue_partitions=(("wide", 2),))
+    engine = Engine(wide)
+    engine.limits.set("wide", {"concurrency": 3}, actor=ACTOR)
+    for _ in range(12):
+        engine.tasks.enqueue("dtq.echo", queue="wide")
+    fetched = _fetch(engine, wide, "wide")
+    assert len(fetched.rows) == 3  # shares 2 + 1
+    assert engine.limits.get("wide")["usage"]["running"] == 3
+    assert _fetch(engine, wide, "wide").rows == []
