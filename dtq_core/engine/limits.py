@@ -147,32 +147,35 @@ class Limits(Noun):
         return [v for v in views if v["source"] is not None or v["paused_until"] is not None]
 
     def _views(self, layouts: builtins.list[Layout]) -> builtins.list[dict[str, Any]]:
+        """Two pipelined round trips: every partition's limits hash, then its usage counts."""
         k = self.keys
         now = self.clock.now_ms()
+        pairs = [(layout, tag) for layout in layouts for tag in layout.all_tags]
         pipe = self.client.pipeline(transaction=False)
-        for layout in layouts:
-            for tag in layout.all_tags:
-                pipe.hgetall(k.limits(tag))
-                pipe.zcard(k.running(tag))
-                pipe.zrangebyscore(k.limits_rate(tag), "-inf", "+inf", withscores=True)
-                pipe.hlen(k.limits_groups(tag))
-        replies = iter(pipe.execute(raise_on_error=False))
+        for _, tag in pairs:
+            pipe.hgetall(k.limits(tag))
+        hashes = [h if isinstance(h, dict) else {} for h in pipe.execute(raise_on_error=False)]
+        pipe = self.client.pipeline(transaction=False)
+        for (_, tag), hashed in zip(pairs, hashes, strict=True):
+            pipe.zcard(k.running(tag))
+            pipe.zcount(k.limits_rate(tag), f"({now - int(hashed.get('rate_ms') or 0)}", "+inf")
+            pipe.hlen(k.limits_groups(tag))
+        counts = iter(pipe.execute(raise_on_error=False))
+        by_tag = iter(hashes)
         out = []
         for layout in layouts:
             first: dict[str, Any] = {}
             running = rate_used = groups = throttled = 0
             paused_until = 0
             for i, _ in enumerate(layout.all_tags):
-                hashed = next(replies)
-                hashed = hashed if isinstance(hashed, dict) else {}
+                hashed = next(by_tag)
                 if i == 0:
                     first = hashed
-                n_running, starts, n_groups = next(replies), next(replies), next(replies)
+                n_running, n_started, n_groups = next(counts), next(counts), next(counts)
                 running += n_running if isinstance(n_running, int) else 0
+                if hashed.get("rate_ms") and isinstance(n_started, int):
+                    rate_used += n_started
                 groups += n_groups if isinstance(n_groups, int) else 0
-                window = int(hashed.get("rate_ms") or 0)
-                if window and isinstance(starts, list):
-                    rate_used += sum(1 for _, at in starts if at > now - window)
                 throttled += int(hashed.get("throttled") or 0)
                 paused_until = max(paused_until, int(float(hashed.get("pause_until") or 0)))
             spec = _decode(first.get("spec")) or dict.fromkeys(FIELDS)
