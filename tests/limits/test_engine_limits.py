@@ -314,3 +314,26 @@ def test_a_partitioned_queue_never_runs_more_than_its_concurrency_in_total(
     assert len(fetched.rows) == 3  # shares 2 + 1
     assert engine.limits.get("wide")["usage"]["running"] == 3
     assert _fetch(engine, wide, "wide").rows == []
+
+
+def test_dtq_queue_limits_is_read_from_settings_and_synced_by_a_starting_worker(
+        config: DtqConfig, engine: Engine, settings: Any) -> None:
+    from dtq_core.conf import declared_queue_limits
+    from dtq_core.config import ConfigError
+    from dtq_core.worker.runtime import Worker
+
+    settings.DTQ_QUEUE_LIMITS = {"emails": {"concurrency": 2, "rate": {"limit": 5, "period_s": 1}}}
+    declared = declared_queue_limits()
+    assert declared == {"emails": {"concurrency": 2, "rate": {"limit": 5, "period_s": 1.0},
+                                   "group_concurrency": None, "group_rate": None}}
+    worker = Worker(config, queues=["emails"], queue_limits=declared)
+    asyncio.run(worker._sync_limits(declared))
+    view = engine.limits.get("emails")
+    assert view["concurrency"] == 2 and view["source"] == "settings"
+    for bad, match in (({"emails": {"concurrency": 0}}, r"DTQ_QUEUE_LIMITS\['emails'\]: concurrency"),
+                       ({"Bad Name": {}}, "not a queue name"), ([], "must be a dict")):
+        settings.DTQ_QUEUE_LIMITS = bad
+        with pytest.raises(ConfigError, match=match):
+            declared_queue_limits()
+    del settings.DTQ_QUEUE_LIMITS
+    assert declared_queue_limits() is None
