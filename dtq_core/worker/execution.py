@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from .. import faults, registry
 from ..task import Outcome
@@ -182,9 +183,28 @@ class ExecutionLoops(WorkerState):
                                    completion.row.task_id, completion.row.queue, completion.row.attempt,
                                    self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
                                    completion.error_class, completion.error_message[:200])
+            await self._pause_other_partitions(batch, statuses)
             self.processed += len(batch)
             if self.max_tasks is not None and self.processed >= self.max_tasks:
                 self.request_stop()
+
+    async def _pause_other_partitions(self, batch: list[Completion], statuses: list[Any]) -> None:
+        """A handler's RateLimited(scope="queue") paused its own partition (completeTasks); the
+        queue's other partitions get the same pause here. Best effort: a failure is logged, the
+        partition the task came from is paused whatever happens."""
+        pauses: dict[str, tuple[int, str]] = {}
+        for completion, status in zip(batch, statuses, strict=True):
+            if completion.outcome is Outcome.LIMITED and completion.limit_scope == "queue" and status == "PENDING":
+                queue, until = completion.row.queue, completion.retry_due_ms
+                if until > pauses.get(queue, (0, ""))[0]:
+                    pauses[queue] = (until, completion.row.partition_tag)
+        for queue, (until, own) in pauses.items():
+            tags = [tag for tag, p in self._served.items() if p.queue == queue and tag != own]
+            try:
+                await self.store.pause_partitions(tags, until)
+            except Exception as exc:  # noqa: BLE001 - the task's own partition is paused already
+                logger.warning("worker_id=%s queue %s: pausing its other partitions after RateLimited failed "
+                               "(%s: %s)", self.worker_id, queue, type(exc).__name__, exc)
 
     # -- heartbeat, reaper, cancel watcher ----------------------------------------------------
     async def _timeout_loop(self) -> None:

@@ -351,6 +351,16 @@ class WorkerStore:
                                args=[Keys.GROUP, self.worker_id, idle_ms, *pairs], client=pipe)
         return sum(int(n) for n in await self.scripts.aexecute(pipe))
 
+    async def pause_partitions(self, tags: Sequence[str], until_ms: int) -> None:
+        """Start nothing in these partitions before until_ms (pauseLimits, one per partition,
+        pipelined): a handler's RateLimited(scope="queue") reaches every partition of its queue."""
+        if not tags:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for tag in tags:
+            await self.scripts("pauseLimits", keys=[self.keys.partition(tag)], args=[until_ms], client=pipe)
+        await self.scripts.aexecute(pipe)
+
     async def return_unstarted(self, rows: Sequence[Row]) -> int:
         """Put claims this worker made but never started back in their streams, uncharged
         (returnEntries, one per partition, pipelined); the number put back."""

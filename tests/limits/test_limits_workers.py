@@ -170,3 +170,22 @@ def test_a_worker_held_back_by_a_limit_does_not_poll_and_serves_its_other_queues
     assert after["slow"] - before["slow"] <= 4 and after["paced"] - before["paced"] <= 4, (before, after)
     assert all(live.tasks.get(t)["status"] == "QUEUED" for t in waiting)
     wait_for(_all_done(live, [blocker, *waiting, *paced]), timeout=20, message=workers[0].output)
+
+
+def test_rate_limited_pauses_every_partition_of_a_partitioned_queue(
+        config: DtqConfig, redis_client: redis.Redis, key_prefix: str,
+        start_worker: Callable[..., WorkerProcess]) -> None:
+    import dataclasses
+
+    live = Engine(dataclasses.replace(config, queue_partitions=(("wide", 3),)))
+    first = live.tasks.enqueue("limits.rate_limited", {"retry_after": 2}, queue="wide").id
+    w = start_worker("--name", "w", "--queues", "wide", "--concurrency", "4",
+                     DTQ_QUEUE_PARTITIONS="wide=3", **ENV)
+    tags = live.registry.get("wide", fresh=True).tags
+    wait_for(lambda: all(redis_client.hget(live.keys.limits(t), "pause_until") for t in tags), message=w.output)
+    hit = time.time() * 1000
+    others = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="wide").id for _ in range(6)]
+    assert len({t.split("-")[0] for t in others}) == 3  # every partition got some
+    wait_for(_all_done(live, [first, *others]), timeout=20, message=w.output)
+    started = {r["task"]: r["at"] for r in runs(redis_client, key_prefix) if r["kind"] == "start"}
+    assert min(started[t] for t in others) >= hit + 1000

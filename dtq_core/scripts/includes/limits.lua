@@ -171,8 +171,9 @@ local function limits_left_running(K, task_id)
   limits_freed(K)
 end
 
--- A handler raised RateLimited: pause its queue's partition (scope 'queue') or its group (scope
--- 'group', when the task has a group_key) until `due`; a later pause never shortens one in force.
+-- A handler raised RateLimited: pause its queue's partition (scope 'queue'; the worker then pauses
+-- the queue's other partitions, pauseLimits-1) or its group (scope 'group', when the task has a
+-- group_key) until `due`; a later pause never shortens one in force.
 local function limits_pause(K, tkey, scope, due)
   if scope == 'group' then
     local g = rcall('HGET', tkey, 'group_key')
