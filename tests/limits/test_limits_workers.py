@@ -163,7 +163,7 @@ def test_a_worker_held_back_by_a_limit_does_not_poll_and_serves_its_other_queues
     before = {q: live.limits.get(q)["usage"]["throttled_total"] for q in ("slow", "paced")}
     # Meanwhile another queue of the same workers runs at once.
     free = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="free").id for _ in range(20)]
-    wait_for(_all_done(live, free), timeout=5, message=workers[0].output)
+    wait_for(_all_done(live, free), timeout=15, message=workers[0].output)
     time.sleep(1.5)  # a stretch of held-back time: count the fetches it cost
     after = {q: live.limits.get(q)["usage"]["throttled_total"] for q in ("slow", "paced")}
     # A spinning worker would fetch hundreds of times a second; each held-back fetch is counted.
