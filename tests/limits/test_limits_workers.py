@@ -189,3 +189,23 @@ def test_rate_limited_pauses_every_partition_of_a_partitioned_queue(
     wait_for(_all_done(live, [first, *others]), timeout=20, message=w.output)
     started = {r["task"]: r["at"] for r in runs(redis_client, key_prefix) if r["kind"] == "start"}
     assert min(started[t] for t in others) >= hit + 1000
+
+
+def test_slots_of_a_killed_worker_whose_tasks_are_out_of_attempts_go_to_the_waiting_tasks(
+        live: Engine, redis_client: redis.Redis, key_prefix: str,
+        start_worker: Callable[..., WorkerProcess]) -> None:
+    live.limits.set("held", {"concurrency": 2}, actor=ACTOR)
+    long = [live.tasks.enqueue("limits.sleep", {"seconds": 60}, queue="held", max_attempts=1).id for _ in range(2)]
+    a = start_worker("--name", "a", "--queues", "held", "--concurrency", "4", **ENV)
+    wait_for(lambda: all(live.tasks.get(t)["status"] == "RUNNING" for t in long), message=a.output)
+    waiting = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="held").id for _ in range(4)]
+    b = start_worker("--name", "b", "--queues", "held", "--concurrency", "4", **ENV)
+    time.sleep(0.5)
+    assert all(live.tasks.get(t)["status"] == "QUEUED" for t in waiting)  # the queue is full
+    a.kill()
+    killed_at = time.monotonic()
+    wait_for(_all_done(live, waiting), timeout=15, message=b.output)
+    # The visibility timeout (2 s) plus one reaper period, not a leak.
+    assert time.monotonic() - killed_at < 2 + 5
+    assert [live.tasks.get(t)["status"] for t in long] == ["DEAD_LETTERED", "DEAD_LETTERED"]
+    assert live.limits.get("held")["usage"]["running"] == 0
