@@ -14,15 +14,17 @@
                result retention (ms), dlq enabled (1/0), dlq maxlen
     ARGV[8] JSON list of records, each a list of 13 strings: task id, attempt, entry id, stream (after
              the partition's stream key prefix: queue:priority),
-             outcome (ok|retry|fail|cancel|limited), result JSON, truncated (1/0), error class, error
-             message, traceback tail, retry due (ms, 0 = out of attempts; for limited: when the
-             task may start again), duration (s), histogram bucket label; a limited record has a
-             14th: the scope of its pause (queue|group, includes/limits.lua). (One argument for the batch: redis-py's asyncio client
+             outcome (ok|retry|fail|cancel|limited), result JSON, truncated (1/0), error class,
+             error message, traceback tail, retry due (ms, 0 = out of attempts; for limited: when
+             the task may start again), duration (s), histogram bucket label; a limited record
+             has a 14th: the scope of its pause (queue|group, includes/limits.lua).
+             (One argument for the batch: redis-py's asyncio client
              packs every argument in Python, which cost more than cjson decoding them here.)
              A result of JSON null is not stored: the record says so (result_null = 1).
     ARGV[9] events (1/0: publish task events, see events_on in common.lua; absent = 1)
   Output:
-    one status per record: the new status (PENDING for a limited one); 'fenced' (a newer attempt owns the task); 'resent'
+    one status per record: the new status (PENDING for a limited one); 'fenced' (a newer
+    attempt owns the task); 'resent'
     (this record was applied already); or {'quarantined', new status ('' when the task could not
     be written), reason}
 ]]
