@@ -44,10 +44,7 @@ class Submission:
     # type is its function's import path, its handler dtq's Django runner (django.task/atask).
     handler: str = ""
     task_id: str = ""  # "" until placed in a partition
-    # Unique tasks (issue 22; see check_unique): None / "" / 0.0 when not asked for.
-    unique_key: str | None = None
-    unique_mode: str = ""
-    unique_window_s: float = 0.0
+    unique: Unique | None = None  # a unique task (issue 22; see check_unique)
 
     def placed(self, tag: str) -> Submission:
         """This submission in partition `tag`, under a new id that names it."""
@@ -57,13 +54,30 @@ class Submission:
                           priority=self.priority, delay_s=self.delay_s, ttl_s=self.ttl_s,
                           max_attempts=self.max_attempts, timeout_s=self.timeout_s,
                           idempotency_key=self.idempotency_key, request_id=self.request_id,
-                          handler=self.handler, task_id=new_task_id(tag), unique_key=self.unique_key,
-                          unique_mode=self.unique_mode, unique_window_s=self.unique_window_s)
+                          handler=self.handler, task_id=new_task_id(tag), unique=self.unique)
 
     @property
     def handler_name(self) -> str:
         """The name a worker must have registered to run this task."""
         return self.handler or self.type
+
+
+@dataclass(frozen=True, slots=True)
+class Unique:
+    """A submission's unique-task fields, checked (docs/tasks.md, "Unique tasks")."""
+
+    key: str
+    mode: str  # one of UNIQUE_MODES
+    window_s: float  # 0.0: none given (while_active's default cap)
+
+    @property
+    def arg(self) -> str:
+        """The enqueue script's last argument: "<mode>|<window ms>|<key>" (the key last: it may hold a |)."""
+        return f"{self.mode}|{int(self.window_s * 1000)}|{self.key}"
+
+    def answer(self, existing: bool) -> dict[str, object]:
+        """What a submit's answer says of it: {"existing", "mode", "key"}."""
+        return {"existing": existing, "mode": self.mode, "key": self.key}
 
 
 def new_task_id(tag: str) -> str:
@@ -189,4 +203,4 @@ def check_unique(s: Submission, key: Any, mode: Any, window_s: Any) -> Submissio
     return Submission(type=s.type, payload_json=s.payload_json, queue=s.queue, priority=s.priority,
                       delay_s=s.delay_s, ttl_s=s.ttl_s, max_attempts=s.max_attempts, timeout_s=s.timeout_s,
                       idempotency_key=s.idempotency_key, request_id=s.request_id, handler=s.handler,
-                      task_id=s.task_id, unique_key=key, unique_mode=mode, unique_window_s=window)
+                      task_id=s.task_id, unique=Unique(key, mode, window))

@@ -167,7 +167,7 @@ class Tasks(Noun):
         if s.task_id and tag_of(s.task_id) in layout.tags:
             return s, layout
         # A unique key, like an idempotency key, always picks the same partition (it wins when both are given).
-        return s.placed(layout.tag_for(s.unique_key or s.idempotency_key)), layout
+        return s.placed(layout.tag_for(s.unique.key if s.unique else s.idempotency_key)), layout
 
     def _reopen(self, queues: set[str]) -> None:
         """Read the registry anew and open the partitions of these queues (see place)."""
@@ -192,8 +192,8 @@ class Tasks(Noun):
         """The enqueueTask call (name, keys, args) that creates the task in its partition."""
         now = self.clock.now_ms()
         due = now + int(s.delay_s * 1000) if s.delay_s > 0 else 0
-        if s.unique_mode == "debounce":  # a debounced task always waits its window
-            due = now + int((s.delay_s + s.unique_window_s) * 1000)
+        if s.unique is not None and s.unique.mode == "debounce":  # a debounced task always waits its window
+            due = now + int((s.delay_s + s.unique.window_s) * 1000)
         expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
         fields: list[object] = [
             "type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
@@ -202,14 +202,13 @@ class Tasks(Noun):
         ]
         if s.handler:
             fields += ["handler", s.handler]
-        if s.unique_key:
-            fields += ["unique_key", s.unique_key, "unique_mode", s.unique_mode]
+        if s.unique is not None:
+            fields += ["unique_key", s.unique.key, "unique_mode", s.unique.mode]
         keys = [self.keys.partition(tag_of(s.task_id))]
         args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.depth_limit(layout), due, layout.owner,
                 s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, self.events.flag(self.client), *fields,
-                # the unique key, mode and window (ms): the script's last three ARGV (issue 22)
-                s.unique_key or "", s.unique_mode, int(s.unique_window_s * 1000)]
+                "" if s.unique is None else s.unique.arg]  # the script's last ARGV (issue 22)
         return "enqueueTask", keys, args
 
     def depth_limit(self, layout: Layout) -> int:
@@ -228,8 +227,7 @@ class Tasks(Noun):
         code = raise_for_code(reply[0], task_id=s.task_id, script="enqueueTask", queue=s.queue,
                               count=reply[1] if len(reply) > 1 else 0, max_depth=self.config.max_queue_depth)
         record = _pairs(reply[3])
-        unique = None if not s.unique_key else {"existing": code is ErrorCode.EXISTING, "mode": s.unique_mode,
-                                                 "key": s.unique_key}
+        unique = None if s.unique is None else s.unique.answer(code is ErrorCode.EXISTING)
         if code is ErrorCode.EXISTING:
             # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
             result = codec.stored_result(record, reply[4] or None)

@@ -12,10 +12,10 @@
     ARGV[9] owner the caller expects ("<queue>|<epoch>": the queue comes from it)
     ARGV[10] idempotency key ('' = none)  ARGV[11] recent cap (of this partition's index)
     ARGV[12] return the record (1/0)  ARGV[13] events (1/0: publish task.queued, see events_on
-    in common.lua)  ARGV[14..#ARGV-3] task hash field/value pairs
-    The last three (issue 22, unique tasks; appended after the pairs): ARGV[#ARGV-2] unique key
-    ('' = none)  ARGV[#ARGV-1] unique mode (while_active/throttle/debounce)
-    ARGV[#ARGV] unique window (ms; 0 = while_active's default cap: retention)
+    in common.lua)  ARGV[14..#ARGV-1] task hash field/value pairs
+    ARGV[#ARGV] (issue 22, appended after the pairs) unique task: '' = none, else
+    "<mode>|<window ms>|<key>" (mode while_active/throttle/debounce; window 0: while_active's
+    default cap, the retention; the key last, as it may hold a |)
   Output:
     {OK, id, status, record} created; {EXISTING, existing id, its status, record, result, why}
     idempotency key seen (why 'idem') or unique key held (why 'unique': for debounce, the
@@ -56,12 +56,13 @@ if idem_key then
 end
 local n = #ARGV
 local U = nil
-if ARGV[n - 2] ~= '' then
-  U = {key = K.unique_prefix .. ARGV[n - 2], mode = ARGV[n - 1], window_ms = tonumber(ARGV[n]),
+if ARGV[n] ~= '' then
+  local mode, window_ms, key = string.match(ARGV[n], '^([^|]*)|(%d+)|(.*)$')
+  U = {key = K.unique_prefix .. key, mode = mode, window_ms = tonumber(window_ms),
        now = tonumber(now_ms), due = tonumber(ARGV[8]), retention_ms = tonumber(ARGV[5])}
   local holder = unique_holder(K, U)
   if holder then
-    if U.mode == 'debounce' then unique_debounce(K, U, holder, ARGV, 14, n - 3) end
+    if U.mode == 'debounce' then unique_debounce(K, U, holder, ARGV, 14, n - 1) end
     -- The idempotency key stands for the answer this submit got: its retry gets the same one.
     if idem_key then rcall('SET', idem_key, holder, 'PX', tonumber(ARGV[6]) + math.max(0, U.due - U.now)) end
     local hkey = K.task_prefix .. holder
@@ -83,7 +84,7 @@ end
 local status, written = create_task(K, {
   task_id = task_id, queue = queue, priority = priority, now_ms = now_ms, now_iso = now_iso, due = due,
   retention_ms = ARGV[5], idem_key = idem_key, idem_ttl_ms = ARGV[6], recent_cap = ARGV[11],
-  fields = ARGV, fields_from = 14, fields_to = n - 3})
+  fields = ARGV, fields_from = 14, fields_to = n - 1})
 if U then unique_hold(U, task_id) end
 local tkey = K.task_prefix .. task_id
 -- A hash that was new holds exactly what was written: no HGETALL for it.

@@ -220,10 +220,12 @@ def test_bad_unique_fields_are_refused_by_name(engine: Engine, options: dict[str
     assert only_task_ids(engine) == []
 
 
-def test_a_200_character_key_is_accepted(engine: Engine) -> None:
-    key = "é" * 200
+@pytest.mark.parametrize("key", ["é" * 200, "a|b", "|", "while_active|0|x", "{tag}:*"])
+def test_any_key_of_up_to_200_characters_is_its_own(engine: Engine, key: str) -> None:
     first = submit(engine, unique_key=key, unique_mode="while_active")
     assert submit(engine, unique_key=key, unique_mode="while_active").id == first.id
+    assert engine.tasks.get(first.id)["unique_key"] == key
+    assert submit(engine, unique_key="!" + key[1:], unique_mode="while_active").created
 
 
 # -- many submitters at once ---------------------------------------------------------------------
