@@ -65,6 +65,29 @@ def test_while_active_frees_the_key_when_a_worker_finishes_the_task(engine: Engi
     assert again.created and again.id != first.id
 
 
+def test_while_active_frees_the_key_of_a_purged_task(engine: Engine) -> None:
+    first = submit(engine, unique_key="k", unique_mode="while_active")
+    assert engine.queues.purge("uq", ACTOR) == 1
+    assert engine.tasks.get(first.id)["status"] == "CANCELLED"
+    assert submit(engine, unique_key="k", unique_mode="while_active").created
+
+
+def test_while_active_frees_the_key_of_a_task_that_expired_unrun(config: DtqConfig) -> None:
+    # Submitted by a clock 10 s behind: its ttl of 1 s has passed when the worker fetches it.
+    engine = Engine(config, clock=FakeClock(start_ms=int(time.time() * 1000) - 10_000))
+    first = submit(engine, unique_key="k", unique_mode="while_active", ttl_seconds=1)
+    drain(engine.config, queues=["uq"])
+    assert engine.tasks.get(first.id)["status"] == "EXPIRED"
+    assert submit(engine, unique_key="k", unique_mode="while_active").created
+
+
+def test_while_active_frees_the_key_once_the_holders_record_is_gone(engine: Engine, redis_client: redis.Redis
+                                                                   ) -> None:
+    first = submit(engine, unique_key="k", unique_mode="while_active")
+    redis_client.delete(engine.keys.task(first.id))  # as its retention would, or a lost record
+    assert submit(engine, unique_key="k", unique_mode="while_active").created
+
+
 def test_while_active_cap_frees_a_key_whose_task_never_ends(engine: Engine) -> None:
     first = submit(engine, unique_key="k", unique_mode="while_active", unique_window_s=10)
     engine.clock.advance(9.9)
