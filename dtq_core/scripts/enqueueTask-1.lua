@@ -19,10 +19,10 @@
   Output:
     {OK, id, status, record} created; {EXISTING, existing id, its status, record, result, why}
     idempotency key seen (why 'idem') or unique key held (why 'unique': for debounce, the
-    waiting task now carries this submit's payload and due time); {QUEUE_FULL, depth of this partition}; {PARTITION_CLOSED} the owner
-    key names another layout (codes: CODE in includes/common.lua). record is the task hash as
-    flat field/value pairs (empty unless asked for), so a submit needs no second round trip to
-    show the task. The recent index is trimmed to its cap by one submit in 16 (those whose task
+    waiting task now carries this submit's payload and due time); {QUEUE_FULL, depth of this
+    partition}; {PARTITION_CLOSED} the owner key names another layout (codes: CODE in
+    includes/common.lua). record is the task hash as flat field/value pairs (empty unless asked
+    for), so a submit needs no second round trip to show the task. The recent index is trimmed to its cap by one submit in 16 (those whose task
     id ends in 0), so it may hold a few more than the cap.
 ]]
 -- #include common
