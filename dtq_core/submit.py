@@ -178,7 +178,7 @@ def validate(
 def check_unique(s: Submission, key: Any, mode: Any, window_s: Any) -> Submission:
     """The submission with its unique-task fields checked (docs/tasks.md, "Unique tasks").
 
-    Kept out of validate's main line: a submit without them pays one comparison."""
+    Kept out of validate's main line: a submit without them pays three `is None` checks."""
     if key is None:
         name = "unique_mode" if mode is not None else "unique_window_s"
         raise ValidationError(f"{name} needs a unique_key", field=name)
