@@ -21,9 +21,10 @@ def test_debounce_delays_the_start_and_the_last_payload_runs(config: DtqConfig, 
     wait_for(lambda: redis_client.zscore(engine.keys.workers(), "debouncer"), message=worker.output)
 
     def submit(n: int) -> tuple[str, int]:
+        before = engine.clock.now_ms()  # the submit's own now is this or later
         out = engine.tasks.enqueue("dtq.echo", {"n": n}, queue="uq", unique_key="autosave", unique_mode="debounce",
                                    unique_window_s=1.5, record=False)
-        return out.id, engine.clock.now_ms()
+        return out.id, before
 
     first, _ = submit(1)
     for n in (2, 3):
