@@ -41,4 +41,6 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
             results.append(error_body(outcome, request_id))
         else:
             results.append({"id": outcome.id, "status": outcome.status, "created": outcome.created})
+            if outcome.unique is not None:
+                results[-1]["unique"] = outcome.unique
     return results

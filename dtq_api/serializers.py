@@ -7,7 +7,8 @@ from typing import Any
 from rest_framework import serializers
 
 SUBMIT_FIELDS = ("type", "payload", "queue", "priority", "delay_seconds", "ttl_seconds", "max_attempts",
-                 "timeout_seconds", "idempotency_key", "group_key")
+                 "timeout_seconds", "idempotency_key", "group_key", "unique_key", "unique_mode",
+                 "unique_window_s")
 
 
 class SubmitSerializer(serializers.Serializer):
@@ -26,6 +27,10 @@ class SubmitSerializer(serializers.Serializer):
     timeout_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
     idempotency_key = serializers.JSONField(required=False, default=None, allow_null=True)
     group_key = serializers.JSONField(required=False, default=None, allow_null=True)
+    # Unique tasks (docs/tasks.md): all three null/absent, or a key with its mode (and window).
+    unique_key = serializers.JSONField(required=False, default=None, allow_null=True)
+    unique_mode = serializers.JSONField(required=False, default=None, allow_null=True)
+    unique_window_s = serializers.JSONField(required=False, default=None, allow_null=True)
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
@@ -168,6 +173,11 @@ class TaskSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField(allow_null=True)
     request_id = serializers.CharField(allow_null=True)
     group_key = serializers.CharField(allow_null=True, help_text="its group for the queue's group limits")
+    unique_key = serializers.CharField(required=False, help_text="its unique key, when submitted as a unique task")
+    unique_mode = serializers.CharField(required=False, help_text="while_active, throttle or debounce")
+    unique = serializers.JSONField(
+        required=False, help_text='submit answers only, with a unique_key: {"existing": bool, "mode", "key"}; '
+                                  "existing: a task holding the key was returned (200), not a new one (201)")
     compact = serializers.BooleanField(
         help_text="a finished record compacted by the retention policy (DTQ_KEEP_PAYLOAD): payload, max_attempts, "
                   "timeout_s, enqueued_at, idempotency_key and request_id are no longer kept (null)")

@@ -72,8 +72,11 @@ class TaskListView(APIView):
         enqueued = engine.tasks.enqueue(request_id=request_id_of(request), **options)
         if enqueued.task is None and not enqueued.created and enqueued.status == "UNKNOWN":
             # The idempotency key outlived its task's record: the id is all that is known.
-            return {"id": enqueued.id, "status": enqueued.status}, status.HTTP_200_OK
-        task = enqueued.task if enqueued.task is not None else engine.tasks.get(enqueued.id)
+            task: dict[str, Any] = {"id": enqueued.id, "status": enqueued.status}
+        else:
+            task = enqueued.task if enqueued.task is not None else engine.tasks.get(enqueued.id)
+        if enqueued.unique is not None:
+            task = {**task, "unique": enqueued.unique}
         return task, status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK
 
     @extend_schema(operation_id="tasks_list",

@@ -90,6 +90,12 @@ class Keys:
         """Submit idempotency key. Scoped to the queue: a key always picks the same partition."""
         return f"{self.partition(tag)}idem:{key}"
 
+    def unique(self, tag: str, key: str) -> str:
+        """A unique task's key: "<task id>|<until ms>", the task holding it (docs/tasks.md, "Unique
+        tasks"). Scoped to the queue, as an idempotency key: a unique key always picks the same
+        partition."""
+        return f"{self.partition(tag)}unique:{key}"
+
     def schedule(self, tag: str) -> str:
         """Zset of the partition's delayed tasks and due retries, scored by due time (ms)."""
         return f"{self.partition(tag)}schedule"

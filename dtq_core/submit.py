@@ -3,6 +3,7 @@ and the making of task ids."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -22,6 +23,8 @@ MAX_TIMEOUT_S = 7 * 86400
 MAX_IDEMPOTENCY_KEY = 200
 MAX_REQUEST_ID = 200
 MAX_GROUP_KEY = 200
+MAX_UNIQUE_KEY = 200
+UNIQUE_MODES = ("while_active", "throttle", "debounce")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,6 +48,7 @@ class Submission:
     task_id: str = ""  # "" until placed in a partition
     # Flow control (issue 22): the task's group for group_concurrency/group_rate ("" = none).
     group_key: str = ""
+    unique: Unique | None = None  # a unique task (issue 22; see check_unique)
 
     def placed(self, tag: str) -> Submission:
         """This submission in partition `tag`, under a new id that names it."""
@@ -54,12 +58,31 @@ class Submission:
                           priority=self.priority, delay_s=self.delay_s, ttl_s=self.ttl_s,
                           max_attempts=self.max_attempts, timeout_s=self.timeout_s,
                           idempotency_key=self.idempotency_key, request_id=self.request_id,
-                          handler=self.handler, task_id=new_task_id(tag), group_key=self.group_key)
+                          handler=self.handler, task_id=new_task_id(tag), group_key=self.group_key,
+                          unique=self.unique)
 
     @property
     def handler_name(self) -> str:
         """The name a worker must have registered to run this task."""
         return self.handler or self.type
+
+
+@dataclass(frozen=True, slots=True)
+class Unique:
+    """A submission's unique-task fields, checked (docs/tasks.md, "Unique tasks")."""
+
+    key: str
+    mode: str  # one of UNIQUE_MODES
+    window_s: float  # 0.0: none given (while_active's default cap)
+
+    @property
+    def arg(self) -> str:
+        """The enqueue script's last argument: "<mode>|<window ms>|<key>" (the key last: it may hold a |)."""
+        return f"{self.mode}|{int(self.window_s * 1000)}|{self.key}"
+
+    def answer(self, existing: bool) -> dict[str, object]:
+        """What a submit's answer says of it: {"existing", "mode", "key"}."""
+        return {"existing": existing, "mode": self.mode, "key": self.key}
 
 
 def new_task_id(tag: str) -> str:
@@ -93,6 +116,9 @@ def validate(
     request_id: Any = None,
     handler: str | None = None,
     group_key: Any = None,
+    unique_key: Any = None,
+    unique_mode: Any = None,
+    unique_window_s: Any = None,
 ) -> Submission:
     """Check every field of a submission; raise ValidationError / PayloadTooLarge naming it."""
     if not isinstance(type, str) or not TASK_TYPE_RE.fullmatch(type):
@@ -148,9 +174,40 @@ def validate(
         )
     if request_id is not None:
         request_id = str(request_id)[:MAX_REQUEST_ID].encode(errors="replace").decode()
-    return Submission(
+    submission = Submission(
         type=type, payload_json=payload_json, queue=queue, priority=priority,
         delay_s=float(delay), ttl_s=None if ttl is None else float(ttl), max_attempts=attempts,
         timeout_s=float(timeout), idempotency_key=idempotency_key, request_id=request_id,
         handler="" if handler in (None, type) else handler, group_key=group_key or "",
     )
+    if unique_key is None and unique_mode is None and unique_window_s is None:
+        return submission
+    return check_unique(submission, unique_key, unique_mode, unique_window_s)
+
+
+def check_unique(s: Submission, key: Any, mode: Any, window_s: Any) -> Submission:
+    """The submission with its unique-task fields checked (docs/tasks.md, "Unique tasks").
+
+    Kept out of validate's main line: a submit without them pays three `is None` checks."""
+    if key is None:
+        name = "unique_mode" if mode is not None else "unique_window_s"
+        raise ValidationError(f"{name} needs a unique_key", field=name)
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_UNIQUE_KEY or not is_unicode(key):
+        raise ValidationError(f"unique_key must be a string of 1-{MAX_UNIQUE_KEY} characters", field="unique_key")
+    if mode is None:
+        raise ValidationError(f"unique_key needs a unique_mode: one of {', '.join(UNIQUE_MODES)}",
+                              field="unique_mode")
+    if mode not in UNIQUE_MODES:
+        raise ValidationError(f"unique_mode must be one of {', '.join(UNIQUE_MODES)}", field="unique_mode")
+    if window_s is None:
+        if mode != "while_active":
+            raise ValidationError(f"unique_mode {mode} needs unique_window_s (seconds, more than 0)",
+                                  field="unique_window_s")
+        window = 0.0
+    else:
+        window = float(_number("unique_window_s", window_s, minimum=0.001, maximum=MAX_DELAY_S))
+    if s.ttl_s is not None and mode == "debounce" and int(s.ttl_s * 1000) <= int((s.delay_s + window) * 1000):
+        # A debounced task waits delay + window: such a ttl could only ever end it EXPIRED.
+        raise ValidationError(f"ttl_seconds ({s.ttl_s:g}) must be longer than delay_seconds + unique_window_s "
+                              f"({s.delay_s + window:g}): a debounced task waits both", field="ttl_seconds")
+    return dataclasses.replace(s, unique=Unique(key, mode, window))

@@ -46,6 +46,9 @@ class Enqueued:
     status: str
     created: bool  # False: an idempotency key matched an earlier task, returned instead
     task: dict[str, Any] | None = None  # the task as get_task shows it (single enqueue only)
+    # With a unique_key: {"existing": bool, "mode", "key"} (existing: a task holding the key, or
+    # the one an idempotency key named, was returned instead of a new one). None without one.
+    unique: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,8 +166,10 @@ class Tasks(Noun):
         layout = self.registry.ensure(s.queue)
         if s.task_id and tag_of(s.task_id) in layout.tags:
             return s, layout
-        # A group's tasks share a partition, so its group limits hold exactly (engine/limits.py).
-        return s.placed(layout.tag_for(s.group_key or s.idempotency_key)), layout
+        # The partition: a group's tasks share one, so its group limits hold exactly
+        # (engine/limits.py); else a unique key, else an idempotency key always picks the same one.
+        # With a group_key, the unique and idempotency keys are kept within the group's partition.
+        return s.placed(layout.tag_for(s.group_key or (s.unique.key if s.unique else s.idempotency_key))), layout
 
     def _reopen(self, queues: set[str]) -> None:
         """Read the registry anew and open the partitions of these queues (see place)."""
@@ -189,6 +194,8 @@ class Tasks(Noun):
         """The enqueueTask call (name, keys, args) that creates the task in its partition."""
         now = self.clock.now_ms()
         due = now + int(s.delay_s * 1000) if s.delay_s > 0 else 0
+        if s.unique is not None and s.unique.mode == "debounce":  # a debounced task always waits its window
+            due = now + int((s.delay_s + s.unique.window_s) * 1000)
         expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
         fields: list[object] = [
             "type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
@@ -199,10 +206,13 @@ class Tasks(Noun):
             fields += ["handler", s.handler]
         if s.group_key:
             fields += ["group_key", s.group_key]
+        if s.unique is not None:
+            fields += ["unique_key", s.unique.key, "unique_mode", s.unique.mode]
         keys = [self.keys.partition(tag_of(s.task_id))]
         args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.depth_limit(layout), due, layout.owner,
-                s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, self.events.flag(self.client), *fields]
+                s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, self.events.flag(self.client), *fields,
+                "" if s.unique is None else s.unique.arg]  # the script's last ARGV (issue 22)
         return "enqueueTask", keys, args
 
     def depth_limit(self, layout: Layout) -> int:
@@ -221,13 +231,15 @@ class Tasks(Noun):
         code = raise_for_code(reply[0], task_id=s.task_id, script="enqueueTask", queue=s.queue,
                               count=reply[1] if len(reply) > 1 else 0, max_depth=self.config.max_queue_depth)
         record = _pairs(reply[3])
+        unique = None if s.unique is None else s.unique.answer(code is ErrorCode.EXISTING)
         if code is ErrorCode.EXISTING:
             # An expired task hash leaves task None: get_task then answers TASK_NOT_FOUND.
             result = codec.stored_result(record, reply[4] or None)
             task = codec.task_view(record, result, str(reply[1])) if record else None
-            return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task)
+            return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task,
+                            unique=unique)
         return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True,
-                        task=codec.task_view(record) if record else None)
+                        task=codec.task_view(record) if record else None, unique=unique)
 
     def get(self, task_id: str) -> dict[str, Any]:
         """Return the task as the API shows it (with `result` when stored); raise TaskNotFound."""

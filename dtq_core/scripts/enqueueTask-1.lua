@@ -12,17 +12,22 @@
     ARGV[9] owner the caller expects ("<queue>|<epoch>": the queue comes from it)
     ARGV[10] idempotency key ('' = none)  ARGV[11] recent cap (of this partition's index)
     ARGV[12] return the record (1/0)  ARGV[13] events (1/0: publish task.queued, see events_on
-    in common.lua)  ARGV[14..] task hash field/value pairs
+    in common.lua)  ARGV[14..#ARGV-1] task hash field/value pairs
+    ARGV[#ARGV] (issue 22, appended after the pairs) unique task: '' = none, else
+    "<mode>|<window ms>|<key>" (mode while_active/throttle/debounce; window 0: while_active's
+    default cap, the retention; the key last, as it may hold a |)
   Output:
-    {OK, id, status, record} created; {EXISTING, existing id, its status, record, result}
-    idempotency key seen; {QUEUE_FULL, depth of this partition}; {PARTITION_CLOSED} the owner
-    key names another layout (codes: CODE in includes/common.lua). record is the task hash as
-    flat field/value pairs (empty unless asked for), so a submit needs no second round trip to
-    show the task. The recent index is trimmed to its cap by one submit in 16 (those whose task
+    {OK, id, status, record} created; {EXISTING, existing id, its status, record, result, why}
+    idempotency key seen (why 'idem') or unique key held (why 'unique': for debounce, the
+    waiting task now carries this submit's payload and due time); {QUEUE_FULL, depth of this
+    partition}; {PARTITION_CLOSED} the owner key names another layout (codes: CODE in
+    includes/common.lua). record is the task hash as flat field/value pairs (empty unless asked
+    for), so a submit needs no second round trip to show the task. The recent index is trimmed to its cap by one submit in 16 (those whose task
     id ends in 0), so it may hold a few more than the cap.
 ]]
 -- #include common
 -- #include create_task
+-- #include unique
 local K = partition_keys(KEYS[1])
 local task_id, priority, now_ms, now_iso = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local want_record = ARGV[12] == '1'
@@ -46,7 +51,27 @@ if idem_key then
       record = rcall('HGETALL', ekey)
       result = rcall('GET', K.result_prefix .. existing) or ''
     end
-    return {CODE.EXISTING, existing, rcall('HGET', ekey, 'status') or '', record, result}
+    return {CODE.EXISTING, existing, rcall('HGET', ekey, 'status') or '', record, result, 'idem'}
+  end
+end
+local n = #ARGV
+local U = nil
+if ARGV[n] ~= '' then
+  local mode, window_ms, key = string.match(ARGV[n], '^([^|]*)|(%d+)|(.*)$')
+  U = {key = K.unique_prefix .. key, mode = mode, window_ms = tonumber(window_ms),
+       now = tonumber(now_ms), due = tonumber(ARGV[8]), retention_ms = tonumber(ARGV[5])}
+  local holder = unique_holder(K, U)
+  if holder then
+    if U.mode == 'debounce' then unique_debounce(K, U, holder, ARGV, 14, n - 1) end
+    -- The idempotency key stands for the answer this submit got: its retry gets the same one.
+    if idem_key then rcall('SET', idem_key, holder, 'PX', tonumber(ARGV[6]) + math.max(0, U.due - U.now)) end
+    local hkey = K.task_prefix .. holder
+    local record, result = {}, ''
+    if want_record then
+      record = rcall('HGETALL', hkey)
+      result = rcall('GET', K.result_prefix .. holder) or ''
+    end
+    return {CODE.EXISTING, holder, rcall('HGET', hkey, 'status') or '', record, result, 'unique'}
   end
 end
 local due = tonumber(ARGV[8])
@@ -59,7 +84,8 @@ end
 local status, written = create_task(K, {
   task_id = task_id, queue = queue, priority = priority, now_ms = now_ms, now_iso = now_iso, due = due,
   retention_ms = ARGV[5], idem_key = idem_key, idem_ttl_ms = ARGV[6], recent_cap = ARGV[11],
-  fields = ARGV, fields_from = 14})
+  fields = ARGV, fields_from = 14, fields_to = n - 1})
+if U then unique_hold(U, task_id) end
 local tkey = K.task_prefix .. task_id
 -- A hash that was new holds exactly what was written: no HGETALL for it.
 local record = {}

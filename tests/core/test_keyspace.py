@@ -52,6 +52,7 @@ def test_lua_builds_a_partitions_keys_as_keys_py_names_them(redis_client: redis.
     assert lua["task_prefix"] + TASK_ID == keys.task(TASK_ID)
     assert lua["result_prefix"] + TASK_ID == keys.result(TASK_ID)
     assert lua["idem_prefix"] + "k" == keys.idem(TAG, "k")
+    assert lua["unique_prefix"] + "k" == keys.unique(TAG, "k")
     assert lua["stream_prefix"] + "q:high" == keys.stream(TAG, "q", "high")
     assert lua["limits_wait_prefix"] + "acme" == keys.limits_wait(TAG, "acme")
     assert lua["limits_grate_prefix"] + "acme" == keys.limits_group_rate(TAG, "acme")
@@ -68,7 +69,8 @@ def test_every_key_of_a_partition_is_in_its_slot() -> None:
     keys = Keys("dtq")
     slot = key_slot(keys.partition(TAG).encode())
     names = [getattr(keys, method)(TAG, *args) for method, args in LUA_TO_PYTHON.values()]
-    names += [keys.task(TASK_ID), keys.result(TASK_ID), keys.idem(TAG, "k"), keys.throughput(TAG, 1),
+    names += [keys.task(TASK_ID), keys.result(TASK_ID), keys.idem(TAG, "k"), keys.unique(TAG, "k"),
+              keys.throughput(TAG, 1),
               keys.schedule_counts(TAG), keys.dlq_counts(TAG), *keys.streams(TAG, "q"),
               keys.periodic(TAG, "a:b"), keys.periodic_tick(TAG, "a:b", 1)]
     assert {key_slot(n.encode()) for n in names} == {slot}

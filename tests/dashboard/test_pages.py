@@ -319,3 +319,10 @@ def test_keep_looking_on_the_tasks_page_keeps_its_filters(client: Client, live_e
     assert page.context["page"].items == [] and "keep looking" in text
     link = re.search(r'href="\?([^"]*)">keep looking', text)
     assert link and "type=t.rare" in link.group(1) and "queue=busy" in link.group(1) and "cursor=" in link.group(1)
+
+
+def test_the_task_page_shows_a_unique_tasks_key_and_mode(client: Client, live_engine: Engine) -> None:
+    task_id = live_engine.tasks.enqueue("dtq.echo", unique_key=f"export:{HOSTILE}", unique_mode="while_active").id
+    page = client.get(f"/tasks/{task_id}/").content.decode()
+    assert "Unique key" in page and f"<code>{html.escape(f'export:{HOSTILE}')}</code> · while_active" in page
+    assert HOSTILE not in page

@@ -57,6 +57,7 @@ local function partition_keys(p)
   if not tag then return error('not a partition key prefix: ' .. tostring(p), 0) end
   return {prefix = p, tag = tag, owner = p .. 'queue',
           task_prefix = p .. 'task:', result_prefix = p .. 'result:', idem_prefix = p .. 'idem:',
+          unique_prefix = p .. 'unique:',
           stream_prefix = p .. 'stream:', schedule = p .. 'schedule', schedule_claims = p .. 'schedule:claims',
           lock = p .. 'lock', dlq = p .. 'dlq', running = p .. 'running', recent = p .. 'recent',
           ready = p .. 'ready', paused = p .. 'paused', stats_tasks = p .. 'stats:tasks',

@@ -4,7 +4,7 @@
 -- Needs: common. The caller has made its checks (owner, idempotency, depth).
 -- c: task_id, queue, priority, now_ms, now_iso, due (number, 0 = now), retention_ms,
 -- idem_key (nil = none), idem_ttl_ms, recent_cap, fields (the caller's field/value pairs),
--- fields_from (the index in fields where they start). Returns the task's status and, when the
+-- fields_from, fields_to (where they start and end in fields; fields_to nil: at its end). Returns the task's status and, when the
 -- hash was new (every field added), the field/value pairs written, which are then the whole
 -- record (nil otherwise: the caller reads it back if it needs it).
 local function create_task(K, c)
@@ -13,7 +13,7 @@ local function create_task(K, c)
   local tkey = K.task_prefix .. task_id
   local fields = {'id', task_id, 'attempt', '0', 'created_at', now_ms, 'updated_at', now_ms, 'errors', '[]',
                   'cancel_requested', '0', 'result_truncated', '0'}
-  for i = c.fields_from, #c.fields do fields[#fields + 1] = c.fields[i] end
+  for i = c.fields_from, c.fields_to or #c.fields do fields[#fields + 1] = c.fields[i] end
   local status, added
   if due > 0 then
     status = 'PENDING'
