@@ -116,8 +116,10 @@ def bodies(prefix: str, batch: int) -> dict[str, tuple[str, bytes, int]]:
 
 
 def installed(name: str) -> bool:
-    """Whether this environment has the server (uvicorn and gunicorn are not in dtq's lock: install
-    them beside it, `pip install uvicorn[standard] gunicorn`, to compare them)."""
+    """Whether this environment has the server. uvicorn, granian and gunicorn are not in dtq's lock:
+    to compare them without changing the environment, `pip install --target DIR "uvicorn[standard]"
+    granian gunicorn`, remove from DIR what the environment already has, and run this with
+    PYTHONPATH=DIR."""
     module = {"daphne": "daphne", "uvicorn": "uvicorn", "granian-asgi": "granian", "granian-wsgi": "granian",
               "gunicorn-gthread": "gunicorn"}[name]
     if importlib.util.find_spec(module) is None:
