@@ -27,6 +27,12 @@ from .dtq_bench import QUEUE, TASK, Rig, _health, _stop, new_prefix
 BIN = Path(sys.executable).parent
 
 
+def granian() -> list[str]:
+    """granian's console script beside this Python, or its module (installed with --target)."""
+    script = BIN / "granian"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "granian"]
+
+
 def servers(port: int, threads: int) -> dict[str, list[str]]:
     """The candidate serving stacks, one process each, as argv."""
     py, host = sys.executable, "127.0.0.1"
@@ -34,9 +40,9 @@ def servers(port: int, threads: int) -> dict[str, list[str]]:
         "daphne": [py, "-m", "daphne", "-b", host, "-p", str(port), "dtq_site.asgi:application"],
         "uvicorn": [py, "-m", "uvicorn", "dtq_site.asgi:application", "--host", host, "--port", str(port),
                     "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"],
-        "granian-asgi": [str(BIN / "granian"), "--interface", "asgi", "--host", host, "--port", str(port),
+        "granian-asgi": [*granian(), "--interface", "asgi", "--host", host, "--port", str(port),
                          "--no-ws", "--log-level", "warning", "dtq_site.asgi:application"],
-        "granian-wsgi": [str(BIN / "granian"), "--interface", "wsgi", "--host", host, "--port", str(port),
+        "granian-wsgi": [*granian(), "--interface", "wsgi", "--host", host, "--port", str(port),
                          "--blocking-threads", str(threads), "--log-level", "warning", "dtq_site.wsgi:application"],
         "gunicorn-gthread": [str(BIN / "gunicorn"), "-k", "gthread", "-w", "1", "--threads", str(threads),
                              "-b", f"{host}:{port}", "--log-level", "warning", "dtq_site.wsgi:application"],
@@ -110,8 +116,10 @@ def bodies(prefix: str, batch: int) -> dict[str, tuple[str, bytes, int]]:
 
 
 def installed(name: str) -> bool:
-    """Whether this environment has the server (uvicorn and gunicorn are not in dtq's lock: install
-    them beside it, `pip install uvicorn[standard] gunicorn`, to compare them)."""
+    """Whether this environment has the server. uvicorn, granian and gunicorn are not in dtq's lock:
+    to compare them without changing the environment, `pip install --target DIR "uvicorn[standard]"
+    granian gunicorn`, remove from DIR what the environment already has, and run this with
+    PYTHONPATH=DIR."""
     module = {"daphne": "daphne", "uvicorn": "uvicorn", "granian-asgi": "granian", "granian-wsgi": "granian",
               "gunicorn-gthread": "gunicorn"}[name]
     if importlib.util.find_spec(module) is None:

@@ -12,20 +12,21 @@ check, or asking for the browsable API) goes through DRF as before.
 
 from __future__ import annotations
 
-import io
+import json
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
+from rest_framework.exceptions import ParseError
 from rest_framework.renderers import JSONRenderer
+from rest_framework.utils.json import strict_constant
 
 from .exceptions import exception_handler
-from .parsers import JSONParser
+from .parsers import _SURROGATE_ESCAPE, _holds_lone_surrogate
 
 JSON_ONLY_ACCEPTS = frozenset(("", "*/*", "application/json"))
-_PARSER = JSONParser()
 _RENDERER = JSONRenderer()
 
 
@@ -38,15 +39,27 @@ def is_plain_json_call(request: HttpRequest) -> bool:
 def request_data(request: HttpRequest) -> Any:
     """The body as DRF's request.data has it: {} when Content-Length is 0 or unset, else JSON
     (ParseError: MALFORMED_JSON), read through request.body as DRF's JSON parsing does, so a body
-    past DATA_UPLOAD_MAX_MEMORY_SIZE raises RequestDataTooBig (413 PAYLOAD_TOO_LARGE)."""
+    past DATA_UPLOAD_MAX_MEMORY_SIZE raises RequestDataTooBig (413 PAYLOAD_TOO_LARGE).
+
+    dtq_api.parsers.JSONParser's checks and messages, without its stream wrappers (a decoding
+    reader over a BytesIO copy of the body): json.load on such a reader decodes the whole body
+    and parses the string, as here."""
     try:
         length = int(request.META.get("CONTENT_LENGTH", request.META.get("HTTP_CONTENT_LENGTH", 0)))
     except (ValueError, TypeError):
         length = 0
     if length == 0:
         return {}
-    return _PARSER.parse(io.BytesIO(request.body), "application/json",
-                         {"encoding": request.encoding or settings.DEFAULT_CHARSET})
+    raw = request.body
+    try:
+        data = json.loads(raw.decode(request.encoding or settings.DEFAULT_CHARSET), parse_constant=strict_constant)
+    except RecursionError:
+        raise ParseError("JSON nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError too, as through DRF's decoding reader
+        raise ParseError(f"JSON parse error - {exc}") from None
+    if _SURROGATE_ESCAPE.search(raw) and _holds_lone_surrogate(data):
+        raise ParseError("a string holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode")
+    return data
 
 
 def respond(view: Any, request: HttpRequest, handle: Callable[[Any], tuple[Any, int]]) -> HttpResponse:
@@ -66,7 +79,10 @@ def respond(view: Any, request: HttpRequest, handle: Callable[[Any], tuple[Any, 
     out["Allow"] = ", ".join(view.allowed_methods)
     # Through DRF the call reads the session (for request.user), so Django's session middleware
     # adds Cookie to Vary; said here too, as caches between may rely on it.
-    patch_vary_headers(out, ("Accept", "Cookie"))
+    if out.has_header("Vary"):
+        patch_vary_headers(out, ("Accept", "Cookie"))
+    else:  # what patch_vary_headers writes on a response without Vary, without its parsing
+        out["Vary"] = "Accept, Cookie"
     return out
 
 

@@ -7,11 +7,15 @@ event loop and a thread on its own: a dozen hops per request. And each request's
 context started a thread and joined it afterwards, which holds the event loop while the new thread
 gets the GIL. Together they capped one daphne process at about 150 submits/s.
 
-This handler loads the chain in sync mode and enters it once, and gives each request a
-single-thread executor from a free list (asgiref's ThreadSensitiveContext(executor=...)). A
-request still has its own thread for everything it runs (Django's DB connection handling relies
-on that), concurrent requests never queue behind each other, and the rest of Django's ASGI
-handling (body reading, disconnects, signals, streaming) is unchanged.
+Django's handler also crossed into the thread for request_started's receivers and again for
+response.close() (request_finished's): three visits per request, each a wake-up of the thread and
+one of the loop, about a third of daphne's CPU per request.
+
+This handler loads the chain in sync mode and enters it once, together with both signals, and
+gives each request a single-thread executor from a free list (asgiref's
+ThreadSensitiveContext(executor=...)). A request still has its own thread for everything it runs
+(Django's DB connection handling relies on that), concurrent requests never queue behind each
+other, and the rest of Django's ASGI handling (body reading, disconnects, streaming) is unchanged.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core import signals
+from django.core.exceptions import RequestAborted
 from django.core.handlers import base
-from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpRequest, HttpResponseBase
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse, HttpRequest, HttpResponseBase
+from django.urls import set_script_prefix
 
 MAX_IDLE_THREADS = 64  # request threads kept for reuse; more are created on demand, then retired
 logger = logging.getLogger("dtq.site")
@@ -105,6 +112,71 @@ class SyncChainASGIHandler(ASGIHandler):
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         response: HttpResponseBase = await sync_to_async(self.get_response, thread_sensitive=True)(request)
         return response
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """ASGIHandler.handle with one thread hop where Django makes three: request_started's
+        sync receivers, the view, and response.close() (request_finished's receivers) each
+        crossed into the request's thread and back. Here they run in one visit, and a response
+        held in memory is closed before it is sent (its bytes are already made; request_finished
+        then comes a send earlier). A streaming response is closed after its last chunk, as by
+        Django. Disconnects are watched for as by Django."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+
+        def respond() -> tuple[HttpResponseBase, bool]:
+            signals.request_started.send(sender=self.__class__, scope=scope)
+            request, error_response = self.create_request(scope, body_file)
+            if request is None:
+                assert error_response is not None  # create_request answers one or the other
+                response: HttpResponseBase = error_response
+            else:
+                response = self.get_response(request)
+                response._handler_class = self.__class__  # type: ignore[attr-defined]  # as run_get_response
+                if isinstance(response, FileResponse):
+                    response.block_size = self.chunk_size
+            closed = not response.streaming
+            if closed:
+                response.close()
+            return response, closed
+
+        async def process_request() -> tuple[HttpResponseBase, bool]:
+            response, closed = await sync_to_async(respond, thread_sensitive=True)()
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client went away during the send
+            return response, closed
+
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        responding = asyncio.create_task(process_request())
+        tasks: list[asyncio.Task[Any]] = [listening, responding]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:  # as Django: the disconnect watcher first, then the request
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response, closed = responding.result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            if not closed:
+                await sync_to_async(response.close)()
+        body_file.close()
 
 
 def get_sync_chain_asgi_application() -> SyncChainASGIHandler:

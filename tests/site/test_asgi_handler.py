@@ -143,3 +143,29 @@ def test_a_busy_request_thread_that_outlives_the_server_loop_ends_quietly(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     with pytest.raises(RuntimeError, match="shutdown"):
         busy.submit(print)
+
+
+def test_request_signals_fire_once_on_the_request_thread(live_engine: Engine) -> None:
+    # Django's request_started / request_finished receivers (closing DB connections among them)
+    # run where the view runs, once each per request, now that they share its one thread hop.
+    from django.core import signals
+
+    seen: list[tuple[str, str]] = []
+
+    def started(**_: Any) -> None:
+        seen.append(("started", threading.current_thread().name))
+
+    def finished(**_: Any) -> None:
+        seen.append(("finished", threading.current_thread().name))
+
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    try:
+        status, _, _ = asyncio.run(call("GET", "/health"))
+    finally:
+        signals.request_started.disconnect(started)
+        signals.request_finished.disconnect(finished)
+    assert status == 200
+    assert [what for what, _ in seen] == ["started", "finished"]
+    assert all(thread.startswith("dtq-request") for _, thread in seen), seen
+    assert seen[0][1] == seen[1][1]
