@@ -22,6 +22,9 @@ MAX_TIMEOUT_S = 7 * 86400
 MAX_IDEMPOTENCY_KEY = 200
 MAX_REQUEST_ID = 200
 
+# One encoder for every submission: json.dumps with options builds a new JSONEncoder per call.
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Submission:
@@ -122,14 +125,14 @@ def validate(
         raise ValidationError(f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
                               field="idempotency_key")
     try:
-        payload_json = json.dumps({} if payload is None else payload, separators=(",", ":"),
-                                  ensure_ascii=False, allow_nan=False)
+        payload_json = _ENCODE({} if payload is None else payload)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"payload is not JSON-serialisable: {exc}", field="payload") from None
     except RecursionError:
         raise ValidationError("payload is nested too deeply", field="payload") from None
     try:
-        size = len(payload_json.encode())
+        # ASCII (the usual payload): its length is its size in UTF-8, and it holds no surrogate.
+        size = len(payload_json) if payload_json.isascii() else len(payload_json.encode())
     except UnicodeEncodeError:  # a lone surrogate: from "\ud800" in JSON, or bytes decoded with surrogateescape
         raise ValidationError("payload holds a string that is not valid Unicode (an unpaired surrogate)",
                               field="payload") from None
