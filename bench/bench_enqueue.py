@@ -3,10 +3,12 @@
 Each system is a long-lived child process that enqueues a no-op task `--calls` times one by one
 when told to; the children take turns for `--rounds` rounds on one throwaway Redis, so the load
 of the moment on a shared machine weighs on all alike. Reported per system: the best and the
-median rate, and client CPU per call (the process's own user + system time). dtq's call is
-`dtq_tasks.enqueue` (what a Django view calls; settings.DTQ configured in the child), Huey's is
-calling a task, as in bench/peers; both send the same body, {"k": "k"} (Huey as keyword arguments). Round trips per
-call: the child counts redis-py's writes (send_packed_command, dtq's exchanges included). Huey runs from bench/peers' virtualenv (make bench-peers makes it) or --huey-python.
+median rate, client CPU per call (the process's own user + system time) and round trips per
+call (the child counts redis-py's writes, send_packed_command, which dtq's exchanges use too).
+dtq's call is `dtq_tasks.enqueue` (what a Django view calls; settings.DTQ configured in the
+child), Huey's is calling a task, as in bench/peers; both send the body {"k": "k"} (Huey as
+keyword arguments). Huey runs from bench/peers' virtualenv (make bench-peers makes it) or
+--huey-python.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait(30)
         server.stop()
     print(f"{args.calls} enqueues one by one x {args.rounds} rounds, taking turns")
-    print("| system | best /s | median /s | client CPU µs/call (min, median) | round trips/call |\n|---|---|---|---|---|")
+    print("| system | best /s | median /s | client CPU µs/call (min, median) | round trips/call |\n"
+          "|---|---|---|---|---|")
     for name, results in runs.items():
         rates = sorted(r["per_s"] for r in results)
         cpus = sorted(r["cpu_us"] for r in results)
