@@ -3,9 +3,12 @@
 Each system is a long-lived child process that enqueues a no-op task `--calls` times one by one
 when told to; the children take turns for `--rounds` rounds on one throwaway Redis, so the load
 of the moment on a shared machine weighs on all alike. Reported per system: the best and the
-median rate, and client CPU per call (the process's own user + system time). dtq's call is what
-dtq_tasks.enqueue does (engine.tasks.enqueue, record=False); Huey's is calling a task, as in
-bench/peers. Huey runs from bench/peers' virtualenv (make bench-peers makes it) or --huey-python.
+median rate, client CPU per call (the process's own user + system time) and round trips per
+call (the child counts redis-py's writes, send_packed_command, which dtq's exchanges use too).
+dtq's call is `dtq_tasks.enqueue` (what a Django view calls; settings.DTQ configured in the
+child), Huey's is calling a task, as in bench/peers; both send the body {"k": "k"} (Huey as
+keyword arguments). Huey runs from bench/peers' virtualenv (make bench-peers makes it) or
+--huey-python.
 """
 
 from __future__ import annotations
@@ -21,32 +24,42 @@ from typing import Any
 
 from .common import ROOT, start_redis
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time
+import redis.connection
 kind, url = sys.argv[1], sys.argv[2]
+sent = [0]  # writes to Redis: one per round trip (a pipeline or an exchange is one write)
+_send = redis.connection.AbstractConnection.send_packed_command
+def counted(self, command, check_health=True):
+    sent[0] += 1
+    return _send(self, command, check_health)
+redis.connection.AbstractConnection.send_packed_command = counted
 if kind == "huey":
     from huey import RedisHuey
     huey = RedisHuey("bench", url=url)
     @huey.task()
-    def noop(key): pass
-    send = lambda: noop("k")
+    def noop(k): pass
+    send = lambda: noop(k="k")
 else:
     sys.path.insert(0, os.getcwd())
-    from dtq_core.config import DtqConfig
-    from dtq_core.engine import Engine
-    tasks = Engine(DtqConfig(redis_url=url, key_prefix=sys.argv[3], max_queue_depth=0)).tasks
-    send = lambda: tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+    import django
+    from django.conf import settings
+    settings.configure(DTQ={"REDIS_URL": url, "KEY_PREFIX": sys.argv[3], "MAX_QUEUE_DEPTH": 0})
+    django.setup()
+    import dtq_tasks
+    send = lambda: dtq_tasks.enqueue("bench.noop", {"k": "k"}, queue="bench")
 for _ in range(300):
     send()
 print("ready", flush=True)
 for line in sys.stdin:
     n = int(line)
+    sent[0] = 0
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
         send()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(json.dumps({"per_s": n / wall, "cpu_us": cpu / n * 1e6}), flush=True)
-'''
+    print(json.dumps({"per_s": n / wall, "cpu_us": cpu / n * 1e6, "rt": sent[0] / n}), flush=True)
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,12 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait(30)
         server.stop()
     print(f"{args.calls} enqueues one by one x {args.rounds} rounds, taking turns")
-    print("| system | best /s | median /s | client CPU µs/call (min, median) |\n|---|---|---|---|")
+    print("| system | best /s | median /s | client CPU µs/call (min, median) | round trips/call |\n"
+          "|---|---|---|---|---|")
     for name, results in runs.items():
         rates = sorted(r["per_s"] for r in results)
         cpus = sorted(r["cpu_us"] for r in results)
         print(f"| {name} | {rates[-1]:.0f} | {statistics.median(rates):.0f} "
-              f"| {cpus[0]:.1f}, {statistics.median(cpus):.1f} |")
+              f"| {cpus[0]:.1f}, {statistics.median(cpus):.1f} "
+              f"| {sum(r['rt'] for r in results) / len(results):.4f} |")
     return 0
 
 

@@ -26,6 +26,9 @@ MAX_GROUP_KEY = 200
 MAX_UNIQUE_KEY = 200
 UNIQUE_MODES = ("while_active", "throttle", "debounce")
 
+# One encoder for every submission: json.dumps with options builds a new JSONEncoder per call.
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Submission:
@@ -156,14 +159,14 @@ def validate(
     ):
         raise ValidationError(f"group_key must be a string of 1-{MAX_GROUP_KEY} characters", field="group_key")
     try:
-        payload_json = json.dumps({} if payload is None else payload, separators=(",", ":"),
-                                  ensure_ascii=False, allow_nan=False)
+        payload_json = _ENCODE({} if payload is None else payload)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"payload is not JSON-serialisable: {exc}", field="payload") from None
     except RecursionError:
         raise ValidationError("payload is nested too deeply", field="payload") from None
     try:
-        size = len(payload_json.encode())
+        # ASCII (the usual payload): its length is its size in UTF-8, and it holds no surrogate.
+        size = len(payload_json) if payload_json.isascii() else len(payload_json.encode())
     except UnicodeEncodeError:  # a lone surrogate: from "\ud800" in JSON, or bytes decoded with surrogateescape
         raise ValidationError("payload holds a string that is not valid Unicode (an unpaired surrogate)",
                               field="payload") from None

@@ -135,7 +135,9 @@ def _borrow(pool: Any, kept: _Kept) -> Any:
     # The pool's checks before lending: connected (a disconnect() may have closed it), and
     # nothing to read (an end of file when Redis closed it idle or restarted, or stray bytes).
     try:
-        conn.connect()
+        if not conn.is_connected:
+            # Not on every borrow: connect() goes through the retry wrapper even when connected.
+            conn.connect()
         try:
             stale = conn.can_read()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
