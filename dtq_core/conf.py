@@ -14,9 +14,11 @@ from django.conf import settings
 
 from .config import ConfigError, DtqConfig, read_env
 from .engine import Engine
+from .engine.limits import validate as validate_limits
 from .engine.periodic import PeriodicSpec
 from .errors import ValidationError
 from .periodic_declared import declared
+from .task import valid_queue_name
 
 _config: DtqConfig | None = None
 _engine: Engine | None = None
@@ -73,8 +75,6 @@ def declared_periodic() -> list[Any]:
 def declared_queue_limits() -> dict[str, dict[str, Any]] | None:
     """settings.DTQ_QUEUE_LIMITS ({queue: limits}, validated as engine.limits.set validates them),
     or None when the setting is absent (then nothing is synced). ConfigError naming a bad entry."""
-    from .engine.limits import validate as validate_limits
-    from .task import valid_queue_name
 
     raw = getattr(settings, "DTQ_QUEUE_LIMITS", None)
     if raw is None:

@@ -223,7 +223,7 @@ class Tasks(Noun):
         return most if most <= 0 else math.ceil(most / len(layout.tags))
 
     def _enqueued(self, s: Submission, layout: Layout, reply: builtins.list[Any]) -> Enqueued:
-        if reply[0] == 0 and not reply[3]:  # created, no record asked for: the usual reply
+        if reply[0] == 0 and not reply[3] and s.unique is None:  # created, no record asked for: the usual reply
             return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True)
         if int(reply[0]) == ErrorCode.QUEUE_FULL and len(layout.tags) > 1:
             depth, per = int(reply[1]), self.depth_limit(layout)
