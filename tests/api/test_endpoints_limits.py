@@ -235,3 +235,31 @@ def test_a_staff_session_needs_change_queue_limits_and_csrf(closed: Engine, db: 
     assert untouched(closed)
     assert [r.status_code for r in changes(client, **{"X-CSRFToken": token})] == [200, 200]
     assert {actor for *_, actor in limits_audit(closed)[1:]} == {"user:viewer"}
+
+
+@pytest.fixture
+def wide(settings: Any, live_engine: Engine) -> Engine:
+    """The process-wide engine with queue "mail" in three partitions (DTQ_QUEUE_PARTITIONS)."""
+    from dtq_core.conf import get_engine
+
+    settings.DTQ = {**settings.DTQ, "QUEUE_PARTITIONS": "mail=3"}
+    return get_engine()
+
+
+def test_a_partitioned_queue_shows_its_limits_once_split_per_partition(api: APIClient, wide: Engine) -> None:
+    wide.tasks.enqueue("dtq.echo", queue="mail")
+    shown = put(api, "mail", {"concurrency": 6, "rate": {"limit": 30, "period_s": 1}}).json()
+    assert shown["concurrency"] == 6 and shown["rate"] == {"limit": 30, "period_s": 1.0}  # as set, not a share
+    assert shown["scope"] == "per_partition"
+    assert api.get("/api/v1/queues/mail").json()["limits"]["scope"] == "per_partition"
+
+
+def test_the_limits_endpoint_is_browsable(api: APIClient, live_engine: Engine, db: Any) -> None:
+    live_engine.tasks.enqueue("dtq.echo", queue="mail")
+    client = APIClient()
+    for logged_in in (False, True):  # a superuser's page also renders the form of PUT
+        if logged_in:
+            client.force_login(User.objects.create_superuser("root", password="pw-root-123456"))
+        response = client.get("/api/v1/queues/mail/limits", HTTP_ACCEPT="text/html")
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/html")
+        assert b"throttled_total" in response.content
