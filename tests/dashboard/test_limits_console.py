@@ -125,3 +125,16 @@ def test_with_redis_down_the_page_and_the_action_are_503(login: Callable[[str], 
     client = login("operator")
     for response in (client.get("/queues/work/"), client.post("/queues/work/limits", FORM)):
         assert response.status_code == 503 and b"Redis is unavailable" in response.content
+
+
+def test_a_handlers_pause_of_the_queue_is_shown_while_it_lasts(live_engine: Engine,
+                                                                login: Callable[[str], Client]) -> None:
+    live_engine.tasks.enqueue("t.x", queue="work")
+    [tag] = live_engine.registry.ensure("work").tags
+    until = live_engine.clock.now_ms() + 600_000
+    # What a worker does for a handler's RateLimited(scope="queue") (worker/store.py pause_partitions).
+    live_engine.scripts("pauseLimits", keys=[live_engine.keys.partition(tag)], args=[until])
+    shown = live_engine.limits.get("work")["paused_until"]
+    assert shown is not None
+    html = login("viewer").get("/queues/work/").content.decode()
+    assert "A handler paused this queue (RateLimited)" in html and shown in html
