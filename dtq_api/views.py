@@ -142,13 +142,16 @@ class QueueLimitsView(ChangingMethodsMixin, APIView):
 
     permissions = {"PUT": "change_queue_limits", "DELETE": "change_queue_limits"}
 
-    @extend_schema(operation_id="queues_limits_get", responses={200: s.LimitsViewSerializer, **ERRORS})
+    @extend_schema(operation_id="queues_limits_get", description="The queue's limits and their usage now.",
+                   responses={200: s.LimitsViewSerializer, **ERRORS})
     def get(self, request: Request, queue: str) -> Response:
         engine = get_engine()
         engine.queues.layout(queue)  # 404 QUEUE_NOT_FOUND as for the queue itself
         return Response(engine.limits.get(queue))
 
     @extend_schema(operation_id="queues_limits_set", request=s.LimitsSerializer,
+                   description="Replace every limit of the queue (a field left out or null: no such limit); "
+                               "a queue not used yet is created. Audited as queue.limits.",
                    responses={200: s.LimitsViewSerializer, 409: s.ErrorSerializer, 413: s.ErrorSerializer,
                               **DESTRUCTIVE_ERRORS})
     def put(self, request: Request, queue: str) -> Response:
@@ -162,6 +165,7 @@ class QueueLimitsView(ChangingMethodsMixin, APIView):
         return Response(get_engine().limits.set(queue, data.validated_data, actor=actor_for(request), source="api"))
 
     @extend_schema(operation_id="queues_limits_clear", request=None,
+                   description="Remove every limit of the queue. Audited as queue.limits.",
                    responses={200: s.LimitsViewSerializer, **DESTRUCTIVE_ERRORS})
     def delete(self, request: Request, queue: str) -> Response:
         engine = get_engine()
