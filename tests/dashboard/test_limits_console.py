@@ -138,3 +138,16 @@ def test_a_handlers_pause_of_the_queue_is_shown_while_it_lasts(live_engine: Engi
     assert shown is not None
     html = login("viewer").get("/queues/work/").content.decode()
     assert "A handler paused this queue (RateLimited)" in html and shown in html
+
+
+def test_the_page_says_when_the_settings_set_them_and_when_partitions_split_them(
+        settings: Any, live_engine: Engine, login: Callable[[str], Client]) -> None:
+    from dtq_core.conf import get_engine
+
+    settings.DTQ = {**settings.DTQ, "QUEUE_PARTITIONS": "work=2"}
+    engine = get_engine()
+    engine.tasks.enqueue("t.x", queue="work")
+    engine.limits.sync_declared({"work": {"concurrency": 4}})
+    html = login("viewer").get("/queues/work/").content.decode()
+    section = html[html.index('id="limits"'):html.index("Waiting tasks")]
+    assert "DTQ_QUEUE_LIMITS" in section and "split over 2 partitions" in section and "0 running of 4" in section
