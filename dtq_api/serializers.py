@@ -86,6 +86,24 @@ class _ObjectOnly(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+LIMIT_FIELDS = ("concurrency", "rate", "group_concurrency", "group_rate")
+
+
+class LimitsSerializer(_ObjectOnly):
+    """A PUT body: the queue's limits, all of them (a field left out or null is no such limit).
+    Shape checks only; dtq_core.engine.limits validates the values."""
+
+    allowed = LIMIT_FIELDS
+    concurrency = serializers.JSONField(required=False, default=None, allow_null=True,
+                                        help_text="tasks of the queue running at once, 1..100000")
+    rate = serializers.JSONField(required=False, default=None, allow_null=True,
+                                 help_text='starts per window: {"limit": 1..1000000, "period_s": 0.001..86400}')
+    group_concurrency = serializers.JSONField(required=False, default=None, allow_null=True,
+                                              help_text="tasks of one group_key running at once, 1..100000")
+    group_rate = serializers.JSONField(required=False, default=None, allow_null=True,
+                                       help_text='starts per window of one group_key: {"limit": n, "period_s": s}')
+
+
 class PeriodicCreateSerializer(_ObjectOnly):
     """Shape checks only; dtq_core.engine.periodic validates the values (names, cron, timezone, ...)."""
 
@@ -208,6 +226,39 @@ class QueueSerializer(serializers.Serializer):
     paused_at = serializers.CharField(allow_null=True, help_text="when it was paused (ISO)")
     finished_last_minute = serializers.IntegerField()
     partitions = serializers.IntegerField(help_text="partitions the counts are summed over (DTQ_QUEUE_PARTITIONS)")
+
+
+class RateSerializer(serializers.Serializer):
+    limit = serializers.IntegerField()
+    period_s = serializers.FloatField()
+
+
+class LimitsUsageSerializer(serializers.Serializer):
+    running = serializers.IntegerField(help_text="tasks holding a queue slot now")
+    rate_used = serializers.IntegerField(help_text="starts in the current rate window")
+    groups_running = serializers.IntegerField(help_text="groups with a task running")
+    throttled_total = serializers.IntegerField(help_text="fetches and claims held back by a limit (a counter)")
+
+
+class LimitsViewSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    concurrency = serializers.IntegerField(allow_null=True)
+    rate = RateSerializer(allow_null=True)
+    group_concurrency = serializers.IntegerField(allow_null=True)
+    group_rate = RateSerializer(allow_null=True)
+    # A field named like Serializer.source: see TaskSerializer.errors.
+    source = serializers.ChoiceField(["api", "settings"], allow_null=True,  # type: ignore[assignment]
+                                     help_text="who set them last: api (also console and CLI) or settings "
+                                               "(DTQ_QUEUE_LIMITS); null: no limits")
+    paused_until = serializers.DateTimeField(allow_null=True,
+                                             help_text="a handler's RateLimited pause of the whole queue, in force")
+    scope = serializers.ChoiceField(["exact", "per_partition"],
+                                    help_text="per_partition: a partitioned queue splits concurrency and rate")
+    usage = LimitsUsageSerializer()
+
+
+class QueueDetailSerializer(QueueSerializer):
+    limits = LimitsViewSerializer()
 
 
 class QueueListSerializer(serializers.Serializer):

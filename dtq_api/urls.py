@@ -14,6 +14,7 @@ urlpatterns = [
     path(V1 + "tasks/<str:task_id>/cancel", views.TaskCancelView.as_view(), name="task-cancel"),
     path(V1 + "queues", views.QueueListView.as_view(), name="queue-list"),
     path(V1 + "queues/<str:queue>", views.QueueDetailView.as_view(), name="queue-detail"),
+    path(V1 + "queues/<str:queue>/limits", views.QueueLimitsView.as_view(), name="queue-limits"),
     path(V1 + "queues/<str:queue>/pause", views.QueuePauseView.as_view(), name="queue-pause"),
     path(V1 + "queues/<str:queue>/resume", views.QueueResumeView.as_view(), name="queue-resume"),
     path(V1 + "queues/<str:queue>/purge", views.QueuePurgeView.as_view(), name="queue-purge"),

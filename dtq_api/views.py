@@ -21,9 +21,9 @@ from dtq_core.conf import get_engine
 from dtq_core.connection import EVICTION_POLICY, eviction_problem
 from dtq_core.engine.dlq import DlqSelection
 from dtq_core.engine.periodic import PeriodicSpec
-from dtq_core.errors import RedisTrouble, ValidationError, error_body
+from dtq_core.errors import QueueNotFound, RedisTrouble, ValidationError, error_body
 from dtq_core.redis_errors import redis_trouble
-from dtq_core.task import Status
+from dtq_core.task import Status, valid_queue_name
 
 from . import serializers as s
 from .auth import actor_for
@@ -134,9 +134,46 @@ class QueueListView(APIView):
 
 
 class QueueDetailView(APIView):
-    @extend_schema(operation_id="queues_get", responses={200: s.QueueSerializer, **ERRORS})
+    @extend_schema(operation_id="queues_get", responses={200: s.QueueDetailSerializer, **ERRORS})
     def get(self, request: Request, queue: str) -> Response:
-        return Response(get_engine().queues.get(queue))
+        engine = get_engine()
+        return Response({**engine.queues.get(queue), "limits": engine.limits.get(queue)})
+
+
+class QueueLimitsView(ChangingMethodsMixin, APIView):
+    """A queue's flow-control limits with their usage; PUT replaces them all, DELETE clears them."""
+
+    permissions = {"PUT": "change_queue_limits", "DELETE": "change_queue_limits"}
+
+    @extend_schema(operation_id="queues_limits_get", description="The queue's limits and their usage now.",
+                   responses={200: s.LimitsViewSerializer, **ERRORS})
+    def get(self, request: Request, queue: str) -> Response:
+        engine = get_engine()
+        engine.queues.layout(queue)  # 404 QUEUE_NOT_FOUND as for the queue itself
+        return Response(engine.limits.get(queue))
+
+    @extend_schema(operation_id="queues_limits_set", request=s.LimitsSerializer,
+                   description="Replace every limit of the queue (a field left out or null: no such limit); "
+                               "a queue not used yet is created. Audited as queue.limits.",
+                   responses={200: s.LimitsViewSerializer, 409: s.ErrorSerializer, 413: s.ErrorSerializer,
+                              **DESTRUCTIVE_ERRORS})
+    def put(self, request: Request, queue: str) -> Response:
+        if not valid_queue_name(queue):
+            raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+        if not int(request.META.get("CONTENT_LENGTH") or 0):  # a bare PUT must not lift every limit
+            raise ValidationError('send the limits as a JSON object: {} (or DELETE) clears them', field="body")
+        data = s.LimitsSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        # A queue not used yet is registered: its limits hold from its first task on.
+        return Response(get_engine().limits.set(queue, data.validated_data, actor=actor_for(request), source="api"))
+
+    @extend_schema(operation_id="queues_limits_clear", request=None,
+                   description="Remove every limit of the queue. Audited as queue.limits.",
+                   responses={200: s.LimitsViewSerializer, **DESTRUCTIVE_ERRORS})
+    def delete(self, request: Request, queue: str) -> Response:
+        engine = get_engine()
+        engine.queues.layout(queue)  # clearing a queue that does not exist must not create it
+        return Response(engine.limits.clear(queue, actor=actor_for(request)))
 
 
 class QueueFlagView(DestructiveMixin, APIView):

@@ -11,6 +11,7 @@ dtq_redis_up 0 and nothing else from Redis (no stale values).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Container, Iterator
@@ -73,6 +74,9 @@ class Snapshot:
     duration_buckets: list[tuple[str, float]] = field(default_factory=lambda: parse_histogram({})[0])  # cumulative
     duration_sum: float = 0.0
     counters: dict[str, float] = field(default_factory=dict)
+    running: dict[str, int] = field(default_factory=dict)  # queue -> RUNNING tasks (the slots a limit counts)
+    limits: dict[tuple[str, str], float] = field(default_factory=dict)  # (queue, kind) -> the limit set
+    throttled: dict[str, float] = field(default_factory=dict)  # queue -> claims held back by a limit
 
 
 def _bucket_field(bound: float) -> str:
@@ -137,6 +141,26 @@ def parse_histogram(raw: dict[str, Any]) -> tuple[list[tuple[str, float]], float
     return buckets, _num(raw.get("sum"))
 
 
+LIMIT_KINDS = ("concurrency", "rate", "group_concurrency", "group_rate")
+
+
+def parse_limits(raw: Any) -> dict[str, float]:
+    """The limits a queue's limits hash holds (its "spec", as engine.limits wrote it) by kind; a rate
+    as starts per second (limit / period_s). Nothing for a missing or unreadable spec."""
+    try:
+        spec = json.loads(raw.get("spec") or "{}") if isinstance(raw, dict) else {}
+        out = {}
+        for kind in LIMIT_KINDS:
+            value = spec.get(kind)
+            if isinstance(value, dict):
+                out[kind] = float(value["limit"]) / float(value["period_s"])
+            elif value is not None:
+                out[kind] = float(value)
+        return out
+    except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
+        return {}
+
+
 def _sum_fields(hashes: list[Any]) -> dict[str, float]:
     """Field-wise sums of hashes (HGETALL replies; an error reply, a key of another type, adds
     nothing)."""
@@ -178,6 +202,8 @@ def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_
             pipe.hgetall(keys.stats_tasks(tag))
             pipe.hgetall(keys.stats_duration(tag))
             pipe.hgetall(keys.stats_counters(tag))
+            pipe.zcard(keys.running(tag))
+            pipe.hgetall(keys.limits(tag))
     # A stream or group may be missing (a queue known before its first worker): count it as 0.
     replies = pipe.execute(raise_on_error=False)
     for error in (r for r in replies if isinstance(r, Exception)):
@@ -186,8 +212,9 @@ def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_
     stats: list[list[Any]] = [[global_stats[0]], [global_stats[1]], [global_stats[2]]]
     reply = iter(replies)
     for queue in snap.queues:
-        in_flight = 0
-        for _ in layouts[queue].all_tags:
+        in_flight = running = 0
+        throttled = 0.0
+        for i, _ in enumerate(layouts[queue].all_tags):
             for priority in PRIORITIES:
                 length, summary = next(reply), next(reply)
                 pending = int(summary["pending"]) if isinstance(summary, dict) else 0
@@ -201,7 +228,14 @@ def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_
             snap.dlq_depth += dead if isinstance(dead, int) else 0
             for kind in stats:
                 kind.append(next(reply))
+            n_running, limits = next(reply), next(reply)
+            running += n_running if isinstance(n_running, int) else 0
+            throttled += _num(limits.get("throttled")) if isinstance(limits, dict) else 0.0
+            if i == 0:  # every partition holds the queue-wide spec; each enforces its share of it
+                snap.limits.update({(queue, kind): value for kind, value in parse_limits(limits).items()})
         snap.pending[queue] = in_flight
+        snap.running[queue] = running
+        snap.throttled[queue] = throttled
     snap.tasks = bounded_tasks(parse_tasks(_sum_fields(stats[0])), types=snap.types)
     snap.duration_buckets, snap.duration_sum = parse_histogram(_sum_fields(stats[1]))
     counters = _sum_fields(stats[2])
@@ -249,6 +283,24 @@ def families(snap: Snapshot | None, *, max_queue_depth: int) -> Iterator[Metric]
                                 buckets=snap.duration_buckets, sum_value=snap.duration_sum)
     for name, (metric, help_text) in COUNTERS.items():
         yield CounterMetricFamily(metric, help_text, value=snap.counters.get(name, 0.0))
+    # Flow control (issue 22): per queue, never per group (group keys are unbounded).
+    running = GaugeMetricFamily("dtq_queue_limit_running",
+                                "Tasks of a queue RUNNING now: the slots its concurrency limit counts.",
+                                labels=["queue"])
+    for queue, value in sorted(snap.running.items()):
+        running.add_metric([queue], value)
+    yield running
+    limit = GaugeMetricFamily("dtq_queue_limit", "A queue's flow-control limits as set: concurrency and "
+                              "group_concurrency in tasks, rate and group_rate in starts per second.",
+                              labels=["queue", "kind"])
+    for (queue, kind), setting in sorted(snap.limits.items()):
+        limit.add_metric([queue, kind], setting)
+    yield limit
+    throttled = CounterMetricFamily("dtq_queue_throttled", "Fetches and claims of a queue held back by its limits.",
+                                    labels=["queue"])
+    for queue, held in sorted(snap.throttled.items()):
+        throttled.add_metric([queue], held)
+    yield throttled
 
 
 class RedisCollector(Collector):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from dtq_core.engine.audit import AUDIT_SOURCES
+from dtq_core.engine.limits import MAX_CONCURRENCY, MAX_PERIOD_S, MAX_RATE, MIN_PERIOD_S
 from dtq_core.keys import DLQ_REF_RE
 from dtq_core.task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE, Status
 
@@ -86,3 +87,34 @@ class AuditFilterForm(_Form):
 
 class CursorForm(_Form):
     cursor = forms.CharField(required=False, max_length=160)
+
+
+class LimitsForm(_Form):
+    """A queue's limits as the console's form sends them: an empty box is no such limit. A rate is
+    two boxes (starts, per seconds), both given or both empty."""
+
+    concurrency = forms.IntegerField(required=False, min_value=1, max_value=MAX_CONCURRENCY)
+    rate_limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_RATE)
+    rate_period_s = forms.FloatField(required=False, min_value=MIN_PERIOD_S, max_value=MAX_PERIOD_S)
+    group_concurrency = forms.IntegerField(required=False, min_value=1, max_value=MAX_CONCURRENCY)
+    group_rate_limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_RATE)
+    group_rate_period_s = forms.FloatField(required=False, min_value=MIN_PERIOD_S, max_value=MAX_PERIOD_S)
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean() or {}
+        for name in ("rate", "group_rate"):
+            limit, period = cleaned.get(f"{name}_limit"), cleaned.get(f"{name}_period_s")
+            if (limit is None) != (period is None) and not self.errors:
+                raise forms.ValidationError(f"{name.replace('_', ' ')}: give both the starts and the period, "
+                                            "or neither")
+        return cleaned
+
+    def limits(self) -> dict[str, object]:
+        """The engine's form of them (engine.limits.set)."""
+        data = self.cleaned_data
+        out: dict[str, object] = {"concurrency": data.get("concurrency"),
+                                  "group_concurrency": data.get("group_concurrency")}
+        for name in ("rate", "group_rate"):
+            limit = data.get(f"{name}_limit")
+            out[name] = None if limit is None else {"limit": limit, "period_s": data[f"{name}_period_s"]}
+        return out

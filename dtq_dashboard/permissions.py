@@ -19,6 +19,7 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "cancel_task": "Can cancel tasks",
     "operate_periodic": "Can pause, resume and trigger periodic tasks",
     "change_periodic": "Can create, change and delete periodic tasks",
+    "change_queue_limits": "Can change queue limits",
 }
 
 

@@ -18,6 +18,7 @@ urlpatterns = [
     path("queues/<str:name>/purge", views.purge, name="purge"),
     path("queues/<str:name>/purge/confirm", views.purge_confirm, name="purge-confirm"),
     path("queues/<str:name>/delete", views.delete_queue, name="delete-queue"),
+    path("queues/<str:name>/limits", views.set_limits, name="set-limits"),
     path("tasks/", views.tasks, name="tasks"),
     path("tasks/<str:task_id>/", views.task, name="task"),
     path("tasks/<str:task_id>/cancel", views.cancel, name="cancel"),

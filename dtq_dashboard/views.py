@@ -96,7 +96,7 @@ def queue(request: HttpRequest, name: str) -> HttpResponse:
     engine = get_engine()
     stats = engine.queues.get(name)
     page = engine.queues.waiting(name, after=form.cleaned_data["cursor"] or None, limit=PAGE)
-    return _render(request, "queue.html", {"queue": stats, "page": page,
+    return _render(request, "queue.html", {"queue": stats, "page": page, "limits": engine.limits.get(name),
                                            "cursor": form.cleaned_data["cursor"]}, nav="overview")
 
 
@@ -271,6 +271,32 @@ def delete_queue(request: HttpRequest, actor: Actor, back: str, name: str) -> Ht
     get_engine().queues.delete(name, actor)  # refused (a message, back to the page) unless empty
     messages.success(request, f"Deleted queue {name} (it was empty).")
     return redirect("dtq_dashboard:overview")
+
+
+@console_action("change_queue_limits", default_next=_queue_url)
+def set_limits(request: HttpRequest, actor: Actor, back: str, name: str) -> HttpResponse:
+    engine = get_engine()
+    engine.queues.layout(name)  # QueueNotFound (a message): the console changes queues that exist
+    if request.POST.get("clear") == "yes":
+        engine.limits.clear(name, actor=actor)
+        messages.success(request, f"Cleared the limits of queue {name}: its tasks start as fast as workers take them.")
+        return redirect(back)
+    form = forms.LimitsForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Nothing was changed: {form.first_error()}.")
+        return redirect(back)
+    shown = engine.limits.set(name, form.limits(), actor=actor, source="api")
+    messages.success(request, f"Set the limits of queue {name}: {_limits_text(shown)}.")
+    return redirect(back)
+
+
+def _limits_text(shown: dict[str, Any]) -> str:
+    parts = [f"concurrency {shown['concurrency']}" if shown["concurrency"] is not None else "",
+             f"rate {shown['rate']['limit']} per {shown['rate']['period_s']:g} s" if shown["rate"] else "",
+             f"group concurrency {shown['group_concurrency']}" if shown["group_concurrency"] is not None else "",
+             f"group rate {shown['group_rate']['limit']} per {shown['group_rate']['period_s']:g} s"
+             if shown["group_rate"] else ""]
+    return ", ".join(p for p in parts if p) or "none (no limits)"
 
 
 def _task_url(task_id: str) -> str:

@@ -23,7 +23,9 @@ USAGE = """usage: dtq COMMAND [ARGS...]
   dtq dlq show ID
   dtq retry-dlq (ID... | --all) [--queue Q] [--type T] [--dry-run]
   dtq discard-dlq (ID... | --all) [--queue Q] [--type T] [--dry-run]
-  dtq queue list [--json] | pause Q | resume Q | purge Q
+  dtq queue list [--json] | pause Q | resume Q | purge Q | delete Q
+  dtq queue limits Q [--concurrency N|none] [--rate 5/1s|none] [--group-concurrency N|none]
+                     [--group-rate 10/60s|none] [--clear] [--json]
   dtq task show ID [--json] | cancel ID
   dtq periodic list [--json] | show NAME [--json] | pause NAME | resume NAME | trigger NAME | delete NAME
   dtq runworker_dtq [--queues q1,q2] [--concurrency N]

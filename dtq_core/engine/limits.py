@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,9 +40,9 @@ SETTINGS_ACTOR = Actor(name="settings:DTQ_QUEUE_LIMITS", source="worker")
 
 
 def _whole(name: str, value: Any, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
-        raise ValidationError(f"{name} must be a whole number from 1 to {maximum}", field=name)
-    if not 1 <= value <= maximum:
+    # The range first: float() of a JSON integer of 400 digits raises OverflowError.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= maximum \
+            or not float(value).is_integer():
         raise ValidationError(f"{name} must be a whole number from 1 to {maximum}", field=name)
     return int(value)
 
@@ -56,8 +55,8 @@ def _rate(name: str, value: Any) -> dict[str, Any]:
         raise ValidationError(f"{name} has unknown fields: {', '.join(map(str, unknown))}", field=name)
     limit = _whole(f"{name}.limit", value.get("limit"), MAX_RATE)
     period = value.get("period_s")
-    if isinstance(period, bool) or not isinstance(period, (int, float)) or not math.isfinite(period) \
-            or not MIN_PERIOD_S <= period <= MAX_PERIOD_S:
+    # No math.isfinite: it overflows on a huge integer; NaN and infinities fail the range.
+    if isinstance(period, bool) or not isinstance(period, (int, float)) or not MIN_PERIOD_S <= period <= MAX_PERIOD_S:
         raise ValidationError(f"{name}.period_s must be a number of seconds from {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g}",
                               field=f"{name}.period_s")
     return {"limit": limit, "period_s": float(period)}

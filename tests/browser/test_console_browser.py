@@ -175,6 +175,9 @@ def test_screenshots_of_the_main_pages(
     for i in range(12):
         engine.tasks.enqueue("emails.send", {"to": f"user{i}@example.com", "template": "welcome"}, queue="emails",
                              priority=("high", "normal", "low")[i % 3])
+    # The queue page shows its limits (issue 22): no worker serves emails, so nothing is in use.
+    engine.limits.set("emails", {"concurrency": 2, "rate": {"limit": 5, "period_s": 1}, "group_concurrency": 1},
+                      actor=_actor("admin"))
     for i in range(5):
         engine.tasks.enqueue("reports.build", {"report": "monthly", "month": i + 1}, queue="reports")
     engine.tasks.enqueue("reports.build", {"report": "yearly"}, queue="reports", delay_seconds=3600)

@@ -39,13 +39,13 @@ def users(db: Any) -> dict[str, User]:
     return {
         "admin": make_user("admin", superuser=True),
         "operator": make_user("operator", staff=True, perms=("retry_deadletter", "discard_deadletter", "pause_queue",
-                                                             "purge_queue", "cancel_task")),
+                                                             "purge_queue", "cancel_task", "change_queue_limits")),
         "readonly_staff": make_user("readonly_staff", staff=True),
         "viewer": make_user("viewer"),
         # Holds every permission but is not staff: still refused.
         "nonstaff_with_perms": make_user("nonstaff_with_perms", perms=("retry_deadletter", "pause_queue",
                                                                        "purge_queue", "cancel_task",
-                                                                       "discard_deadletter")),
+                                                                       "discard_deadletter", "change_queue_limits")),
     }
 
 

@@ -45,6 +45,9 @@ NONE = {"concurrency": None, "rate": None, "group_concurrency": None, "group_rat
     ({"rate": {"limit": 5}}, "rate.period_s"),
     ({"rate": {"limit": 5, "period_s": 1, "burst": 2}}, "rate"),
     ({"group_rate": {"limit": 5, "period_s": float("nan")}}, "group_rate.period_s"),
+    ({"concurrency": 10**400}, "concurrency"),  # float() of it overflows: still a ValidationError
+    ({"rate": {"limit": 5, "period_s": 10**400}}, "rate.period_s"),
+    ({"rate": {"limit": 5, "period_s": float("inf")}}, "rate.period_s"),
     ({"concurrency": 2, "priority": 1}, "priority"),
 ])
 def test_bad_limits_are_refused_naming_the_field_and_change_nothing(
