@@ -262,6 +262,22 @@ def test_a_full_group_parks_its_tasks_and_other_groups_go_on(engine: Engine, con
     assert not redis_client.exists(engine.keys.limits_wait(tag, "a"))
 
 
+def test_a_purge_cancels_the_tasks_parked_by_a_full_group(engine: Engine, config: DtqConfig,
+                                                            redis_client: redis.Redis) -> None:
+    engine.limits.set("lim", {"group_concurrency": 1}, actor=ACTOR)
+    a = [engine.tasks.enqueue("dtq.echo", queue="lim", group_key="a").id for _ in range(3)]
+    [running] = _fetch(engine, config, "lim").rows
+    later = engine.tasks.enqueue("dtq.echo", queue="lim", group_key="b").id  # in the stream
+    assert engine.queues.purge("lim", ACTOR) == 3  # two parked, one in the stream
+    assert [engine.tasks.get(t)["status"] for t in a[1:] + [later]] == ["CANCELLED"] * 3
+    tag = engine.registry.get("lim").tags[0]
+    assert not redis_client.exists(engine.keys.limits_wait(tag, "a"))
+    # The running one is left alone; its slot, once given back, lets nothing parked run.
+    _complete(config, Completion(running, Outcome.SUCCEEDED, result_json="null"))
+    assert engine.tasks.get(a[0])["status"] == "SUCCEEDED"
+    assert _fetch(engine, config, "lim").rows == []
+
+
 def test_a_rate_limit_replies_how_long_to_wait(engine: Engine, config: DtqConfig) -> None:
     engine.limits.set("lim", {"rate": {"limit": 2, "period_s": 5}}, actor=ACTOR)
     for _ in range(3):
