@@ -11,6 +11,7 @@
     {cancelled, 1 when parked tasks may be left, else 0}
 ]]
 -- #include common
+-- #include purge
 local K = partition_keys(KEYS[1])
 local now_ms, now_iso, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local R = retention_policy(ARGV[4])
@@ -27,11 +28,7 @@ for _, g in ipairs(rcall('HKEYS', K.limits_waiting)) do
     -- Parked: QUEUED with no entry (a task put back in its stream has one, and the stream's purge
     -- sees it); anything else in the list was cancelled or finished meanwhile.
     if t.status == 'QUEUED' and (t.entry_id or '') == '' then
-      retain_finish(R, K, task_id, 'CANCELLED', now_ms, nil, {'status', 'CANCELLED', 'cancel_requested', '1',
-                    'finished_at', now_ms, 'updated_at', now_ms, 'last_error', 'purged'})
-      local counted = outcome_field(t.queue, t.type, 'CANCELLED')
-      counts[counted] = (counts[counted] or 0) + 1
-      emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, now_ms, now_iso)
+      purge_task(R, K, task_id, t, counts, now_ms, now_iso)
       cancelled = cancelled + 1
     end
   end

@@ -12,6 +12,7 @@
     {cancelled, last id seen or '' when done}
 ]]
 -- #include common
+-- #include purge
 local K = partition_keys(KEYS[1])
 local stream = stream_key(K, ARGV[1], ARGV[2])
 local group, now_ms, now_iso, limit = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[7])
@@ -39,11 +40,7 @@ for _, entry in ipairs(entries) do
   local tkey = K.task_prefix .. (task_id or '')
   local t = read_task(tkey, 'status', 'queue', 'attempt', 'entry_id', 'type')
   if t.status == 'QUEUED' and t.entry_id == entry[1] then
-    retain_finish(R, K, task_id, 'CANCELLED', now_ms, nil, {'status', 'CANCELLED', 'cancel_requested', '1',
-                  'finished_at', now_ms, 'updated_at', now_ms, 'last_error', 'purged'})
-    local counted = outcome_field(t.queue, t.type, 'CANCELLED')
-    counts[counted] = (counts[counted] or 0) + 1
-    emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, now_ms, now_iso)
+    purge_task(R, K, task_id, t, counts, now_ms, now_iso)
     cancelled = cancelled + 1
   end
   rcall('XDEL', stream, entry[1])

@@ -1,0 +1,11 @@
+-- A purge's cancel of one waiting task (never delivered, or parked by a full group), shared by
+-- purgeQueue (stream entries) and purgeParked (group wait lists). Needs: common.
+-- t: read_task(..., 'status', 'queue', 'attempt', 'type'); counts: queue|type|CANCELLED -> n, for
+-- one HINCRBY per field at the end of the caller (dtq_tasks_total).
+local function purge_task(R, K, task_id, t, counts, now_ms, now_iso)
+  retain_finish(R, K, task_id, 'CANCELLED', now_ms, nil, {'status', 'CANCELLED', 'cancel_requested', '1',
+                'finished_at', now_ms, 'updated_at', now_ms, 'last_error', 'purged'})
+  local counted = outcome_field(t.queue, t.type, 'CANCELLED')
+  counts[counted] = (counts[counted] or 0) + 1
+  emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, now_ms, now_iso)
+end
