@@ -29,6 +29,7 @@ local ctx = claim_context(1)
 local K = ctx.K
 local remaining = tonumber(ARGV[8])
 events_on = ARGV[10] ~= '0'
+events_pending = {}
 -- The running index gets the batch's claims in one ZADD at the end (claim_entry defers them).
 ctx.started = {}
 
@@ -92,6 +93,7 @@ for i = 11, #ARGV do
   end
 end
 if #ctx.started > 0 then rcall('ZADD', K.running, unpack(ctx.started)) end
+emit_flush(K)
 if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
   rcall('DEL', K.ready)
