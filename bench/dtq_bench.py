@@ -27,7 +27,18 @@ from dtq_core.engine.audit import Actor
 from dtq_core.events import CHECK_EVERY_S, announce
 from dtq_core.keys import Keys
 
-from .common import ROOT, VAR, RedisServer, commandstats, commandstats_usec, free_port, median, percentile, server_totals, wait_until
+from .common import (
+    ROOT,
+    VAR,
+    RedisServer,
+    commandstats,
+    commandstats_usec,
+    free_port,
+    median,
+    percentile,
+    server_totals,
+    wait_until,
+)
 from .httpload import post_json_request, run_load
 
 TASK = "bench.noop"
