@@ -83,6 +83,9 @@ def _log_drain(round_no: int, label: str, r: dict[str, Any]) -> None:
         f"({', '.join(r['top_commands'])}); enqueue 1-by-1 {fmt(r['enqueue_redis_commands_per_task'])} "
         f"commands, {fmt(r['enqueue_redis_cpu_us_per_task'])} µs CPU "
         f"({', '.join(r['enqueue_top_commands'])})")
+    log(f"round {round_no + 1}: {label} Redis CPU µs per task: scripts {r['script_us_per_task']:.1f} "
+        f"(inside them: {', '.join(r['top_script_usec'])}), bodies' INCRBY {r['body_us_per_task']:.1f}, "
+        f"the rest {r['redis_cpu_us_per_task'] - r['script_us_per_task'] - r['body_us_per_task']:.1f}")
 
 
 def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -93,6 +96,7 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         summary[label]["round_trips"] = rs[-1]["round_trips"]
         summary[label]["top_commands"] = rs[-1]["top_commands"]
         summary[label]["enqueue_top_commands"] = rs[-1]["enqueue_top_commands"]
+        summary[label]["top_script_usec"] = rs[-1].get("top_script_usec", [])
     return summary
 
 
@@ -170,12 +174,16 @@ def report(data: dict[str, Any]) -> str:
                   markdown_table([("config", "config"), ("queue_commands_per_task", "drain commands/task"),
                                   ("redis_cpu_us_per_task", "drain CPU µs/task"),
                                   ("core_tasks_per_s", "tasks/s per Redis core"),
+                                  ("script_us_per_task", "of it in scripts µs/task"),
+                                  ("body_us_per_task", "bodies' INCRBY µs/task"),
+                                  ("script_top", "inside scripts (µs/task)"),
                                   ("top", "top commands (per task)"),
                                   ("enqueue_redis_commands_per_task", "enqueue 1-by-1 commands/task"),
                                   ("enqueue_redis_cpu_us_per_task", "enqueue 1-by-1 CPU µs/task"),
                                   ("enqueue_top", "enqueue top commands")],
                                  [{"config": label, **v, "top": ", ".join(v.get("top_commands", [])),
                                    "enqueue_top": ", ".join(v.get("enqueue_top_commands", [])),
+                                   "script_top": ", ".join(v.get("top_script_usec", [])),
                                    "core_tasks_per_s": 1e6 / v["redis_cpu_us_per_task"]
                                    if v.get("redis_cpu_us_per_task") else None}
                                   for label, v in drains.items()]), ""]

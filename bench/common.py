@@ -92,6 +92,13 @@ def commandstats(client: redis.Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
 
 
+def commandstats_usec(client: redis.Redis) -> dict[str, int]:
+    """Microseconds spent executing each command since the server started (EVALSHA's includes the
+    commands its scripts run, which count under their own names too)."""
+    info = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["usec"]) for name, v in info.items()}
+
+
 def server_totals(client: redis.Redis) -> dict[str, float]:
     stats, cpu = client.info("stats"), client.info("cpu")
     return {"commands": int(stats["total_commands_processed"]),

@@ -27,7 +27,18 @@ from dtq_core.engine.audit import Actor
 from dtq_core.events import CHECK_EVERY_S, announce
 from dtq_core.keys import Keys
 
-from .common import ROOT, VAR, RedisServer, commandstats, free_port, median, percentile, server_totals, wait_until
+from .common import (
+    ROOT,
+    VAR,
+    RedisServer,
+    commandstats,
+    commandstats_usec,
+    free_port,
+    median,
+    percentile,
+    server_totals,
+    wait_until,
+)
 from .httpload import post_json_request, run_load
 
 TASK = "bench.noop"
@@ -164,6 +175,7 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
             engine.limits.set(QUEUE, limits, actor=Actor(name="bench", source="cli"))
         enqueue = prefill(engine, tasks, key)
         stats0, totals0 = commandstats(rig.client), server_totals(rig.client)
+        usec0 = commandstats_usec(rig.client)
         procs = [rig.worker(prefix, "--burst", "--concurrency", str(concurrency), name=f"w{i}")
                  for i in range(workers)]
         first_at, first_value = _wait_counter(rig.client, key, 1, timeout=60)
@@ -172,6 +184,7 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
             if proc.wait(60) != 0:
                 raise RuntimeError(f"worker exited with {proc.returncode}: see {VAR}/{prefix}-*.log")
         stats1, totals1 = commandstats(rig.client), server_totals(rig.client)
+        usec = {name: n - usec0.get(name, 0) for name, n in commandstats_usec(rig.client).items()}
         succeeded = succeeded_count(rig, engine)
         if succeeded != tasks:
             raise RuntimeError(f"{succeeded} of {tasks} tasks recorded as succeeded")
@@ -207,6 +220,14 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
             # From INFO commandstats, without the harness's polls and the bodies' INCRs: the queue's own.
             "queue_commands_per_task": work["commands_per_task"],
             "top_commands": work["top"],
+            # Where the Redis CPU goes: executing the scripts (EVALSHA, the commands they run
+            # included), the bodies' INCRBYs, and the rest (reading requests, writing replies,
+            # the event loop: what each round trip costs beyond its command).
+            "script_us_per_task": usec.get("evalsha", 0) / tasks,
+            "body_us_per_task": usec.get("incrby", 0) / tasks,
+            "top_script_usec": [f"{name.upper()} {n / tasks:.1f}" for name, n in
+                                sorted(((k, v) for k, v in usec.items() if k not in ("evalsha", "incrby", "get", "info")
+                                        and v > 0), key=lambda kv: -kv[1])[:8]],
             "round_trips": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
         }
     finally:

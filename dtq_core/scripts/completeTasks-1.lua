@@ -41,6 +41,7 @@ R.defer = true
 local retention_ms, result_retention_ms = R.task_ms, ARGV[5]
 local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = K.task_prefix, K.result_prefix, ARGV[6], ARGV[7]
 events_on = ARGV[9] ~= '0'
+events_pending = {}
 -- The partition's count of tasks finished in the current minute (Keys.throughput).
 local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
 
@@ -176,6 +177,7 @@ for stream, ids in pairs(settled) do
   rcall('XDEL', stream, unpack(ids))
 end
 retain_trim(R, K, now_ms)
+emit_flush(K)
 for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
 if next(finished) then
   -- The key lives an hour from its first count (a later PEXPIRE would only move that by a minute).

@@ -31,6 +31,7 @@ local ctx = claim_context(1)
 local K = ctx.K
 local remaining = tonumber(ARGV[8])
 events_on = ARGV[10] ~= '0'
+events_pending = {}
 -- The running index gets the batch's claims in one ZADD at the end (claim_entry defers them).
 ctx.started = {}
 
@@ -111,6 +112,7 @@ for i = 11, #ARGV do
 end
 if #ctx.started > 0 then rcall('ZADD', K.running, unpack(ctx.started)) end
 if lim then limits_started(K, lim, ctx.lim_started, lim_now) end
+emit_flush(K)
 if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
   rcall('DEL', K.ready)

@@ -85,13 +85,35 @@ local events_on = true
 
 -- Publish one event on the events channel; the partition's tag and counter make event_id unique
 -- across processes and partitions.
-local function emit(K, etype, task_id, queue, status, attempt, now_ms, now_iso)
-  if not events_on then return end
-  local seq = rcall('INCR', K.event_seq)
+-- A script that emits per task of a batch sets events_pending to {} and calls emit_flush once at
+-- its end: the batch's sequence numbers then cost one INCRBY rather than an INCR per event (the
+-- script is atomic, so nobody sees the publishes later than they would have).
+local events_pending = nil
+
+local function publish_event(K, seq, etype, task_id, queue, status, attempt, now_ms, now_iso)
   rcall('PUBLISH', K.events_channel, cjson.encode({
     event_id = now_ms .. '-' .. K.tag .. '-' .. seq, type = etype, task_id = task_id or cjson.null,
     queue = queue or cjson.null, status = status or cjson.null,
     attempt = tonumber(attempt) or 0, ts = now_iso}))
+end
+
+local function emit(K, etype, task_id, queue, status, attempt, now_ms, now_iso)
+  if not events_on then return end
+  if events_pending then
+    events_pending[#events_pending + 1] = {etype, task_id, queue, status, attempt, now_ms, now_iso}
+    return
+  end
+  publish_event(K, rcall('INCR', K.event_seq), etype, task_id, queue, status, attempt, now_ms, now_iso)
+end
+
+local function emit_flush(K)
+  local pending = events_pending
+  if not pending or #pending == 0 then return end
+  events_pending = {}
+  local base = rcall('INCRBY', K.event_seq, #pending) - #pending
+  for i, e in ipairs(pending) do
+    publish_event(K, base + i, e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+  end
 end
 
 -- The task's JSON error list. A field that is not one (corrupted by hand or by a bug) raises an
