@@ -63,6 +63,11 @@ class WakeSubscription:
         self._failed_node = ""  # on a cluster, the node whose subscription failed last
         self._retry = asyncio.Event()  # set by retry_now: Redis answers again, subscribe at once
 
+    @property
+    def subscriptions(self) -> int:
+        """Subscriptions made so far: more than one means it was lost and came back."""
+        return self._epoch
+
     # -- the ready set --------------------------------------------------------------------------
     def serve(self, tags: Iterable[str]) -> None:
         """Serve these tags from now on; tags new to the set are ready (swept once)."""
