@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.templatetags.static import static
 from drf_spectacular import generators, utils
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import views
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.permissions import AllowAny
@@ -78,3 +79,21 @@ class SchemaView(SpectacularAPIView):
     @extend_schema(exclude=True)  # not an operation of the API; its path still sets the tags' prefix
     def get(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         return super().get(request, *args, **kwargs)
+
+
+class DocsView(SpectacularSwaggerView):
+    """/api/docs/: Swagger UI over /api/schema/, its files served from drf-spectacular-sidecar's
+    static files (no CDN), so the page works on a host without internet access."""
+
+    url_name = "schema"
+    title = "dtq API"
+    authentication_classes = (SessionAuthentication,)
+    permission_classes = (AllowAny,)
+
+    @staticmethod
+    def _swagger_ui_resource(filename: str) -> str:
+        return static(f"drf_spectacular_sidecar/swagger-ui-dist/{filename}")
+
+    @staticmethod
+    def _swagger_ui_favicon() -> str:
+        return static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png")

@@ -3,11 +3,14 @@ from __future__ import annotations
 from django.urls import path, re_path
 
 from . import schema, views  # noqa: F401  (schema registers the X-API-Key OpenAPI extension)
-from .base import SchemaView
+from .base import DocsView, SchemaView
+from .index import api_index
 
 V1 = "api/v1/"
 
 urlpatterns = [
+    path(V1, api_index, name="api-index"),
+    path(V1.rstrip("/"), api_index),
     path(V1 + "tasks", views.TaskListView.as_view(), name="task-list"),
     path(V1 + "tasks/batch", views.TaskBatchView.as_view(), name="task-batch"),
     path(V1 + "tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task-detail"),
@@ -36,6 +39,7 @@ urlpatterns = [
     path(V1 + "periodic/<str:name>/trigger", views.PeriodicTriggerView.as_view(), name="periodic-trigger"),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/schema", SchemaView.as_view()),
+    path("api/docs/", DocsView.as_view(), name="api-docs"),
     path("health", views.health, name="health"),
     path("ready", views.ready, name="ready"),
     re_path(r"^api/", views.api_not_found, name="api-not-found"),

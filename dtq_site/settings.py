@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files for /api/docs/, served locally (no CDN)
     "channels",
     "django_tasks",  # the Django Tasks backport (Django 5.2): its checks and signals
     "dtq_core",

@@ -180,3 +180,38 @@ def test_unknown_api_routes_get_the_envelope_for_every_method(method: str) -> No
             error = response.json()["error"]
             assert error["code"] == "NOT_FOUND" and path in error["message"]
             assert error["request_id"] == response["X-Request-ID"]
+
+
+# -- the API's index and its interactive docs ---------------------------------------------------
+
+def test_the_api_root_is_an_index_of_every_endpoint_with_its_methods(api: APIClient) -> None:
+    for path in ("/api/v1/", "/api/v1"):
+        response = api.get(path)
+        assert response.status_code == 200 and response["Content-Type"] == "application/json", path
+    index = response.json()
+    assert index["schema"].endswith("/api/schema/") and index["docs"].endswith("/api/docs/")
+    by_path = {e["path"]: e for e in index["endpoints"]}
+    assert by_path["/api/v1/tasks"]["methods"] == ["GET", "POST"]
+    assert by_path["/api/v1/tasks/{task_id}/cancel"]["methods"] == ["POST"]
+    assert "/api/v1/periodic/{name}/trigger" in by_path and "/api/v1/dlq/retry" in by_path
+    # Every operation the schema documents is in the index, and the other way round.
+    schema = yaml.safe_load(api.get("/api/schema/").content)
+    documented = {(p, m.upper()) for p, ops in schema["paths"].items() for m in ops if p.startswith("/api/v1/")}
+    indexed = {(e["path"], m) for e in index["endpoints"] for m in e["methods"]}
+    assert documented == indexed
+
+
+def test_the_api_index_refuses_writes_with_the_envelope(api: APIClient) -> None:
+    response = api.post("/api/v1/", {}, format="json")
+    assert response.status_code == 405 and response["Allow"] == "GET, HEAD"
+    assert response.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
+def test_the_interactive_api_docs_are_served_without_a_cdn(api: APIClient) -> None:
+    response = api.get("/api/docs/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
+    assert "/api/schema/" in page and "https://" not in page
+    bundle = Client().get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+    assert bundle.status_code == 200  # served by the app itself (whitenoise), as make run serves it
