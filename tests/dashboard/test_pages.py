@@ -326,3 +326,27 @@ def test_the_task_page_shows_a_unique_tasks_key_and_mode(client: Client, live_en
     page = client.get(f"/tasks/{task_id}/").content.decode()
     assert "Unique key" in page and f"<code>{html.escape(f'export:{HOSTILE}')}</code> · while_active" in page
     assert HOSTILE not in page
+
+
+def test_an_unknown_console_address_is_the_consoles_own_404_page(client: Client, live_engine: Engine) -> None:
+    response = client.get("/no/such/page/")
+    page = response.content.decode()
+    assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
+    assert "<h1>Page not found</h1>" in page and "/no/such/page/" in page
+    assert 'href="/tasks/"' in page and "console.css" in page  # the console's layout and navigation
+
+
+@pytest.mark.parametrize("path,nav", [("/", "Overview"), ("/tasks/", "Tasks"), ("/dlq/", "Dead letters"),
+                                      ("/schedule/", "Schedule"), ("/periodic/", "Periodic"),
+                                      ("/workers/", "Workers"), ("/audit/", "Audit")])
+def test_every_page_has_an_h1_and_marks_its_place_in_the_navigation(
+        client: Client, live_engine: Engine, path: str, nav: str) -> None:
+    page = client.get(path).content.decode()
+    assert page.count("<h1") == 1, path
+    current = [line for line in page.splitlines() if 'aria-current="page"' in line]
+    assert len(current) == 1 and f">{nav}</a>" in current[0], current
+
+
+def test_the_live_feed_is_announced_politely(client: Client, live_engine: Engine) -> None:
+    page = client.get("/").content.decode()
+    assert '<tbody aria-live="polite" aria-relevant="additions">' in page
