@@ -85,7 +85,12 @@ class Queues(Noun):
 
     def _stats(self, layouts: list[Layout]) -> list[dict[str, Any]]:
         k = self.keys
-        minute = self.clock.now_ms() // 60000 - 1
+        now_ms = self.clock.now_ms()
+        minute = now_ms // 60000
+        # The last 60 s, not the last full minute (which stood still for a minute, and showed 2
+        # during a burst of 80): this minute's count plus the part of the previous minute's that
+        # falls within the window, prorated as a sliding-window rate limiter does.
+        previous_share = 1 - (now_ms % 60000) / 60000
         pipe = self.client.pipeline(transaction=False)
         for layout in layouts:
             for tag in layout.all_tags:
@@ -95,6 +100,7 @@ class Queues(Noun):
                 pipe.zcard(k.schedule(tag))
                 pipe.xlen(k.dlq(tag))
                 pipe.get(k.paused(tag))
+                pipe.hget(k.throughput(tag, minute - 1), layout.queue)
                 pipe.hget(k.throughput(tag, minute), layout.queue)
         replies = iter(pipe.execute(raise_on_error=False))
         out = []
@@ -113,7 +119,7 @@ class Queues(Noun):
                 flag = next(replies)
                 if isinstance(flag, str):
                     pauses.append(flag)
-                finished += _count(next(replies))
+                finished += _count(next(replies)) * previous_share + _count(next(replies))
             out.append({
                 "name": layout.queue,
                 "depth": depth,
@@ -124,7 +130,7 @@ class Queues(Noun):
                 # Paused when any partition is: a pause cut short is finished by pausing again.
                 "paused": bool(pauses),
                 **_pause_details(pauses[0] if pauses else None),
-                "finished_last_minute": finished,
+                "finished_last_minute": round(finished),
                 "partitions": len(layout.all_tags),
             })
         return out
