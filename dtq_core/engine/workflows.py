@@ -29,8 +29,8 @@ from ..errors import (
     WorkflowTerminal,
 )
 from ..keys import is_workflow_id, tag_of, workflow_tag
-from ..submit import Submission
 from ..replies import text_hash, text_list
+from ..submit import Submission
 from ..task import TERMINAL
 from ..workflow_spec import WorkflowSpec, leaves, parse
 from ..workflow_steps import CHUNK, Ready, create_calls, definition, new_workflow_id, start_calls
