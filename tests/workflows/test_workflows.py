@@ -93,3 +93,20 @@ def test_cancelling_a_running_workflow_stops_its_steps(
     assert execs(redis_client, engine.keys, wf["steps"][3]["task_id"]) == 0  # the callback never ran
     (entry,) = engine.audit.list(action="workflow.cancel").items
     assert entry["target"] == f"workflow:{wid}" and entry["actor"] == "user:test"
+
+
+def test_steps_on_queues_in_other_slots_advance_across_them(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Each queue's partition has a tag (a hash slot of its own on a cluster); the workflow's keys are
+    # in the first step's. A chain into a group across three queues, then a callback on a fourth.
+    worker = start_worker("--name", "a", "--queues", "wfa,wfb,wfc,wfd", **env())
+    first = dtq_tasks.step("wf.inc", {"n": 2}, queue="wfa")
+    members = [dtq_tasks.step("wf.inc", {"n": n}, queue=q) for n, q in ((10, "wfb"), (20, "wfc"), (30, "wfb"))]
+    wid = dtq_tasks.chain(first, dtq_tasks.group(members, then=dtq_tasks.step("wf.sum", queue="wfd"))).enqueue()
+    wait_for(lambda: _status(engine, wid) == "SUCCEEDED", timeout=30, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert len({s["task_id"].split("-")[0] for s in wf["steps"]}) == 4  # four partitions
+    assert wid.split("-")[0] == wf["steps"][0]["task_id"].split("-")[0]
+    (summed,) = log(redis_client, engine.keys, "sum")
+    assert summed["parent"] == [12, 22, 32]
+    assert engine.tasks.get(wf["steps"][4]["task_id"])["result"] == 66
