@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .clock import iso
+from .codec import truncate_result
 from .config import DtqConfig
 from .keys import Keys, tag_of, workflow_tag
 from .submit import Submission
@@ -55,8 +56,10 @@ class Ready:
         return str(self.definition["t"])
 
 
-def step_record(ready: Ready, now_ms: int) -> list[object]:
-    """createSteps' entry for one step: [task id, priority, due, [field, value, ...]]."""
+def step_record(ready: Ready, now_ms: int, max_input_bytes: int) -> list[object]:
+    """createSteps' entry for one step: [task id, priority, due, [field, value, ...]]. An input
+    longer than max_input_bytes (DTQ_PAYLOAD_MAX_BYTES) is cut as a result is (a JSON string
+    holding its head; the record says parent_result_truncated = 1)."""
     x = ready.definition["x"]
     due = now_ms + int(x["delay"] * 1000) if x.get("delay") else 0
     expires = now_ms + int(x["ttl"] * 1000) if x.get("ttl") else ""
@@ -70,7 +73,10 @@ def step_record(ready: Ready, now_ms: int) -> list[object]:
     if x.get("gk"):
         fields += ["group_key", x["gk"]]
     if ready.input_json != "null":
-        fields += ["parent_result", ready.input_json]
+        parent, cut = truncate_result(ready.input_json, max_input_bytes)
+        fields += ["parent_result", parent]
+        if cut:
+            fields += ["parent_result_truncated", 1]
     return [ready.task_id, x["priority"], due, fields]
 
 
@@ -82,7 +88,7 @@ def create_calls(keys: Keys, config: DtqConfig, ready: list[Ready], now_ms: int,
     calls: list[Call] = []
     for tag, steps in by_tag.items():
         for i in range(0, len(steps), CHUNK):
-            records = [step_record(r, now_ms) for r in steps[i:i + CHUNK]]
+            records = [step_record(r, now_ms, config.payload_max_bytes) for r in steps[i:i + CHUNK]]
             calls.append(("createSteps", [keys.partition(tag)],
                           [now_ms, iso(now_ms), config.task_retention_s * 1000, config.idem_ttl_s * 1000,
                            RECENT_CAP, events, json.dumps(records, separators=(",", ":"))]))

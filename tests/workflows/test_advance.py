@@ -166,3 +166,17 @@ def test_limits_on_size_and_depth(engine: Engine) -> None:
         engine.workflows.submit(deep)
     with pytest.raises(ValidationError, match="at most 10000 steps"):
         engine.workflows.submit({"group": [{"type": "t.a"}] * 10001})
+
+
+def test_an_input_larger_than_the_payload_limit_is_cut_like_a_result(config: Any) -> None:
+    import dataclasses
+
+    engine = Engine(dataclasses.replace(config, payload_max_bytes=100))
+    wid, ids = _submit(engine, {"group": [{"type": "t.a"}, {"type": "t.b"}], "then": {"type": "t.sum"}})
+    _advance(engine, wid, 0, ids[0], r=json.dumps("x" * 80))
+    reply = _advance(engine, wid, 1, ids[1], r=json.dumps("y" * 80))
+    assert _create(engine, wid, reply) == ["created"]
+    record = engine.tasks.record(ids[2])[0]
+    assert record["parent_result_truncated"] == "1"
+    head = json.loads(record["parent_result"])
+    assert isinstance(head, str) and head.startswith('["xxx') and len(record["parent_result"].encode()) <= 100
