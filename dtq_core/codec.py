@@ -127,6 +127,9 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     out["scheduled_for"] = fields.get("scheduled_for") or None
     if fields.get("unique_key"):  # submitted as a unique task (docs/tasks.md, "Unique tasks")
         out["unique_key"], out["unique_mode"] = fields["unique_key"], fields.get("unique_mode") or None
+    if fields.get("workflow_id"):  # a step of a workflow (docs/tasks.md, "Workflows")
+        out["workflow_id"] = fields["workflow_id"]
+        out["workflow_step"] = int(fields["workflow_step"]) if fields.get("workflow_step", "").isdigit() else None
     if fields.get("handler"):  # run by another type's handler (Django tasks: django.task / django.atask)
         out["handler"] = fields["handler"]
     # What became of its dead letter: an operator's discard or retry, or the DLQ cap's trim.

@@ -57,6 +57,8 @@ class DtqConfig:
     retry_max_s: float = 300.0
     task_timeout_s: float = 300.0
     payload_max_bytes: int = 1048576
+    # Most steps one workflow may have (dtq_core/workflow_spec.py).
+    workflow_max_steps: int = 10000
     api_key: str = ""
     # Destructive API calls with no key and no staff session: refused unless explicitly turned on.
     allow_anonymous_admin: bool = False
@@ -91,6 +93,7 @@ class DtqConfig:
             "result_retention_s", "succeeded_retention_s", "result_max_bytes", "idem_ttl_s", "dlq_maxlen",
             "audit_maxlen",
             "max_attempts", "retry_base_s", "retry_max_s", "task_timeout_s", "payload_max_bytes",
+            "workflow_max_steps",
             "scheduler_lock_ttl_s", "stale_claim_s", "scheduler_interval_s", "cancel_poll_s",
             "redis_timeout_s", "redis_wait_timeout_ms",
         )

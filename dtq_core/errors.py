@@ -100,6 +100,18 @@ class TaskTerminal(DtqError):
     http_status = 409
 
 
+class WorkflowNotFound(DtqError, LookupError):
+    code = "WORKFLOW_NOT_FOUND"
+    http_status = 404
+
+
+class WorkflowTerminal(DtqError):
+    """The workflow is SUCCEEDED, FAILED or CANCELLED already (a cancel has nothing to stop)."""
+
+    code = "WORKFLOW_FINISHED"
+    http_status = 409
+
+
 class RedisTrouble(DtqError):
     """Redis cannot serve the request; built from redis-py's exception by dtq_core.redis_errors.
 

@@ -15,6 +15,7 @@ import signal
 POINTS = (
     "after_claim_due",  # the scheduler leader moved due ids to its claims, before enqueueDue
     "after_complete",  # completeTasks wrote the outcome and XACKed, before the worker moves on
+    "before_outbox_settle",  # a workflow advanced and its ready steps created, its outbox entry not deleted
 )
 
 _reached: set[str] = set()

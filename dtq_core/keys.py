@@ -25,6 +25,9 @@ PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
 TAG_RE = re.compile(r"[a-z0-9]{1,16}")
 # A task id dtq makes: its partition's tag, a dash, 32 hex digits.
 TASK_ID_RE = re.compile(r"(?P<tag>[a-z0-9]{1,16})-[0-9a-f]{32}")
+# A workflow id: the tag of the partition holding the workflow's keys, "-w", 31 hex digits. Not a
+# task id (TASK_ID_RE needs hex right after the dash), so no task lookup mistakes one for a task.
+WORKFLOW_ID_RE = re.compile(r"(?P<tag>[a-z0-9]{1,16})-w[0-9a-f]{31}")
 # A dead letter's id in the API: its partition's tag and its entry id in the partition's DLQ stream.
 DLQ_REF_RE = re.compile(r"(?P<tag>[a-z0-9]{1,16})-(?P<entry>[0-9]{1,20}-[0-9]{1,20})")
 
@@ -43,6 +46,18 @@ def tag_of(task_id: str) -> str:
 
 def is_task_id(value: object) -> bool:
     return isinstance(value, str) and TASK_ID_RE.fullmatch(value) is not None
+
+
+def workflow_tag(workflow_id: str) -> str:
+    """The partition tag a workflow id carries; NotOurTaskId for anything else."""
+    match = WORKFLOW_ID_RE.fullmatch(workflow_id)
+    if match is None:
+        raise NotOurTaskId(workflow_id)
+    return match.group("tag")
+
+
+def is_workflow_id(value: object) -> bool:
+    return isinstance(value, str) and WORKFLOW_ID_RE.fullmatch(value) is not None
 
 
 def dlq_ref(tag: str, entry_id: str) -> str:
@@ -228,6 +243,27 @@ class Keys:
         """Hash group key -> until (ms): groups a handler paused (RateLimited(scope="group"))."""
         return f"{self.partition(tag)}limits:gpause"
 
+    # -- workflows (docs/keyspace.md, "Workflows") ---------------------------------------------
+    def wf_outbox(self, tag: str) -> str:
+        """Hash task id -> JSON {w, s, t, st, r}: a workflow step of this partition ended (written
+        by retain_finish, in the script that ended it) and its workflow has not been advanced yet."""
+        return f"{self.partition(tag)}wf_outbox"
+
+    def wf_outbox_due(self, tag: str) -> str:
+        """Zset task id -> when its outbox entry was written (ms): the leader re-drives old ones."""
+        return f"{self.partition(tag)}wf_outbox:due"
+
+    def workflow(self, workflow_id: str) -> str:
+        """Hash of a workflow: status, created_at, finished_at, steps_total, done, failed, root
+        (the tree as JSON), failed_step. The keys below share its slot (the id's tag)."""
+        return f"{self.partition(workflow_tag(workflow_id))}wf:{workflow_id}"
+
+    def workflow_part(self, workflow_id: str, part: str) -> str:
+        """One of a workflow's per-step hashes, field = step index: def (the step's JSON
+        definition), state (W/S/D/T/F/C; absent = W), pending (dependencies not finished),
+        result (JSON result, or {"error": ...} of a tolerated failure), reason (why cancelled/failed)."""
+        return f"{self.workflow(workflow_id)}:{part}"
+
     # -- global keys: no script touches one of them together with another key ------------------
     def queues(self) -> str:
         """Hash queue -> JSON partition layout {"tags": [...], "draining": [...]}: the registry
@@ -257,6 +293,10 @@ class Keys:
 
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"
+
+    def workflows(self) -> str:
+        """Zset workflow id -> created (ms): lists workflows without scanning partitions."""
+        return f"{self.prefix}:workflows"
 
     def leader(self) -> str:
         """The scheduler election: the leader's worker id, with a TTL. Who leads is decided here;

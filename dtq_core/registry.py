@@ -68,6 +68,12 @@ class TaskContext:
     type: str
     worker_id: str
     entry_id: str = ""  # the stream entry this attempt runs under (fences the Django runner's record)
+    # A workflow's step (docs/tasks.md, "Workflows"): its workflow, its index, and its input: a chain
+    # step's predecessor's result, a group's `then` the list of its members' results in order (a
+    # tolerated failure as {"error": {"class", "message", "status"}}). "" / -1 / None otherwise.
+    workflow_id: str = ""
+    workflow_step: int = -1
+    parent_result: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """What handler authors import: the `task` and `periodic` decorators, RetryableError, RateLimited,
-enqueue, idempotent_operation and current_task. Importing this module registers the built-in tasks."""
+enqueue, idempotent_operation, current_task and the workflow builders (step, chain,
+group). Importing this module registers the built-in tasks."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from dtq_core.registry import RateLimited, RetryableError, TaskContext, current_
 
 from .api import enqueue, periodic, task
 from .once import aidempotent_operation, idempotent_operation
+from .workflows import Chain, Group, Step, chain, group, step
 
 __all__ = [
-    "RateLimited", "RetryableError", "TaskContext", "aidempotent_operation", "current_task", "enqueue",
-    "idempotent_operation", "periodic", "task",
+    "Chain", "Group", "RateLimited", "RetryableError", "Step", "TaskContext", "aidempotent_operation", "chain",
+    "current_task", "enqueue", "group", "idempotent_operation", "periodic", "step", "task",
 ]
 
 from . import builtins as _builtins  # noqa: F401  (registers dtq.echo, dtq.sleep, ...)

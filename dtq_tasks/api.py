@@ -29,6 +29,10 @@ def task(name: str) -> Callable[[F], F]:
         if not callable(fn):  # a worker would only find out when the first task of this type runs
             raise TypeError(f"@dtq_tasks.task({name!r}) must decorate a function, not {type(fn).__name__} {fn!r}")
         registry.register(name, fn)
+        try:  # remembered so that dtq_tasks.step(fn, payload) knows the type (docs/tasks.md, "Workflows")
+            fn.dtq_task_type = name  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):
+            pass  # a callable that takes no attributes: steps name its type instead
         return fn
 
     return decorate

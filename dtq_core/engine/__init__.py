@@ -2,7 +2,7 @@
 
 Grouped by noun, each a small class over the same plumbing (plumbing.py):
 `engine.tasks`, `engine.queues`, `engine.dlq`, `engine.schedule`, `engine.workers`,
-`engine.audit`, `engine.periodic`, `engine.limits`. Every operation is one pipelined round trip
+`engine.audit`, `engine.periodic`, `engine.limits`, `engine.workflows`. Every operation is one pipelined round trip
 or one script where it can be; every operator action is audited (audit.py). This package
 imports no Django: the process-wide engine built from settings.DTQ is
 `dtq_core.conf.get_engine()`.
@@ -28,6 +28,7 @@ from .registry import Registry
 from .schedule import Schedule
 from .tasks import Tasks
 from .workers import Workers
+from .workflows import Workflows
 
 __all__ = ["Engine"]
 
@@ -51,6 +52,7 @@ class Engine:
         self.workers = Workers(plumbing)
         self.periodic = Periodic(plumbing, self.audit, self.registry, self.tasks)
         self.limits = Limits(plumbing, self.audit, self.registry)
+        self.workflows = Workflows(plumbing, self.audit, self.tasks)
 
     # -- health -------------------------------------------------------------------------------
     def ping(self) -> bool:

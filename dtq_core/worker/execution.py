@@ -12,10 +12,11 @@ import time
 from typing import Any
 
 from .. import faults, registry
-from ..task import Outcome
+from ..task import TERMINAL, Outcome
 from .executor import EXACT_TIMEOUT_BELOW_S, TIMEOUT_CHECK_S, Completion, Execution, Row, cancel, expire, expire_overdue
 from .state import WorkerState
 from .threads import Finished
+from .workflows import WorkflowDriver
 
 logger = logging.getLogger("dtq.worker")
 
@@ -154,39 +155,58 @@ class ExecutionLoops(WorkerState):
             await self._flush_once()
 
     async def _flush_once(self) -> None:
+        advance: dict[str, list[str]] = {}
         async with self._flush_lock:
-            batch, self._completions = self._completions, []
-            if not batch:
-                return
-            try:
-                statuses = await self.store.complete(batch)
-            except BaseException:
-                self._completions[:0] = batch  # keep them; the entries stay pending until written
-                self._flush_wanted.set()
-                raise
-            faults.reach(self.config.test_fault, "after_complete")
-            for completion, status in zip(batch, statuses, strict=True):
-                self._unacked.pop(completion.row.entry_id, None)
-                if isinstance(status, list):  # ["quarantined", new status, reason]: its record is corrupt
-                    logger.error("task_id=%s queue=%s attempt=%d worker_id=%s quarantined as dtq.CorruptRecord "
-                                 "(%s): %s", completion.row.task_id, completion.row.queue, completion.row.attempt,
-                                 self.worker_id, status[1] or "task record unwritable", status[2])
-                elif status == "resent":
-                    logger.info("task_id=%s attempt=%d worker_id=%s completion re-sent after a lost reply: already "
-                                "recorded", completion.row.task_id, completion.row.attempt, self.worker_id)
-                elif status == "fenced":
-                    logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
-                                   completion.row.task_id, completion.row.attempt, self.worker_id)
-                elif status in ("DEAD_LETTERED", "FAILED"):
-                    # The one place a handler failure ends the task: say where it went and why.
-                    logger.warning("task_id=%s queue=%s attempt=%d worker_id=%s %s: %s: %s",
-                                   completion.row.task_id, completion.row.queue, completion.row.attempt,
-                                   self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
-                                   completion.error_class, completion.error_message[:200])
-            await self._pause_other_partitions(batch, statuses)
-            self.processed += len(batch)
-            if self.max_tasks is not None and self.processed >= self.max_tasks:
-                self.request_stop()
+            await self._flush_locked(advance)
+        if advance:
+            await self._advance_workflows(advance)
+
+    async def _advance_workflows(self, items: dict[str, list[str]]) -> None:
+        """Advance the workflows of the steps that just ended (worker/workflows.py). A failure is
+        logged: the outbox entries stay, and the leader re-drives them."""
+        try:
+            await WorkflowDriver(self.store).drive(items)
+        except Exception as exc:  # noqa: BLE001 - the outbox keeps the work; the leader re-drives it
+            logger.warning("worker_id=%s advancing workflows failed (%s: %s); the leader will re-drive them",
+                           self.worker_id, type(exc).__name__, exc)
+
+    async def _flush_locked(self, advance: dict[str, list[str]]) -> None:
+        batch, self._completions = self._completions, []
+        if not batch:
+            return
+        try:
+            statuses = await self.store.complete(batch)
+        except BaseException:
+            self._completions[:0] = batch  # keep them; the entries stay pending until written
+            self._flush_wanted.set()
+            raise
+        faults.reach(self.config.test_fault, "after_complete")
+        for completion, status in zip(batch, statuses, strict=True):
+            self._unacked.pop(completion.row.entry_id, None)
+            if completion.row.workflow and (isinstance(status, list) or status == "resent" or status in TERMINAL):
+                # A workflow's step ended (or an earlier send recorded its end): its outbox entry
+                # is advanced after the lock. A task of no workflow pays this one check.
+                advance.setdefault(completion.row.partition_tag, []).append(completion.row.task_id)
+            if isinstance(status, list):  # ["quarantined", new status, reason]: its record is corrupt
+                logger.error("task_id=%s queue=%s attempt=%d worker_id=%s quarantined as dtq.CorruptRecord "
+                             "(%s): %s", completion.row.task_id, completion.row.queue, completion.row.attempt,
+                             self.worker_id, status[1] or "task record unwritable", status[2])
+            elif status == "resent":
+                logger.info("task_id=%s attempt=%d worker_id=%s completion re-sent after a lost reply: already "
+                            "recorded", completion.row.task_id, completion.row.attempt, self.worker_id)
+            elif status == "fenced":
+                logger.warning("task_id=%s attempt=%d worker_id=%s result discarded: a newer attempt owns it",
+                               completion.row.task_id, completion.row.attempt, self.worker_id)
+            elif status in ("DEAD_LETTERED", "FAILED"):
+                # The one place a handler failure ends the task: say where it went and why.
+                logger.warning("task_id=%s queue=%s attempt=%d worker_id=%s %s: %s: %s",
+                               completion.row.task_id, completion.row.queue, completion.row.attempt,
+                               self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
+                               completion.error_class, completion.error_message[:200])
+        await self._pause_other_partitions(batch, statuses)
+        self.processed += len(batch)
+        if self.max_tasks is not None and self.processed >= self.max_tasks:
+            self.request_stop()
 
     async def _pause_other_partitions(self, batch: list[Completion], statuses: list[Any]) -> None:
         """A handler's RateLimited(scope="queue") paused its own partition (completeTasks); the

@@ -55,12 +55,19 @@ class Row:
     # When the claim reached this worker (the worker's clock.monotonic(), given by WorkerStore).
     received_at: float = field(default_factory=time.monotonic)
     tag: str = ""  # its partition's tag, when the caller knows it (else read from the task id)
+    # A workflow's step: "<workflow id>|<step>|<parent result JSON>" from the claim ("" otherwise).
+    workflow: str = ""
 
     @classmethod
     def from_reply(cls, r: list[Any], received_at: float, tag: str) -> Row:
         return cls(entry_id=r[1], stream=r[2], task_id=r[3], attempt=int(r[4]), max_attempts=int(r[5]),
                    type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10],
-                   handler=r[11] if len(r) > 11 else "", received_at=received_at, tag=tag)
+                   handler=r[11] if len(r) > 11 else "", received_at=received_at, tag=tag,
+                   workflow=r[13] if len(r) > 13 else "")
+
+    @property
+    def workflow_id(self) -> str:
+        return self.workflow.split("|", 1)[0]
 
     @property
     def partition_tag(self) -> str:
@@ -237,6 +244,13 @@ class AttemptRunner:
         return _in_thread(ex, ex.handler.fn, payload)
 
     def _context(self, row: Row) -> registry.TaskContext:
+        if row.workflow:
+            wid, step, parent = row.workflow.split("|", 2)
+            return registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
+                                        queue=row.queue, type=row.type, worker_id=self.worker_id,
+                                        entry_id=row.entry_id, workflow_id=wid,
+                                        workflow_step=int(step) if step.isdigit() else -1,
+                                        parent_result=_parent(parent))
         return registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
                                     queue=row.queue, type=row.type, worker_id=self.worker_id,
                                     entry_id=row.entry_id)
@@ -344,3 +358,11 @@ def error_name(exc: BaseException) -> str:
         return "dtq_tasks.RateLimited"
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _parent(raw: str) -> Any:
+    """A workflow step's input, as its claim carries it (JSON); the text itself if it is not JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

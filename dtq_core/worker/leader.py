@@ -11,6 +11,9 @@ lock did. As the leader it
 - fires the periodic schedules that are due (periodic.py), probed in the lease pipeline of each
   round, so a schedule fires within one DTQ_SCHEDULER_INTERVAL_S of its tick and an idle leader
   sends nothing more.
+- re-drives workflow outbox entries left behind (a worker died between a step's end and its
+  workflow's advance, or the end came from a cancel, an expiry or a lost task): every
+  WORKFLOW_REDRIVE_EVERY_S, one ZRANGEBYSCORE per leased partition (worker/workflows.py).
 
 Every worker is a candidate; the key's TTL hands leadership over when its holder stops renewing,
 and the leases, renewed in the same pipeline, lapse with it.
@@ -25,11 +28,13 @@ from ..partitions import parse_registry
 from .periodic import PeriodicFirer
 from .reconcile import PartitionReconciler
 from .state import WorkerState
+from .workflows import WorkflowDriver
 
 logger = logging.getLogger("dtq.worker")
 
 PROMOTE_BATCH = 500  # what one claimDue call moves at most: a full batch means more may be due
 REGISTRY_EVERY_S = 1.0  # how often the leader reads the registry for partitions to lease
+WORKFLOW_REDRIVE_EVERY_S = 2.0  # how often the leader looks for workflow outbox entries left behind
 
 
 class LeaderLoop(WorkerState):
@@ -44,7 +49,7 @@ class LeaderLoop(WorkerState):
     _firer: PeriodicFirer | None = None
 
     async def _scheduler_loop(self) -> None:
-        last_stale_check = last_sweep = last_reconcile = 0.0
+        last_stale_check = last_sweep = last_reconcile = last_redrive = 0.0
         while not self._stopping:
             if await self._lead_once():
                 now = self.clock.monotonic()
@@ -57,6 +62,9 @@ class LeaderLoop(WorkerState):
                 if now - last_sweep > self.config.lost_task_sweep_every_s:
                     last_sweep = now
                     await self._lost_tasks_once()
+                if now - last_redrive > WORKFLOW_REDRIVE_EVERY_S:
+                    last_redrive = now
+                    await self._workflow_redrive_once()
             await self._pause(self.config.scheduler_interval_s)
 
     async def _lead_once(self) -> bool:
@@ -127,6 +135,20 @@ class LeaderLoop(WorkerState):
         if recovered > 0:
             logger.warning("worker_id=%s requeued %d running task(s) whose stream entry was lost",
                            self.worker_id, recovered)
+
+    async def _workflow_redrive_once(self) -> None:
+        """Advance the workflows of outbox entries older than a few seconds in the partitions this
+        leader holds (their worker died before advancing, or no worker saw the end)."""
+        driver = WorkflowDriver(self.store)
+        try:
+            stale = await driver.stale_entries(sorted(self.store.held_leases))
+            settled = await driver.drive(stale) if stale else 0
+        except Exception as exc:  # noqa: BLE001 - the entries stay; the next round tries again
+            logger.warning("worker_id=%s re-driving workflow outbox entries failed (%s: %s)", self.worker_id,
+                           type(exc).__name__, exc)
+            return
+        if settled:
+            logger.warning("worker_id=%s re-drove %d workflow outbox entr(ies) left behind", self.worker_id, settled)
 
     async def _reconcile_once(self) -> None:
         if self._reconciler is None or self._reconciler.store is not self.store:

@@ -27,6 +27,7 @@ LUA_TO_PYTHON = {
     "limits": ("limits", ()), "limits_rate": ("limits_rate", ()), "limits_held": ("limits_held", ()),
     "limits_groups": ("limits_groups", ()), "limits_waiting": ("limits_waiting", ()),
     "limits_gpause": ("limits_group_pause", ()),
+    "wf_outbox": ("wf_outbox", ()), "wf_outbox_due": ("wf_outbox_due", ()),
 }
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "ab12cd"
@@ -62,6 +63,8 @@ def test_lua_builds_a_partitions_keys_as_keys_py_names_them(redis_client: redis.
     assert lua["periodic_prefix"] + "report.nightly" == keys.periodic(TAG, "report.nightly")
     assert lua["periodic_tick_prefix"] + "report.nightly:1700000000000" == \
         keys.periodic_tick(TAG, "report.nightly", 1700000000000)
+    wid = f"{TAG}-w{'0' * 31}"
+    assert lua["wf_prefix"] + wid == keys.workflow(wid)
     assert (lua["events_channel"], lua["wake_channel"], lua["tag"]) == (keys.events(), keys.wake(), TAG)
 
 
@@ -72,7 +75,8 @@ def test_every_key_of_a_partition_is_in_its_slot() -> None:
     names += [keys.task(TASK_ID), keys.result(TASK_ID), keys.idem(TAG, "k"), keys.unique(TAG, "k"),
               keys.throughput(TAG, 1),
               keys.schedule_counts(TAG), keys.dlq_counts(TAG), *keys.streams(TAG, "q"),
-              keys.periodic(TAG, "a:b"), keys.periodic_tick(TAG, "a:b", 1)]
+              keys.periodic(TAG, "a:b"), keys.periodic_tick(TAG, "a:b", 1),
+              keys.workflow(f"{TAG}-w{'0' * 31}"), keys.workflow_part(f"{TAG}-w{'0' * 31}", "state")]
     assert {key_slot(n.encode()) for n in names} == {slot}
     assert key_slot(keys.audit().encode()) == key_slot(keys.audit_open().encode())
     assert len(PRIORITIES) == len(keys.streams(TAG, "q"))

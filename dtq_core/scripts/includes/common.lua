@@ -70,6 +70,7 @@ local function partition_keys(p)
           limits_groups = p .. 'limits:groups', limits_waiting = p .. 'limits:waiting',
           limits_wait_prefix = p .. 'limits:wait:', limits_grate_prefix = p .. 'limits:grate:',
           limits_gpause = p .. 'limits:gpause',
+          wf_outbox = p .. 'wf_outbox', wf_outbox_due = p .. 'wf_outbox:due', wf_prefix = p .. 'wf:',
           events_channel = global .. ':events', wake_channel = global .. ':wake'}
 end
 

@@ -31,7 +31,7 @@ local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
 -- needed retries): the common first-try success keeps the smallest record.
 local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'created_at', 'started_at', 'worker_id',
                        'result_truncated', 'result_null', 'last_error', 'errors', 'handler', 'periodic_name',
-                       'scheduled_for'}
+                       'scheduled_for', 'workflow_id', 'workflow_step'}
 local DJANGO_TYPES = {['django.task'] = true, ['django.atask'] = true}  -- queued before per-function types
 local RETAIN_FIELD = {}
 for _, name in ipairs(RETAIN_FIELDS) do RETAIN_FIELD[name] = true end
@@ -113,6 +113,21 @@ local function retain_trim(R, K, now_ms)
   end
 end
 
+-- A workflow's step ended (issue 23): its outbox entry, in the task's partition and in the script
+-- that ended it, so no crash can fall between the two. The result (or the error) is copied into it:
+-- retention may trim the record before the workflow is advanced (dtq_core/worker/workflows.py
+-- reads the entry, advances the workflow in its own slot and deletes the entry last).
+local function wf_outbox_add(K, tkey, task_id, wid, wstep, status, now_ms)
+  local r
+  if status == 'SUCCEEDED' then
+    r = rcall('GET', K.result_prefix .. task_id) or 'null'
+  else
+    r = rcall('HGET', tkey, 'last_error') or ''
+  end
+  rcall('HSET', K.wf_outbox, task_id, cjson.encode({w = wid, s = tonumber(wstep) or -1, st = status, r = r}))
+  rcall('ZADD', K.wf_outbox_due, now_ms, task_id)
+end
+
 -- The task just ended with status: write what the caller had to write (writes: HSET field/value
 -- pairs, status among them; nil when the caller wrote already) in the shape of its outcome, give
 -- the record the lifetime of its outcome and index it. t holds the RETAIN_FIELDS the caller read
@@ -126,6 +141,11 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
     -- A Django task's result reader rebuilds the call from its payload: kept whole.
     compact = not ((t.handler and t.handler ~= '') or DJANGO_TYPES[t.type])
   end
+  -- A workflow's step (issue 23): read before a compaction rewrites the record. A caller that
+  -- read the record (t) read workflow_id too, so a task of no workflow pays nothing here.
+  local wid = t and t.workflow_id
+  if wid == nil then wid = rcall('HGET', tkey, 'workflow_id') end
+  local wstep = wid and ((t and t.workflow_step) or rcall('HGET', tkey, 'workflow_step'))
   if compact then
     local v = {}
     for _, name in ipairs(RETAIN_FIELDS) do v[name] = t[name] end
@@ -155,6 +175,7 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
       R.failed_args[#R.failed_args + 1] = task_id
     end
   end
+  if wid then wf_outbox_add(K, tkey, task_id, wid, wstep, status, now_ms) end
   if not R.defer then retain_trim(R, K, now_ms) end
 end
 

@@ -1,0 +1,248 @@
+"""Workflows (issue 23): submit a chain/group tree, read one, list them, cancel one (audited).
+
+How a workflow runs (docs/tasks.md, "Workflows"): every step's task id is chosen at submit (each in
+a partition of its own queue); the workflow's keys live in one partition's slot (the first
+step's), named by the workflow id's tag. The steps with no dependency are created at submit; the
+rest by advances: a step's task ending writes an outbox entry in the task's own partition, in the
+script that ends it (retain_finish), and the worker that ended it (or the leader, for an entry
+left behind) advances the workflow in the workflow's slot (advanceWorkflow-1.lua), creates the
+steps that became ready under their pre-assigned ids (createSteps-1.lua: a repeat is a no-op),
+records them as created (startSteps-1.lua) and deletes the outbox entry last. Each step is
+idempotent, so a crash anywhere is repaired by running it again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+from typing import Any
+
+from ..clock import iso
+from ..errors import (
+    CancelRequested,
+    TaskNotFound,
+    TaskTerminal,
+    UnknownTaskType,
+    ValidationError,
+    WorkflowNotFound,
+    WorkflowTerminal,
+)
+from ..keys import is_workflow_id, tag_of, workflow_tag
+from ..replies import text_hash, text_list
+from ..submit import Submission
+from ..task import TERMINAL
+from ..workflow_spec import WorkflowSpec, leaves, parse
+from ..workflow_steps import CHUNK, Ready, create_calls, definition, new_workflow_id, start_calls
+from .audit import Actor, Audit
+from .plumbing import Noun, Plumbing
+from .tasks import Tasks
+
+logger = logging.getLogger("dtq.workflows")
+
+STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+MAX_LIMIT = 200
+# A step's state in the workflow (includes/workflow.lua) -> its status when its task record is gone.
+_STATE_STATUS = {"W": "WAITING", "S": "QUEUED", "D": "SUCCEEDED", "T": "FAILED", "F": "FAILED", "C": "CANCELLED"}
+_FINISHED_STATES = {"D", "T", "F"}
+
+
+class Workflows(Noun):
+    """Submit, read, list and cancel workflows."""
+
+    def __init__(self, plumbing: Plumbing, audit: Audit, tasks: Tasks) -> None:
+        super().__init__(plumbing)
+        self.audit = audit
+        self.tasks = tasks
+
+    # -- submit -------------------------------------------------------------------------------
+    def submit(self, spec: WorkflowSpec | dict[str, Any], *, request_id: str | None = None) -> str:
+        """Create a workflow and its first steps; return its id. ValidationError (with the field
+        path, e.g. "chain[2].type"), PayloadTooLarge, UnknownTaskType, QueueLimitReached."""
+        if not isinstance(spec, WorkflowSpec):
+            spec = parse(spec, self.config)
+        for step in spec.steps:
+            try:
+                self.tasks.check_type(step.submission.handler_name)
+            except UnknownTaskType as exc:
+                prefix = f"{step.path}." if step.path else ""
+                raise UnknownTaskType(f"{step.path}: {exc.message}" if step.path else exc.message,
+                                      field=f"{prefix}type") from None
+        placed: list[Submission] = []
+        for step in spec.steps:
+            s = step.submission
+            if request_id is not None:
+                s = Submission(type=s.type, payload_json=s.payload_json, queue=s.queue, priority=s.priority,
+                               delay_s=s.delay_s, ttl_s=s.ttl_s, max_attempts=s.max_attempts, timeout_s=s.timeout_s,
+                               idempotency_key=None, request_id=str(request_id)[:200], handler=s.handler,
+                               group_key=s.group_key)
+            placed.append(self.tasks.place(s)[0])
+        wid = new_workflow_id(tag_of(placed[0].task_id))
+        wkey = [self.keys.partition(workflow_tag(wid))]
+        now = self.clock.now_ms()
+        defs = [definition(step, placed[step.index]) for step in spec.steps]
+        entries = [[step.index, defs[step.index], len(step.depends_on)] for step in spec.steps]
+        root = json.dumps(spec.root, separators=(",", ":"))
+        total = len(spec.steps)
+        chunks = [entries[i:i + CHUNK] for i in range(0, len(entries), CHUNK)]
+        calls = [("createWorkflow", wkey, [wid, now, 0, total, "", json.dumps(chunk)]) for chunk in chunks[:-1]]
+        if calls:
+            self._run(calls)
+        self._run([("createWorkflow", wkey, [wid, now, 1, total, root, json.dumps(chunks[-1])])])
+        self.client.zadd(self.keys.workflows(), {wid: now})
+        roots = [Ready(wid, step.index, json.loads(defs[step.index]), "null") for step in spec.roots]
+        events = self.tasks.events.flag(self.client)
+        self._run(create_calls(self.keys, self.config, roots, now, events))
+        self._started(roots)
+        return wid
+
+    def _run(self, calls: builtins.list[tuple[str, builtins.list[str], builtins.list[object]]]) -> builtins.list[Any]:
+        replies = self.scripts.call_direct_many(calls) if calls else []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _started(self, ready: builtins.list[Ready]) -> None:
+        """Record steps as created; cancel their tasks when the workflow was cancelled meanwhile."""
+        for reply in self._run(start_calls(self.keys, ready)):
+            if isinstance(reply, list) and reply and reply[0] == "cancel":
+                for task_id in reply[1]:
+                    self._cancel_task(str(task_id))
+
+    def _cancel_task(self, task_id: str) -> bool:
+        try:
+            self.tasks._cancel(task_id)
+        except (TaskNotFound, TaskTerminal, CancelRequested):
+            return False
+        return True
+
+    # -- read ---------------------------------------------------------------------------------
+    def _meta(self, workflow_id: str) -> dict[str, str]:
+        if not is_workflow_id(workflow_id):
+            raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
+        meta = text_hash(self.client.hgetall(self.keys.workflow(workflow_id)))
+        if not meta.get("status"):
+            raise WorkflowNotFound(f"workflow {workflow_id!r} not found (it may have expired)",
+                                   workflow_id=workflow_id)
+        return meta
+
+    @staticmethod
+    def _summary(workflow_id: str, meta: dict[str, str]) -> dict[str, Any]:
+        total = int(meta.get("steps_total") or 0)
+        return {"id": workflow_id, "status": meta["status"], "created_at": iso(meta.get("created_at") or None),
+                "finished_at": iso(meta.get("finished_at") or None), "steps_total": total,
+                "steps_finished": int(meta.get("done") or 0)}
+
+    def get(self, workflow_id: str) -> dict[str, Any]:
+        """The workflow as the API shows it (docs/api.md): its status, tree, steps (each with
+        its task's id and status) and aggregate progress; WorkflowNotFound."""
+        meta = self._meta(workflow_id)
+        part = self.keys.workflow_part
+        pipe = self.client.pipeline(transaction=False)
+        for name in ("def", "state", "reason"):
+            pipe.hgetall(part(workflow_id, name))
+        defs_raw, states, reasons = pipe.execute()
+        total = int(meta.get("steps_total") or 0)
+        defs = [json.loads(defs_raw[str(i)]) for i in range(total)]
+        created = [i for i in range(total) if states.get(str(i), "W") not in ("W",)]
+        pipe = self.client.pipeline(transaction=False)
+        for i in created:
+            pipe.hmget(self.keys.task(defs[i]["t"]), ["status", "progress_done", "progress_total"])
+        records = dict(zip(created, pipe.execute(), strict=True)) if created else {}
+        steps, progress_sum = [], 0.0
+        for i, d in enumerate(defs):
+            state = states.get(str(i), "W")
+            status, done, ptotal = records.get(i, (None, None, None))
+            step_progress = None
+            if ptotal is not None or done is not None:
+                step_progress = {"done": _float(done), "total": _float(ptotal) or None}
+            if state in _FINISHED_STATES or status in TERMINAL:
+                progress_sum += 1.0
+            elif status == "RUNNING" and step_progress and step_progress["total"]:
+                progress_sum += min(1.0, float(step_progress["done"] or 0) / float(step_progress["total"]))
+            steps.append({"index": i, "type": d["x"]["type"], "queue": d["x"]["queue"],
+                          "priority": d["x"]["priority"], "task_id": d["t"],
+                          "status": status or _STATE_STATUS.get(state, "WAITING"), "depends_on": leaves(d["i"]),
+                          "cancel_reason": reasons.get(str(i)) if state == "C" else None,
+                          "progress": step_progress})
+        out = self._summary(workflow_id, meta)
+        out["progress"] = {"done": progress_sum, "total": float(total),
+                           "fraction": round(progress_sum / total, 4) if total else 0.0}
+        out["root"] = json.loads(meta.get("root") or "null")
+        out["steps"] = steps
+        return out
+
+    def list(self, *, status: str | None = None, cursor: str | None = None, limit: int = 50
+             ) -> tuple[builtins.list[dict[str, Any]], str | None]:
+        """Workflows, newest first: (rows without steps and tree, the next page's cursor or None).
+        The cursor is opaque (an offset in the index)."""
+        if status is not None and status not in STATUSES:
+            raise ValidationError(f"status must be one of {', '.join(STATUSES)}", field="status")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ValidationError(f"limit must be a whole number from 1 to {MAX_LIMIT}", field="limit")
+        try:
+            offset = int(cursor) if cursor else 0
+            if offset < 0:
+                raise ValueError
+        except ValueError:
+            raise ValidationError("cursor is not one this API returned", field="cursor") from None
+        rows: builtins.list[dict[str, Any]] = []
+        index = self.keys.workflows()
+        scan = max(limit, 100)
+        for _ in range(20):  # a filter reads at most 20 slices of the index per page
+            ids = text_list(self.client.zrevrange(index, offset, offset + scan - 1))
+            if not ids:
+                return rows, None
+            pipe = self.client.pipeline(transaction=False)
+            for wid in ids:
+                pipe.hmget(self.keys.workflow(wid), ["status", "created_at", "finished_at", "steps_total", "done"])
+            gone = []
+            for n, (wid, values) in enumerate(zip(ids, pipe.execute(), strict=True)):
+                if values[0] is None:
+                    gone.append(wid)
+                    continue
+                if status is None or values[0] == status:
+                    meta = dict(zip(["status", "created_at", "finished_at", "steps_total", "done"], values,
+                                    strict=True))
+                    rows.append(self._summary(wid, {k: v for k, v in meta.items() if v is not None}))
+                    if len(rows) == limit:
+                        if gone:
+                            self.client.zrem(index, *gone)
+                        return rows, str(offset + n + 1 - len(gone))
+            if gone:
+                self.client.zrem(index, *gone)  # expired workflows leave the index
+            offset += len(ids) - len(gone)
+            if len(ids) < scan:
+                return rows, None
+        return rows, str(offset)
+
+    # -- cancel -------------------------------------------------------------------------------
+    def cancel(self, workflow_id: str, actor: Actor) -> dict[str, Any]:
+        """Cancel a workflow, audited "workflow.cancel": steps not created yet are cancelled, the
+        tasks of created ones cancelled through the task cancel path. WorkflowNotFound;
+        WorkflowTerminal when it is SUCCEEDED, FAILED or CANCELLED already."""
+        meta = self._meta(workflow_id)
+        if meta["status"] != "RUNNING":
+            raise WorkflowTerminal(f"workflow {workflow_id} is already {meta['status']}",
+                                   workflow_id=workflow_id, status=meta["status"])
+        with self.audit.operation(actor, "workflow.cancel", f"workflow:{workflow_id}",
+                                  selected=int(meta.get("steps_total") or 0),
+                                  selection={"workflow_id": workflow_id}) as op:
+            now = self.clock.now_ms()
+            reply = self.scripts("cancelWorkflow", keys=[self.keys.partition(workflow_tag(workflow_id))],
+                                 args=[workflow_id, now, self.config.task_retention_s * 1000])
+            if int(reply[0]) == -1:
+                raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
+            if int(reply[0]) == -2:
+                raise WorkflowTerminal(f"workflow {workflow_id} is already {reply[1]}", workflow_id=workflow_id,
+                                       status=str(reply[1]))
+            op.done = sum(1 for task_id in reply[1] if self._cancel_task(str(task_id))) or 1
+        return self.get(workflow_id)
+
+
+def _float(value: str | None) -> float:
+    try:
+        return float(value) if value not in (None, "") else 0.0
+    except ValueError:
+        return 0.0

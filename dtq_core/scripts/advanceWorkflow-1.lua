@@ -1,0 +1,134 @@
+--[[
+  Advance a workflow by one ended step, idempotently: whatever a crash repeats, a step is marked
+  finished once, each of its successors counted down once, and the workflow's status decided
+  here, in its own slot. Returns the successors now ready (every dependency finished, not created
+  yet) with their input; a repeat returns them again, and the caller's fixed-id creation
+  (createSteps) makes a second creation a no-op: so a group's `then` starts exactly once even when
+  its last two members finish at once on two workers.
+  An untolerated failure (FAILED, DEAD_LETTERED, CANCELLED, EXPIRED) marks the step F, fails the
+  workflow and cancels (state C, with the reason) every step that depends on it, directly or not.
+  The same task succeeding later (a DLQ retry) turns F into D, counts its successors down, and
+  reopens the workflow (FAILED -> RUNNING) once no failure is left: the cancelled steps become
+  ready as their dependencies finish.
+  Input:
+    KEYS[1] the workflow's partition key prefix
+    ARGV[1] workflow id  ARGV[2] step index  ARGV[3] task id  ARGV[4] the task's final status
+    ARGV[5] its result JSON (SUCCEEDED) or its last error ("class: message")
+    ARGV[6] now (ms)  ARGV[7] how long a finished workflow is kept (ms)
+  Output:
+    {'missing'} no such workflow (expired); {'stale'} the step runs under another task id;
+    {'ok', workflow status, ready} ready: a list of {index, definition JSON, input JSON}
+]]
+-- #include common
+-- #include workflow
+local K = partition_keys(KEYS[1])
+local wid, idx, task_id, tstatus, r, now_ms, keep_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local W = wf_keys(K, wid)
+local w = read_task(W.w, 'status', 'steps_total', 'done', 'failed')
+if not w.status then return {'missing'} end
+local raw = rcall('HGET', W.def, idx)
+if not raw then return {'missing'} end
+local def = cjson.decode(raw)
+if def.t ~= task_id then return {'stale'} end
+local cur = rcall('HGET', W.state, idx) or 'W'
+local status, done, failed = w.status, tonumber(w.done), tonumber(w.failed)
+
+local function error_json(text)
+  local class, message = string.match(text, '^([^:]*): (.*)$')
+  if not class then class, message = tstatus, text end
+  return cjson.encode({error = {class = class, message = message, status = tstatus}})
+end
+
+-- The input of a step: its expression (a step index, or a list of expressions) with each index
+-- replaced by that step's result, built as text (results are JSON already).
+local function input_json(expr)
+  if type(expr) ~= 'number' and type(expr) ~= 'table' then return 'null' end
+  local idxs = {}
+  local function gather(e)
+    if type(e) == 'number' then idxs[#idxs + 1] = e else for _, x in ipairs(e) do gather(x) end end
+  end
+  gather(expr)
+  local vals = {}
+  for i = 1, #idxs, 1000 do
+    local chunk = {}
+    for j = i, math.min(i + 999, #idxs) do chunk[#chunk + 1] = idxs[j] end
+    local got = rcall('HMGET', W.result, unpack(chunk))
+    for j = 1, #chunk do vals[chunk[j]] = got[j] end
+  end
+  local function build(e)
+    if type(e) == 'number' then return vals[e] or 'null' end
+    local parts = {}
+    for k, x in ipairs(e) do parts[k] = build(x) end
+    return '[' .. table.concat(parts, ',') .. ']'
+  end
+  return build(expr)
+end
+
+local candidates = {}
+local finished = cur == 'D' or cur == 'T'
+if tstatus == 'SUCCEEDED' or (def.tol == 1 and status ~= 'CANCELLED') then
+  if not finished then
+    local new = tstatus == 'SUCCEEDED' and 'D' or 'T'
+    rcall('HSET', W.state, idx, new)
+    rcall('HSET', W.result, idx, new == 'D' and r or error_json(r))
+    rcall('HDEL', W.reason, idx)
+    done = done + 1
+    if cur == 'F' then failed = failed - 1 end
+    for _, s in ipairs(def.succ) do rcall('HINCRBY', W.pending, s, -1) end
+  end
+  candidates = def.succ
+elseif not finished and cur ~= 'F' and cur ~= 'C' then
+  if status == 'CANCELLED' then
+    rcall('HSET', W.state, idx, 'C')
+    rcall('HSET', W.reason, idx, 'workflow cancelled')
+  else
+    rcall('HSET', W.state, idx, 'F')
+    rcall('HSET', W.reason, idx, string.format('task %s ended %s%s', task_id, tstatus, r ~= '' and (': ' .. r) or ''))
+    failed = failed + 1
+    if status == 'RUNNING' then
+      status = 'FAILED'
+      rcall('HSET', W.w, 'status', status, 'finished_at', now_ms, 'failed_step', idx)
+      wf_expire(W, keep_ms)
+    end
+    -- Everything downstream of it cannot run: cancelled, saying why (a DLQ retry undoes this).
+    local why = string.format('step %s (task %s) ended %s', idx, task_id, tstatus)
+    local todo, seen = {}, {}
+    for _, s in ipairs(def.succ) do todo[#todo + 1] = s end
+    while #todo > 0 do
+      local s = table.remove(todo)
+      if not seen[s] then
+        seen[s] = true
+        if (rcall('HGET', W.state, s) or 'W') == 'W' then
+          rcall('HSET', W.state, s, 'C')
+          rcall('HSET', W.reason, s, why)
+          for _, n in ipairs(cjson.decode(rcall('HGET', W.def, s)).succ) do todo[#todo + 1] = n end
+        end
+      end
+    end
+  end
+end
+
+if status == 'FAILED' and failed <= 0 then  -- a DLQ retry succeeded: the workflow goes on
+  status = 'RUNNING'
+  rcall('HSET', W.w, 'status', status)
+  rcall('HDEL', W.w, 'finished_at', 'failed_step')
+  wf_persist(W)
+end
+if status == 'RUNNING' and done >= tonumber(w.steps_total) then
+  status = 'SUCCEEDED'
+  rcall('HSET', W.w, 'status', status, 'finished_at', now_ms)
+  wf_expire(W, keep_ms)
+end
+rcall('HSET', W.w, 'done', done, 'failed', failed, 'updated_at', now_ms)
+
+local ready = {}
+if status == 'RUNNING' or status == 'FAILED' then
+  for _, s in ipairs(candidates) do
+    local st = rcall('HGET', W.state, s) or 'W'
+    if (st == 'W' or st == 'C') and tonumber(rcall('HGET', W.pending, s) or '0') <= 0 then
+      local sraw = rcall('HGET', W.def, s)
+      ready[#ready + 1] = {s, sraw, input_json(cjson.decode(sraw).i)}
+    end
+  end
+end
+return {'ok', status, ready}

@@ -1,0 +1,77 @@
+"""Handlers real worker processes load through DTQ_TASK_MODULES=tests.workflows.handlers. Each
+records what it ran with in a log under the test's key prefix (a hash task id -> runs, a list of
+the inputs it received), so a test can tell a duplicate execution from a redelivered attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+from typing import Any
+
+import dtq_tasks
+from dtq_core.conf import get_engine
+
+
+def log_key(name: str) -> str:
+    return f"{get_engine().keys.prefix}:testlog:{name}"
+
+
+def _record(kind: str) -> dtq_tasks.TaskContext:
+    ctx = dtq_tasks.current_task()
+    assert ctx is not None
+    pipe = get_engine().client.pipeline(transaction=False)
+    pipe.hincrby(log_key("execs"), ctx.task_id, 1)
+    pipe.rpush(log_key(kind), json.dumps({"task_id": ctx.task_id, "step": ctx.workflow_step,
+                                          "workflow_id": ctx.workflow_id, "parent": ctx.parent_result}))
+    pipe.execute()
+    return ctx
+
+
+@dtq_tasks.task("wf.inc")
+def inc(payload: dict[str, Any]) -> int:
+    """A chain step: its predecessor's result (0 for the first) plus n."""
+    ctx = _record("inc")
+    return int(ctx.parent_result or 0) + int(payload.get("n", 1))
+
+
+@dtq_tasks.task("wf.num")
+async def num(payload: dict[str, Any]) -> int:
+    """A group member: returns n, after an optional random pause; may SIGKILL its own worker
+    (kill_rate: the chance per run, while the flag key `kill` exists)."""
+    _record("num")
+    if payload.get("pause"):
+        await asyncio.sleep(random.uniform(0, float(payload["pause"])))
+    if payload.get("kill_rate") and get_engine().client.exists(log_key("kill")) and \
+            random.random() < float(payload["kill_rate"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return int(payload["n"])
+
+
+@dtq_tasks.task("wf.sum")
+def total(payload: dict[str, Any]) -> int:
+    """A group's `then`: the sum of its members' results."""
+    ctx = _record("sum")
+    return sum(int(v) for v in ctx.parent_result)
+
+
+@dtq_tasks.task("wf.gate")
+def gate(payload: dict[str, Any]) -> int:
+    """Fails until the test sets the key `open` (then passes its input on, plus n)."""
+    ctx = _record("gate")
+    if not get_engine().client.exists(log_key("open")):
+        raise ValueError("the gate is closed")
+    return int(ctx.parent_result or 0) + int(payload.get("n", 1))
+
+
+@dtq_tasks.task("wf.slow")
+async def slow(payload: dict[str, Any]) -> None:
+    _record("slow")
+    await asyncio.sleep(float(payload.get("seconds", 30)))
+
+
+@dtq_tasks.task("wf.echo_parent")
+def echo_parent(payload: dict[str, Any]) -> Any:
+    return _record("echo").parent_result

@@ -1,0 +1,182 @@
+"""The advance scripts on a real redis-server, without workers: a step's end is applied once
+however often a crash repeats its advance, and a group's callback is created exactly once even
+when its last two members' advances run at the same moment in two processes' threads."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from dtq_core.engine import Engine
+from dtq_core.errors import ValidationError, WorkflowNotFound
+from dtq_core.keys import tag_of
+from dtq_core.workflow_steps import advance_call, create_calls, ready_of, start_calls
+
+
+def _submit(engine: Engine, spec: dict[str, Any]) -> tuple[str, list[str]]:
+    wid = engine.workflows.submit(spec)
+    return wid, [s["task_id"] for s in engine.workflows.get(wid)["steps"]]
+
+
+def _advance(engine: Engine, wid: str, step: int, task_id: str, status: str = "SUCCEEDED", r: str = "1") -> Any:
+    name, keys, args = advance_call(engine.keys, engine.config, task_id, {"w": wid, "s": step, "st": status, "r": r},
+                                    engine.clock.now_ms())
+    return engine.scripts(name, keys=[keys[0]], args=args)
+
+
+def _create(engine: Engine, wid: str, reply: Any) -> list[str]:
+    """What a driver does with an advance's reply: create the ready steps, record them started.
+    Returns createSteps' answers ('created' / 'exists')."""
+    ready = ready_of(wid, reply)[1]
+    out = []
+    for name, keys, args in create_calls(engine.keys, engine.config, ready, engine.clock.now_ms(), 0):
+        out += engine.scripts(name, keys=[keys[0]], args=args)
+    for name, keys, args in start_calls(engine.keys, ready):
+        engine.scripts(name, keys=[keys[0]], args=args)
+    return out
+
+
+def test_an_advance_repeated_after_a_crash_changes_nothing_twice(engine: Engine) -> None:
+    wid, ids = _submit(engine, {"group": [{"type": "t.a"}, {"type": "t.b"}], "then": {"type": "t.sum"}})
+    first = _advance(engine, wid, 0, ids[0], r="2")
+    assert first == ["ok", "RUNNING", []]
+    assert _advance(engine, wid, 0, ids[0], r="2") == ["ok", "RUNNING", []]  # repeated: counted once
+    second = _advance(engine, wid, 1, ids[1], r="3")
+    (ready,) = ready_of(wid, second)[1]
+    assert (ready.index, ready.input_json, ready.task_id) == (2, "[2,3]", ids[2])
+    # A crash before the callback was created: the re-driven advance of either member names it again...
+    again = _advance(engine, wid, 0, ids[0], r="2")
+    assert [r.index for r in ready_of(wid, again)[1]] == [2]
+    # ...and creating it twice creates it once.
+    assert _create(engine, wid, second) == ["created"]
+    assert _create(engine, wid, again) == ["exists"]
+    assert engine.tasks.get(ids[2])["status"] == "QUEUED"
+    # Once recorded as created, no repeat names it.
+    assert _advance(engine, wid, 1, ids[1], r="3") == ["ok", "RUNNING", []]
+    wf = engine.workflows.get(wid)
+    assert wf["steps_finished"] == 2 and wf["status"] == "RUNNING"
+    assert engine.tasks.get(ids[2])["workflow_id"] == wid
+
+
+def test_the_last_two_members_finishing_at_once_start_the_callback_once(engine: Engine) -> None:
+    # Two threads, each the driver of one member's end (advance, create, record), released together,
+    # over many workflows: the callback's task is created once per workflow, never twice or not at all.
+    runs = 40
+    workflows = [_submit(engine, {"group": [{"type": "t.a"}, {"type": "t.b"}], "then": {"type": "t.sum"}})
+                 for _ in range(runs)]
+    created: list[list[str]] = [[] for _ in range(runs)]
+    barrier = threading.Barrier(2)
+
+    def member(step: int) -> None:
+        for n, (wid, ids) in enumerate(workflows):
+            barrier.wait()
+            reply = _advance(engine, wid, step, ids[step], r=str(step + 1))
+            created[n] += _create(engine, wid, reply)
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for n, (_wid, ids) in enumerate(workflows):
+        assert created[n].count("created") == 1, created[n]
+        record = engine.tasks.record(ids[2])[0]
+        assert record["parent_result"] == "[1,2]"
+    entries = sum(engine.client.xlen(s) for s in engine.keys.streams(tag_of(workflows[0][1][2]), "default"))
+    assert entries == 2 * runs + runs  # each workflow's two members and one callback
+
+
+def test_a_failure_cancels_what_depends_on_it_and_its_success_resumes(engine: Engine) -> None:
+    wid, ids = _submit(engine, {"chain": [{"type": "t.a"}, {"type": "t.b"},
+                                          {"group": [{"type": "t.c"}, {"type": "t.d"}], "then": {"type": "t.e"}}]})
+    _create(engine, wid, _advance(engine, wid, 0, ids[0], r='"a"'))
+    assert _advance(engine, wid, 1, ids[1], "DEAD_LETTERED", "ValueError: boom") == ["ok", "FAILED", []]
+    wf = engine.workflows.get(wid)
+    assert wf["status"] == "FAILED" and wf["finished_at"] is not None
+    assert [s["status"] for s in wf["steps"][2:]] == ["CANCELLED"] * 3
+    assert {s["cancel_reason"] for s in wf["steps"][2:]} == {f"step 1 (task {ids[1]}) ended DEAD_LETTERED"}
+    # The same task succeeding later (a DLQ retry): the workflow reopens, the cancelled steps run.
+    reply = _advance(engine, wid, 1, ids[1], r='"b"')
+    assert reply[1] == "RUNNING" and [r.index for r in ready_of(wid, reply)[1]] == [2, 3]
+    assert {r.input_json for r in ready_of(wid, reply)[1]} == {'"b"'}
+    assert engine.workflows.get(wid)["finished_at"] is None
+
+
+def test_a_tolerated_failure_gives_the_callback_the_error_in_its_place(engine: Engine) -> None:
+    wid, ids = _submit(engine, {"group": [{"type": "t.a"}, {"type": "t.b"}], "then": {"type": "t.sum"},
+                                "tolerate_failures": True})
+    _advance(engine, wid, 0, ids[0], "DEAD_LETTERED", "ValueError: boom")
+    (ready,) = ready_of(wid, _advance(engine, wid, 1, ids[1], r="5"))[1]
+    assert json.loads(ready.input_json) == [
+        {"error": {"class": "ValueError", "message": "boom", "status": "DEAD_LETTERED"}}, 5]
+    assert engine.workflows.get(wid)["status"] == "RUNNING"
+
+
+def test_an_advance_for_another_task_or_a_missing_workflow_is_dropped(engine: Engine) -> None:
+    wid, ids = _submit(engine, {"chain": [{"type": "t.a"}, {"type": "t.b"}]})
+    assert _advance(engine, wid, 0, ids[1]) == ["stale"]
+    gone = wid[:-3] + "abc"
+    assert _advance(engine, gone, 0, ids[0]) == ["missing"]
+    with pytest.raises(WorkflowNotFound):
+        engine.workflows.get(gone)
+    with pytest.raises(WorkflowNotFound):
+        engine.workflows.get(ids[0])  # a task id is not a workflow id
+
+
+def test_the_submit_creates_only_the_steps_without_dependencies(engine: Engine) -> None:
+    wid, ids = _submit(engine, {"chain": [{"group": [{"type": "t.a"}, {"type": "t.b", "queue": "other"}]},
+                                          {"type": "t.c"}]})
+    wf = engine.workflows.get(wid)
+    assert [s["status"] for s in wf["steps"]] == ["QUEUED", "QUEUED", "WAITING"]
+    assert wf["steps"][2]["depends_on"] == [0, 1]
+    assert wf["root"] == {"kind": "chain", "children": [
+        {"kind": "group", "children": [{"kind": "step", "index": 0}, {"kind": "step", "index": 1}],
+         "then": None, "tolerate_failures": False}, {"kind": "step", "index": 2}]}
+    assert wid.startswith(tag_of(ids[0]) + "-w")
+    rows, cursor = engine.workflows.list()
+    assert [r["id"] for r in rows] == [wid] and cursor is None
+    assert engine.workflows.list(status="SUCCEEDED") == ([], None)
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"chain": []}, "chain"),
+    ({"chain": [{"type": "t.a"}, {"type": "bad type"}]}, "chain[1].type"),
+    ({"chain": [{"type": "t.a", "payload": {"x": float("nan")}}]}, "chain[0].payload"),
+    ({"group": [{"type": "t.a"}], "then": {"type": "t.b", "queue": "Bad!"}}, "then.queue"),
+    ({"chain": [{"group": [{"type": "t.a", "priority": "urgent"}]}]}, "chain[0].group[0].priority"),
+    ({"chain": [{"type": "t.a", "colour": "red"}]}, "chain[0].colour"),
+    ({"group": [{"type": "t.a"}], "tolerate_failures": "yes"}, "tolerate_failures"),
+    ({"chain": "t.a"}, "chain"),
+    ({"chain": [{"payload": {}}]}, "chain[0].type"),
+])
+def test_a_malformed_workflow_is_refused_naming_the_field(engine: Engine, spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        engine.workflows.submit(spec)
+    assert caught.value.field == field
+
+
+def test_limits_on_size_and_depth(engine: Engine) -> None:
+    deep: dict[str, Any] = {"type": "t.a"}
+    for _ in range(40):
+        deep = {"chain": [deep]}
+    with pytest.raises(ValidationError, match="32 levels"):
+        engine.workflows.submit(deep)
+    with pytest.raises(ValidationError, match="at most 10000 steps"):
+        engine.workflows.submit({"group": [{"type": "t.a"}] * 10001})
+
+
+def test_an_input_larger_than_the_payload_limit_is_cut_like_a_result(config: Any) -> None:
+    import dataclasses
+
+    engine = Engine(dataclasses.replace(config, payload_max_bytes=100))
+    wid, ids = _submit(engine, {"group": [{"type": "t.a"}, {"type": "t.b"}], "then": {"type": "t.sum"}})
+    _advance(engine, wid, 0, ids[0], r=json.dumps("x" * 80))
+    reply = _advance(engine, wid, 1, ids[1], r=json.dumps("y" * 80))
+    assert _create(engine, wid, reply) == ["created"]
+    record = engine.tasks.record(ids[2])[0]
+    assert record["parent_result_truncated"] == "1"
+    head = json.loads(record["parent_result"])
+    assert isinstance(head, str) and head.startswith('["xxx') and len(record["parent_result"].encode()) <= 100

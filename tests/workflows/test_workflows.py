@@ -1,0 +1,112 @@
+"""Workflows run by real worker processes on a real redis-server (issue 23): results flow along a
+chain, a group's callback sums its members, a failure dead-letters and cancels what depends on
+it, a DLQ retry resumes, a cancel stops a running workflow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis
+
+import dtq_tasks
+from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq_selection import DlqSelection
+
+from ..conftest import WorkerProcess, wait_for
+from .support import env, execs, flag, log
+
+pytestmark = pytest.mark.slow
+
+
+def _status(engine: Engine, wid: str) -> str:
+    return str(engine.workflows.get(wid)["status"])
+
+
+def test_a_chain_of_five_passes_each_result_to_the_next(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("--name", "a", "--queues", "wf", **env())
+    wid = engine.workflows.submit(dtq_tasks.chain(*[dtq_tasks.step("wf.inc", {"n": n}, queue="wf")
+                                                    for n in (1, 2, 3, 4, 5)]).to_dict())
+    wait_for(lambda: _status(engine, wid) == "SUCCEEDED", timeout=30, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert wf["steps_total"] == wf["steps_finished"] == 5
+    assert [s["status"] for s in wf["steps"]] == ["SUCCEEDED"] * 5
+    assert [s["depends_on"] for s in wf["steps"]] == [[], [0], [1], [2], [3]]
+    assert wf["finished_at"] is not None and wf["progress"]["fraction"] == 1.0
+    # Each step received its predecessor's result: 1, 1+2, 1+2+3, ...
+    runs = sorted(log(redis_client, engine.keys, "inc"), key=lambda r: r["step"])
+    assert [r["parent"] for r in runs] == [None, 1, 3, 6, 10]
+    assert {r["workflow_id"] for r in runs} == {wid}
+    last = engine.tasks.get(wf["steps"][4]["task_id"])
+    assert last["result"] == 15 and last["workflow_id"] == wid and last["workflow_step"] == 4
+    assert all(execs(redis_client, engine.keys, s["task_id"]) == 1 for s in wf["steps"])
+    # Nothing left to advance.
+    tags = {s["task_id"].split("-")[0] for s in wf["steps"]}
+    assert all(redis_client.hlen(engine.keys.wf_outbox(tag)) == 0 for tag in tags)
+
+
+def test_a_failing_middle_step_cancels_its_successors_and_a_dlq_retry_resumes(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("--name", "a", "--queues", "wf", **env())
+    wid = engine.workflows.submit({"chain": [
+        {"type": "wf.inc", "payload": {"n": 1}, "queue": "wf"},
+        {"type": "wf.gate", "payload": {"n": 10}, "queue": "wf", "max_attempts": 1},
+        {"type": "wf.inc", "payload": {"n": 100}, "queue": "wf"},
+        {"type": "wf.inc", "payload": {"n": 1000}, "queue": "wf"},
+    ]})
+    wait_for(lambda: _status(engine, wid) == "FAILED", timeout=30, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert [s["status"] for s in wf["steps"]] == ["SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "CANCELLED"]
+    gate_task = wf["steps"][1]["task_id"]
+    for step in wf["steps"][2:]:
+        assert f"step 1 (task {gate_task}) ended DEAD_LETTERED" in step["cancel_reason"]
+    assert wf["finished_at"] is not None
+    # Retrying the dead letter resumes the workflow where it stopped.
+    flag(redis_client, engine.keys, "open")
+    dead = engine.tasks.get(gate_task)
+    assert engine.dlq.retry(DlqSelection(ids=(dead["dlq_entry_id"],)), Actor(name="user:test", source="cli")) == 1
+    wait_for(lambda: _status(engine, wid) == "SUCCEEDED", timeout=30, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert [s["status"] for s in wf["steps"]] == ["SUCCEEDED"] * 4
+    assert all(s["cancel_reason"] is None for s in wf["steps"])
+    assert engine.tasks.get(wf["steps"][3]["task_id"])["result"] == 1111
+    assert wf["finished_at"] is not None
+
+
+def test_cancelling_a_running_workflow_stops_its_steps(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("--name", "a", "--queues", "wf", **env())
+    wid = engine.workflows.submit({"chain": [
+        {"type": "wf.inc", "queue": "wf"},
+        {"group": [{"type": "wf.slow", "payload": {"seconds": 60}, "queue": "wf"} for _ in range(2)],
+         "then": {"type": "wf.inc", "queue": "wf"}},
+    ]})
+    wait_for(lambda: len(log(redis_client, engine.keys, "slow")) == 2, timeout=30, message=worker.output)
+    wf = engine.workflows.cancel(wid, Actor(name="user:test", source="cli"))
+    assert wf["status"] == "CANCELLED"
+    wait_for(lambda: [s["status"] for s in engine.workflows.get(wid)["steps"]]
+             == ["SUCCEEDED", "CANCELLED", "CANCELLED", "CANCELLED"], timeout=20, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert wf["steps"][3]["cancel_reason"] == "workflow cancelled"
+    assert execs(redis_client, engine.keys, wf["steps"][3]["task_id"]) == 0  # the callback never ran
+    (entry,) = engine.audit.list(action="workflow.cancel").items
+    assert entry["target"] == f"workflow:{wid}" and entry["actor"] == "user:test"
+
+
+def test_steps_on_queues_in_other_slots_advance_across_them(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Each queue's partition has a tag (a hash slot of its own on a cluster); the workflow's keys are
+    # in the first step's. A chain into a group across three queues, then a callback on a fourth.
+    worker = start_worker("--name", "a", "--queues", "wfa,wfb,wfc,wfd", **env())
+    first = dtq_tasks.step("wf.inc", {"n": 2}, queue="wfa")
+    members = [dtq_tasks.step("wf.inc", {"n": n}, queue=q) for n, q in ((10, "wfb"), (20, "wfc"), (30, "wfb"))]
+    wid = dtq_tasks.chain(first, dtq_tasks.group(members, then=dtq_tasks.step("wf.sum", queue="wfd"))).enqueue()
+    wait_for(lambda: _status(engine, wid) == "SUCCEEDED", timeout=30, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert len({s["task_id"].split("-")[0] for s in wf["steps"]}) == 4  # four partitions
+    assert wid.split("-")[0] == wf["steps"][0]["task_id"].split("-")[0]
+    (summed,) = log(redis_client, engine.keys, "sum")
+    assert summed["parent"] == [12, 22, 32]
+    assert engine.tasks.get(wf["steps"][4]["task_id"])["result"] == 66
