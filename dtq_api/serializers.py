@@ -207,6 +207,9 @@ class TaskSerializer(serializers.Serializer):
     result = serializers.JSONField(required=False)
     periodic_name = serializers.CharField(required=False, help_text="the periodic task that fired it")
     scheduled_for = serializers.DateTimeField(required=False, help_text="the tick it was fired for (UTC)")
+    progress = serializers.JSONField(
+        required=False, help_text='what its handler last reported (ctx.progress): {"done", "total" (null: unknown), '
+                                  '"fraction" (null without a total), "message", "updated_at"}')
 
 
 class BatchResultsSerializer(serializers.Serializer):

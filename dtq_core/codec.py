@@ -130,6 +130,8 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     if fields.get("workflow_id"):  # a step of a workflow (docs/tasks.md, "Workflows")
         out["workflow_id"] = fields["workflow_id"]
         out["workflow_step"] = int(fields["workflow_step"]) if fields.get("workflow_step", "").isdigit() else None
+    if fields.get("progress_done"):  # its handler reported progress (docs/tasks.md, "Progress")
+        out["progress"] = progress_view(fields)
     if fields.get("handler"):  # run by another type's handler (Django tasks: django.task / django.atask)
         out["handler"] = fields["handler"]
     # What became of its dead letter: an operator's discard or retry, or the DLQ cap's trim.
@@ -139,6 +141,15 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     if result is not None:
         out["result"] = _json_or_raw(result)
     return out
+
+
+def progress_view(fields: dict[str, str]) -> dict[str, Any]:
+    """A record's progress fields as the API shows them: {"done", "total", "fraction", "message",
+    "updated_at"}; fraction is done/total capped at 1 (None when the total is unknown)."""
+    done = _num(fields.get("progress_done")) or 0
+    total = _num(fields.get("progress_total"))
+    return {"done": done, "total": total, "fraction": min(1.0, done / total) if total else None,
+            "message": fields.get("progress_message") or "", "updated_at": iso(fields.get("progress_at") or None)}
 
 
 def _json_or_raw(raw: str | None) -> Any:

@@ -59,6 +59,9 @@ class DtqConfig:
     payload_max_bytes: int = 1048576
     # Most steps one workflow may have (dtq_core/workflow_spec.py).
     workflow_max_steps: int = 10000
+    # A running task's ctx.progress() is written at most once per this many seconds (the latest
+    # value wins): a handler's tight loop cannot flood Redis or the console (worker/progress.py).
+    progress_min_interval_s: float = 0.5
     api_key: str = ""
     # Destructive API calls with no key and no staff session: refused unless explicitly turned on.
     allow_anonymous_admin: bool = False

@@ -8,9 +8,10 @@ import inspect
 import os
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .progress import Report, checked
 from .submit import MAX_DELAY_S
 
 Handler = Callable[[Any], Any]
@@ -74,6 +75,18 @@ class TaskContext:
     workflow_id: str = ""
     workflow_step: int = -1
     parent_result: Any = None
+    # Where progress() leaves its reports: the worker's ProgressReporter (None outside a worker).
+    reporter: Any = field(default=None, repr=False, compare=False)
+
+    def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        """Say how far this attempt got: `done` of `total` (None: unknown), with a short message
+        (at most 200 characters kept). Returns at once, from sync and async handlers alike: the
+        worker writes the latest value at most once per DTQ_PROGRESS_MIN_INTERVAL_S, so calling it
+        in a tight loop is fine. Raises ValueError for a negative or non-finite `done`, a `total`
+        that is not greater than 0, TypeError for a message that is not a string."""
+        done_, total_, message_ = checked(done, total, message)
+        if self.reporter is not None:
+            self.reporter.offer(Report(self.task_id, self.attempt, done_, total_, message_))
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,8 @@ class Queues(Noun):
         out = []
         for layout in layouts:
             depth = dict.fromkeys(PRIORITIES, 0)
-            in_flight = scheduled = dead = finished = 0
+            in_flight = scheduled = dead = 0
+            finished = 0.0
             pauses: list[str] = []
             for _ in layout.all_tags:
                 for priority in PRIORITIES:

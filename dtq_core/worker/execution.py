@@ -99,6 +99,7 @@ class ExecutionLoops(WorkerState):
 
     def _ended(self, ex: Execution, completion: Completion | None) -> None:
         self._running.pop(ex.row.entry_id, None)
+        self.progress.forget(ex.row.task_id)
         if completion is not None:
             self._unacked[ex.row.entry_id] = ex.row
             self._completions.append(completion)
@@ -124,6 +125,7 @@ class ExecutionLoops(WorkerState):
             if ex.timer is not None:
                 ex.timer.cancel()
             running.pop(ex.row.entry_id, None)
+            self.progress.forget(ex.row.task_id)
             if completion is not None:
                 unacked[ex.row.entry_id] = ex.row
                 completions.append(completion)

@@ -29,6 +29,7 @@ from ..keys import tag_of
 from ..task import Outcome, RetryPolicy, next_attempt_at
 
 if TYPE_CHECKING:
+    from .progress import ProgressReporter
     from .threads import HandlerThreads
 
 logger = logging.getLogger("dtq.worker")
@@ -217,6 +218,7 @@ class AttemptRunner:
         self.clock = clock
         self.worker_id = worker_id
         self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
+        self.progress: ProgressReporter | None = None  # where ctx.progress() reports (set by the Worker)
 
     def run_in_thread(self, ex: Execution) -> Completion | None:
         """Run one attempt of a sync handler in this (handler) thread; None when it raised
@@ -250,10 +252,10 @@ class AttemptRunner:
                                         queue=row.queue, type=row.type, worker_id=self.worker_id,
                                         entry_id=row.entry_id, workflow_id=wid,
                                         workflow_step=int(step) if step.isdigit() else -1,
-                                        parent_result=_parent(parent))
+                                        parent_result=_parent(parent), reporter=self.progress)
         return registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
                                     queue=row.queue, type=row.type, worker_id=self.worker_id,
-                                    entry_id=row.entry_id)
+                                    entry_id=row.entry_id, reporter=self.progress)
 
     async def run(self, ex: Execution) -> Completion | None:
         """Run one attempt; None when it was abandoned at the drain deadline."""

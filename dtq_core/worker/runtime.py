@@ -35,6 +35,7 @@ from .executor import AttemptRunner, Completion, Execution, Row, abandon
 from .fetch import BLOCK_MS, FetchLoop
 from .leader import LeaderLoop
 from .liveness import HeartbeatLoop, Liveness
+from .progress import ProgressReporter
 from .reclaim import ReaperLoop
 from .store import Partition, WorkerStore
 from .threads import HandlerThreads
@@ -166,6 +167,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
                                  timeout_s=self.config.redis_timeout_s + 5)
         self.wake = WakeSubscription(self.client, self.keys.wake(), self.worker_id)
         self.runner = AttemptRunner(self.config, self.clock, self.worker_id)
+        self.progress = self.runner.progress = ProgressReporter(self.store, self.clock,
+                                                                self.config.progress_min_interval_s)
         # A detached thread's end frees its slot: the consumer (or the drain) may be waiting for it.
         self.threads = HandlerThreads(self.concurrency, self.runner, deliver=self._finished,
                                       released=self._thread_released, take_next=self._take_next)
@@ -179,7 +182,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             for name, body in (("consume", self._consume), ("flush", self._flush_loop),
                                ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
                                ("timeouts", self._timeout_loop),
-                               ("cancel-watcher", self._cancel_watch_loop), ("scheduler", self._scheduler_loop)):
+                               ("cancel-watcher", self._cancel_watch_loop), ("scheduler", self._scheduler_loop),
+                               ("progress", self.progress.run)):
                 self._loops[name] = asyncio.create_task(self._supervise(name, body), name=f"dtq-{name}")
             await self._stop.wait()
             await self._drain()

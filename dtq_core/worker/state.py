@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..keys import Keys
     from .executor import AttemptRunner, Completion, Execution, Row
     from .liveness import Liveness
+    from .progress import ProgressReporter
     from .store import Partition, WorkerStore
     from .threads import Finished, HandlerThreads
     from .wake import WakeSubscription
@@ -42,6 +43,7 @@ class WorkerState:
     wake: WakeSubscription
     runner: AttemptRunner
     threads: HandlerThreads
+    progress: ProgressReporter
 
     _aligned_at: float
     _running: dict[str, Execution]

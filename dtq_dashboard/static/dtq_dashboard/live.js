@@ -157,6 +157,18 @@
   }
 
   // Counts follow events, but at most one REST read per second however busy the feed is.
+  // A running task's progress (ctx.progress): its bar and text on the page, moved in place.
+  function showProgress(ev) {
+    var p = ev.progress || {};
+    document.querySelectorAll("[data-progress-task]").forEach(function (el) {
+      if (el.dataset.progressTask !== ev.task_id) return;
+      var bar = el.querySelector("progress"), text = el.querySelector("[data-progress-text]");
+      if (bar && p.total) { bar.max = p.total; bar.value = Math.min(p.done, p.total); }
+      else if (bar) bar.removeAttribute("value");  // no total: an indeterminate bar
+      if (text) text.textContent = String(p.done) + (p.total ? " of " + p.total : "") + (p.message ? " · " + p.message : "");
+    });
+  }
+
   function scheduleRefresh() {
     if (refreshTimer) return;
     refreshTimer = setTimeout(function () { refreshTimer = null; refreshState(); }, 1000);
@@ -172,6 +184,7 @@
       return;
     }
     if (!ev.event_id || !remember(ev.event_id)) { stats.duplicates += 1; return; }
+    if (ev.type === "task.progress") { stats.received += 1; showProgress(ev); return; }  // no row, no reload
     stats.received += 1;
     if (document.body.dataset.feed !== "live") setState("live", "live");
     if (!onlyQueue || ev.queue === onlyQueue) addFeedRow(ev);
