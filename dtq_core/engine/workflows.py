@@ -20,9 +20,7 @@ from typing import Any
 
 from ..clock import iso
 from ..errors import (
-    CancelRequested,
-    TaskNotFound,
-    TaskTerminal,
+    ErrorCode,
     UnknownTaskType,
     ValidationError,
     WorkflowNotFound,
@@ -107,15 +105,18 @@ class Workflows(Noun):
         """Record steps as created; cancel their tasks when the workflow was cancelled meanwhile."""
         for reply in self._run(start_calls(self.keys, ready)):
             if isinstance(reply, list) and reply and reply[0] == "cancel":
-                for task_id in reply[1]:
-                    self._cancel_task(str(task_id))
+                self._cancel_tasks([str(t) for t in reply[1]])
 
-    def _cancel_task(self, task_id: str) -> bool:
-        try:
-            self.tasks._cancel(task_id)
-        except (TaskNotFound, TaskTerminal, CancelRequested):
-            return False
-        return True
+    def _cancel_tasks(self, task_ids: builtins.list[str]) -> int:
+        """Cancel these tasks through the task cancel script (CHUNK calls per exchange); how many
+        were cancelled or signalled (the rest had finished already)."""
+        now = self.clock.now_ms()
+        done = 0
+        for i in range(0, len(task_ids), CHUNK):
+            calls = [("cancelTask", [self.keys.partition(tag_of(task_id))],
+                      [task_id, now, iso(now), self.config.retention_arg]) for task_id in task_ids[i:i + CHUNK]]
+            done += sum(1 for reply in self._run(calls) if int(reply[0]) in (ErrorCode.OK, ErrorCode.CANCEL_SIGNALLED))
+        return done
 
     # -- read ---------------------------------------------------------------------------------
     def _meta(self, workflow_id: str) -> dict[str, str]:
@@ -237,7 +238,7 @@ class Workflows(Noun):
             if int(reply[0]) == -2:
                 raise WorkflowTerminal(f"workflow {workflow_id} is already {reply[1]}", workflow_id=workflow_id,
                                        status=str(reply[1]))
-            op.done = sum(1 for task_id in reply[1] if self._cancel_task(str(task_id))) or 1
+            op.done = self._cancel_tasks([str(t) for t in reply[1]]) or 1
         return self.get(workflow_id)
 
 
