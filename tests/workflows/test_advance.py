@@ -206,3 +206,25 @@ def test_the_listing_pages_newest_first_with_a_stable_cursor_and_a_status_filter
         engine.workflows.list(status="DONE")
     with pytest.raises(ValidationError):
         engine.workflows.list(limit=0)
+
+
+@pytest.mark.parametrize("order", ["created_then_cancelled", "cancelled_then_created"])
+def test_a_step_created_around_its_workflows_cancel_is_cancelled(engine: Engine, order: str) -> None:
+    wid, ids = _submit(engine, {"chain": [{"type": "t.a"}, {"type": "t.b"}]})
+    ready = ready_of(wid, _advance(engine, wid, 0, ids[0]))[1]
+    creates = create_calls(engine.keys, engine.config, ready, engine.clock.now_ms(), 0)
+    actor = Actor(name="user:test", source="cli")
+    if order == "created_then_cancelled":
+        # An advance's driver created the step and died before recording it: the cancel finds it.
+        for name, keys, args in creates:
+            engine.scripts(name, keys=[keys[0]], args=args)
+        engine.workflows.cancel(wid, actor)
+    else:
+        # The cancel came between the advance and the creation: recording it cancels the task.
+        engine.workflows.cancel(wid, actor)
+        for name, keys, args in creates:
+            engine.scripts(name, keys=[keys[0]], args=args)
+        engine.workflows._started(ready)
+    assert engine.tasks.get(ids[1])["status"] == "CANCELLED"
+    wf = engine.workflows.get(wid)
+    assert wf["status"] == "CANCELLED" and wf["steps"][1]["status"] == "CANCELLED"
