@@ -207,6 +207,8 @@ class TaskSerializer(serializers.Serializer):
     result = serializers.JSONField(required=False)
     periodic_name = serializers.CharField(required=False, help_text="the periodic task that fired it")
     scheduled_for = serializers.DateTimeField(required=False, help_text="the tick it was fired for (UTC)")
+    workflow_id = serializers.CharField(required=False, help_text="the workflow it is a step of")
+    workflow_step = serializers.IntegerField(required=False, help_text="its step's index in that workflow")
 
 
 class BatchResultsSerializer(serializers.Serializer):

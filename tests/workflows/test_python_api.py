@@ -62,3 +62,11 @@ def test_the_aggregate_progress_counts_finished_steps_whole_and_running_ones_by_
     assert wf["progress"] == {"done": 1.5, "total": 4.0, "fraction": 0.375}
     assert wf["steps"][0]["progress"] == {"done": 5.0, "total": 10.0}
     assert wf["steps"][2]["progress"] is None
+
+
+def test_the_task_api_shows_the_workflow_of_a_step(live_engine: Engine, client: Any) -> None:
+    wid = dtq_tasks.chain(dtq_tasks.step("report.fetch"), dtq_tasks.step("report.publish")).enqueue()
+    first = live_engine.workflows.get(wid)["steps"][0]["task_id"]
+    body = client.get(f"/api/v1/tasks/{first}").json()
+    assert (body["workflow_id"], body["workflow_step"]) == (wid, 0)
+    assert client.get(f"/api/v1/tasks/{wid}").status_code == 404  # a workflow id is not a task id
