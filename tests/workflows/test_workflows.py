@@ -126,3 +126,21 @@ def test_a_group_that_tolerates_failures_calls_back_with_the_error_in_place(
     (echoed,) = log(redis_client, engine.keys, "echo")
     assert echoed["parent"] == [1, {"error": {"class": "ValueError", "message": "the gate is closed",
                                               "status": "DEAD_LETTERED"}}]
+
+
+def test_cancelling_a_wide_group_cancels_its_queued_steps_and_the_leader_settles_their_ends(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("--name", "a", "--queues", "wfw", "--concurrency", "2", **env())
+    wid = engine.workflows.submit({"group": [{"type": "wf.slow", "payload": {"seconds": 60}, "queue": "wfw"}
+                                             for _ in range(30)], "then": {"type": "wf.inc", "queue": "wfw"}})
+    wait_for(lambda: len(log(redis_client, engine.keys, "slow")) == 2, timeout=30, message=worker.output)
+    engine.workflows.cancel(wid, Actor(name="user:test", source="cli"))
+    wait_for(lambda: {s["status"] for s in engine.workflows.get(wid)["steps"]} == {"CANCELLED"}, timeout=20,
+             message=worker.output)
+    # The queued steps were cancelled by the task cancel, which no worker reports: their outbox
+    # entries are the leader's to settle.
+    outbox = engine.keys.wf_outbox(engine.workflows.get(wid)["steps"][0]["task_id"].split("-")[0])
+    wait_for(lambda: redis_client.hlen(outbox) == 0, timeout=20, message=worker.output)
+    assert len(log(redis_client, engine.keys, "slow")) == 2  # no queued step started after the cancel
+    state = redis_client.hgetall(engine.keys.workflow_part(wid, "state"))
+    assert set(state.values()) == {"C"}
