@@ -23,7 +23,8 @@ import django
 from . import dtq_bench as b
 from .common import RESULTS, ROOT, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
 
-OTHER_BENCHES = ("bench_dlq", "bench_console", "bench_memory")  # owned by other modules; run when present
+# Owned by other modules; run when present.
+OTHER_BENCHES = ("bench_dlq", "bench_console", "bench_memory", "bench_workflows")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -210,6 +210,8 @@ class TaskSerializer(serializers.Serializer):
     progress = serializers.JSONField(
         required=False, help_text='what its handler last reported (ctx.progress): {"done", "total" (null: unknown), '
                                   '"fraction" (null without a total), "message", "updated_at"}')
+    workflow_id = serializers.CharField(required=False, help_text="the workflow it is a step of")
+    workflow_step = serializers.IntegerField(required=False, help_text="its step's index in that workflow")
 
 
 class BatchResultsSerializer(serializers.Serializer):

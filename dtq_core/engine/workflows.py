@@ -20,16 +20,14 @@ from typing import Any
 
 from ..clock import iso
 from ..errors import (
-    CancelRequested,
-    TaskNotFound,
-    TaskTerminal,
+    ErrorCode,
     UnknownTaskType,
     ValidationError,
     WorkflowNotFound,
     WorkflowTerminal,
 )
 from ..keys import is_workflow_id, tag_of, workflow_tag
-from ..replies import text_hash, text_list
+from ..replies import text_hash
 from ..submit import Submission
 from ..task import TERMINAL
 from ..workflow_spec import WorkflowSpec, leaves, parse
@@ -107,15 +105,18 @@ class Workflows(Noun):
         """Record steps as created; cancel their tasks when the workflow was cancelled meanwhile."""
         for reply in self._run(start_calls(self.keys, ready)):
             if isinstance(reply, list) and reply and reply[0] == "cancel":
-                for task_id in reply[1]:
-                    self._cancel_task(str(task_id))
+                self._cancel_tasks([str(t) for t in reply[1]])
 
-    def _cancel_task(self, task_id: str) -> bool:
-        try:
-            self.tasks._cancel(task_id)
-        except (TaskNotFound, TaskTerminal, CancelRequested):
-            return False
-        return True
+    def _cancel_tasks(self, task_ids: builtins.list[str]) -> int:
+        """Cancel these tasks through the task cancel script (CHUNK calls per exchange); how many
+        were cancelled or signalled (the rest had finished already)."""
+        now = self.clock.now_ms()
+        done = 0
+        for i in range(0, len(task_ids), CHUNK):
+            calls = [("cancelTask", [self.keys.partition(tag_of(task_id))],
+                      [task_id, now, iso(now), self.config.retention_arg]) for task_id in task_ids[i:i + CHUNK]]
+            done += sum(1 for reply in self._run(calls) if int(reply[0]) in (ErrorCode.OK, ErrorCode.CANCEL_SIGNALLED))
+        return done
 
     # -- read ---------------------------------------------------------------------------------
     def _meta(self, workflow_id: str) -> dict[str, str]:
@@ -176,46 +177,48 @@ class Workflows(Noun):
     def list(self, *, status: str | None = None, cursor: str | None = None, limit: int = 50
              ) -> tuple[builtins.list[dict[str, Any]], str | None]:
         """Workflows, newest first: (rows without steps and tree, the next page's cursor or None).
-        The cursor is opaque (an offset in the index)."""
+        The cursor is opaque ("<created ms>:<id>" of the last row: stable while workflows are
+        added in front). A status filter reads at most 20 slices of the index per page; a page
+        that stops there says so with a cursor, even when it holds fewer rows than asked."""
         if status is not None and status not in STATUSES:
             raise ValidationError(f"status must be one of {', '.join(STATUSES)}", field="status")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise ValidationError(f"limit must be a whole number from 1 to {MAX_LIMIT}", field="limit")
-        try:
-            offset = int(cursor) if cursor else 0
-            if offset < 0:
-                raise ValueError
-        except ValueError:
-            raise ValidationError("cursor is not one this API returned", field="cursor") from None
+        after = _parse_cursor(cursor)
         rows: builtins.list[dict[str, Any]] = []
         index = self.keys.workflows()
         scan = max(limit, 100)
-        for _ in range(20):  # a filter reads at most 20 slices of the index per page
-            ids = text_list(self.client.zrevrange(index, offset, offset + scan - 1))
-            if not ids:
-                return rows, None
+        top: int | str = "+inf" if after is None else after[0]
+        pos = 0
+        names = ["status", "created_at", "finished_at", "steps_total", "done"]
+        last: tuple[int, str] | None = None
+        for _ in range(20):
+            found: Any = self.client.zrevrangebyscore(index, top, "-inf", start=pos, num=scan, withscores=True)
+            batch = [(str(w), int(score)) for w, score in found]
+            pos += len(batch)
+            exhausted = len(batch) < scan
+            # Ties on the creation ms are ordered by id, descending: skip those up to the cursor's.
+            batch = [(w, score) for w, score in batch if after is None or score < after[0] or w < after[1]]
             pipe = self.client.pipeline(transaction=False)
-            for wid in ids:
-                pipe.hmget(self.keys.workflow(wid), ["status", "created_at", "finished_at", "steps_total", "done"])
+            for wid, _score in batch:
+                pipe.hmget(self.keys.workflow(wid), names)
             gone = []
-            for n, (wid, values) in enumerate(zip(ids, pipe.execute(), strict=True)):
+            for (wid, score), values in zip(batch, pipe.execute() if batch else [], strict=True):
+                last = (score, wid)
                 if values[0] is None:
                     gone.append(wid)
-                    continue
-                if status is None or values[0] == status:
-                    meta = dict(zip(["status", "created_at", "finished_at", "steps_total", "done"], values,
-                                    strict=True))
-                    rows.append(self._summary(wid, {k: v for k, v in meta.items() if v is not None}))
+                elif status is None or values[0] == status:
+                    rows.append(self._summary(wid, {k: v for k, v in zip(names, values, strict=True) if v is not None}))
                     if len(rows) == limit:
-                        if gone:
-                            self.client.zrem(index, *gone)
-                        return rows, str(offset + n + 1 - len(gone))
+                        break
             if gone:
                 self.client.zrem(index, *gone)  # expired workflows leave the index
-            offset += len(ids) - len(gone)
-            if len(ids) < scan:
+                pos -= len(gone)
+            if len(rows) == limit:
+                return rows, f"{last[0]}:{last[1]}" if last else None
+            if exhausted:
                 return rows, None
-        return rows, str(offset)
+        return rows, f"{last[0]}:{last[1]}" if last else None
 
     # -- cancel -------------------------------------------------------------------------------
     def cancel(self, workflow_id: str, actor: Actor) -> dict[str, Any]:
@@ -237,7 +240,7 @@ class Workflows(Noun):
             if int(reply[0]) == -2:
                 raise WorkflowTerminal(f"workflow {workflow_id} is already {reply[1]}", workflow_id=workflow_id,
                                        status=str(reply[1]))
-            op.done = sum(1 for task_id in reply[1] if self._cancel_task(str(task_id))) or 1
+            op.done = self._cancel_tasks([str(t) for t in reply[1]]) or 1
         return self.get(workflow_id)
 
 
@@ -246,3 +249,12 @@ def _float(value: str | None) -> float:
         return float(value) if value not in (None, "") else 0.0
     except ValueError:
         return 0.0
+
+
+def _parse_cursor(cursor: str | None) -> tuple[int, str] | None:
+    if not cursor:
+        return None
+    score, _, wid = str(cursor).partition(":")
+    if not score.isdigit() or not is_workflow_id(wid):
+        raise ValidationError("cursor is not one this API returned", field="cursor")
+    return int(score), wid

@@ -7,7 +7,9 @@
     KEYS[1] the workflow's partition key prefix
     ARGV[1] workflow id  ARGV[2] now (ms)  ARGV[3] how long a finished workflow is kept (ms)
   Output:
-    {0, task ids of the created steps not finished}; {-1} no such workflow; {-2, status} finished already
+    {0, task ids of the steps whose task may run: created, or ready and maybe created by an advance
+    not yet recorded (a missing one is refused by the task cancel)}; {-1} no such workflow;
+    {-2, status} finished already
 ]]
 -- #include common
 -- #include workflow
@@ -20,6 +22,9 @@ rcall('HSET', W.w, 'status', 'CANCELLED', 'finished_at', ARGV[2], 'updated_at', 
 local states = {}
 local flat = rcall('HGETALL', W.state)
 for i = 1, #flat, 2 do states[flat[i]] = flat[i + 1] end
+local pending = {}
+flat = rcall('HGETALL', W.pending)
+for i = 1, #flat, 2 do pending[flat[i]] = tonumber(flat[i + 1]) end
 local ids = {}
 for i = 0, tonumber(w.steps_total) - 1 do
   local key = tostring(i)
@@ -27,7 +32,10 @@ for i = 0, tonumber(w.steps_total) - 1 do
   if st == 'W' or st == 'C' then
     rcall('HSET', W.state, key, 'C')
     rcall('HSET', W.reason, key, 'workflow cancelled')
-  elseif st == 'S' then
+  end
+  -- A created step, or a waiting one whose dependencies are done: its task may exist (made by an
+  -- advance that has not recorded it yet, or whose driver died in between).
+  if st == 'S' or (st == 'W' and (pending[key] or 0) <= 0) then
     ids[#ids + 1] = cjson.decode(rcall('HGET', W.def, key)).t
   end
 end

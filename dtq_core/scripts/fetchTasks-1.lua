@@ -21,7 +21,8 @@
     wait_ms (only when the queue's limits let nothing start, includes/limits.lua): ms until a
     rate token frees or a handler's pause ends, 0 when a freed slot will ring the partition; rows:
     runnable ones {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload,
-    timeout_s, queue, priority, handler ('' = the type's own)}, and for the worker's log
+    timeout_s, queue, priority, handler ('' = the type's own), headers, workflow context
+    ('' or "<workflow id>|<step>|<input JSON>": includes/claim.lua)}, and for the worker's log
     {outcome, entry_id, stream, task_id, reason} of entries settled here: 'absorbed' duplicates,
     and 'quarantined' ones whose task record is corrupt (dead-lettered as dtq.CorruptRecord)
 ]]

@@ -28,13 +28,14 @@ from ..partitions import parse_registry
 from .periodic import PeriodicFirer
 from .reconcile import PartitionReconciler
 from .state import WorkerState
-from .workflows import WorkflowDriver
+from .workflows import REDRIVE_BATCH, WorkflowDriver
 
 logger = logging.getLogger("dtq.worker")
 
 PROMOTE_BATCH = 500  # what one claimDue call moves at most: a full batch means more may be due
 REGISTRY_EVERY_S = 1.0  # how often the leader reads the registry for partitions to lease
 WORKFLOW_REDRIVE_EVERY_S = 2.0  # how often the leader looks for workflow outbox entries left behind
+REDRIVE_ROUNDS = 20  # batches of REDRIVE_BATCH entries a partition may re-drive per look
 
 
 class LeaderLoop(WorkerState):
@@ -140,13 +141,19 @@ class LeaderLoop(WorkerState):
         """Advance the workflows of outbox entries older than a few seconds in the partitions this
         leader holds (their worker died before advancing, or no worker saw the end)."""
         driver = WorkflowDriver(self.store)
+        tags, settled = sorted(self.store.held_leases), 0
         try:
-            stale = await driver.stale_entries(sorted(self.store.held_leases))
-            settled = await driver.drive(stale) if stale else 0
+            for _ in range(REDRIVE_ROUNDS):  # a backlog (a big workflow cancelled) drains in one round
+                stale = await driver.stale_entries(tags)
+                if not stale:
+                    break
+                settled += await driver.drive(stale)
+                tags = [tag for tag, ids in stale.items() if len(ids) >= REDRIVE_BATCH]
+                if not tags:
+                    break
         except Exception as exc:  # noqa: BLE001 - the entries stay; the next round tries again
             logger.warning("worker_id=%s re-driving workflow outbox entries failed (%s: %s)", self.worker_id,
                            type(exc).__name__, exc)
-            return
         if settled:
             logger.warning("worker_id=%s re-drove %d workflow outbox entr(ies) left behind", self.worker_id, settled)
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("dtq.worker")
 
-REDRIVE_BATCH = 200  # outbox entries the leader takes per partition per round
+REDRIVE_BATCH = 500  # outbox entries the leader takes per partition per call
 
 
 class WorkflowDriver:

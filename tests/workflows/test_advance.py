@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_core.errors import ValidationError, WorkflowNotFound
 from dtq_core.keys import tag_of
 from dtq_core.workflow_steps import advance_call, create_calls, ready_of, start_calls
@@ -180,3 +181,50 @@ def test_an_input_larger_than_the_payload_limit_is_cut_like_a_result(config: Any
     assert record["parent_result_truncated"] == "1"
     head = json.loads(record["parent_result"])
     assert isinstance(head, str) and head.startswith('["xxx') and len(record["parent_result"].encode()) <= 100
+
+
+def test_the_listing_pages_newest_first_with_a_stable_cursor_and_a_status_filter(engine: Engine) -> None:
+    made = []
+    for _ in range(7):
+        made.append(engine.workflows.submit({"type": "t.a"}))
+        engine.clock.advance(0.001)  # type: ignore[attr-defined]
+    made.reverse()  # newest first
+    engine.workflows.cancel(made[1], Actor(name="user:test", source="cli"))
+    page, cursor = engine.workflows.list(limit=3)
+    assert [r["id"] for r in page] == made[:3] and cursor
+    engine.workflows.submit({"type": "t.a"})  # a new one in front does not shift the next page
+    page2, cursor2 = engine.workflows.list(limit=3, cursor=cursor)
+    assert [r["id"] for r in page2] == made[3:6]
+    page3, cursor3 = engine.workflows.list(limit=3, cursor=cursor2)
+    assert [r["id"] for r in page3] == made[6:] and cursor3 is None
+    cancelled, _ = engine.workflows.list(status="CANCELLED")
+    assert [(r["id"], r["status"]) for r in cancelled] == [(made[1], "CANCELLED")]
+    for bad in ("x", "12:nope", "-1:" + made[0]):
+        with pytest.raises(ValidationError):
+            engine.workflows.list(cursor=bad)
+    with pytest.raises(ValidationError):
+        engine.workflows.list(status="DONE")
+    with pytest.raises(ValidationError):
+        engine.workflows.list(limit=0)
+
+
+@pytest.mark.parametrize("order", ["created_then_cancelled", "cancelled_then_created"])
+def test_a_step_created_around_its_workflows_cancel_is_cancelled(engine: Engine, order: str) -> None:
+    wid, ids = _submit(engine, {"chain": [{"type": "t.a"}, {"type": "t.b"}]})
+    ready = ready_of(wid, _advance(engine, wid, 0, ids[0]))[1]
+    creates = create_calls(engine.keys, engine.config, ready, engine.clock.now_ms(), 0)
+    actor = Actor(name="user:test", source="cli")
+    if order == "created_then_cancelled":
+        # An advance's driver created the step and died before recording it: the cancel finds it.
+        for name, keys, args in creates:
+            engine.scripts(name, keys=[keys[0]], args=args)
+        engine.workflows.cancel(wid, actor)
+    else:
+        # The cancel came between the advance and the creation: recording it cancels the task.
+        engine.workflows.cancel(wid, actor)
+        for name, keys, args in creates:
+            engine.scripts(name, keys=[keys[0]], args=args)
+        engine.workflows._started(ready)
+    assert engine.tasks.get(ids[1])["status"] == "CANCELLED"
+    wf = engine.workflows.get(wid)
+    assert wf["status"] == "CANCELLED" and wf["steps"][1]["status"] == "CANCELLED"

@@ -42,7 +42,9 @@ def test_a_chain_of_five_passes_each_result_to_the_next(
     last = engine.tasks.get(wf["steps"][4]["task_id"])
     assert last["result"] == 15 and last["workflow_id"] == wid and last["workflow_step"] == 4
     assert all(execs(redis_client, engine.keys, s["task_id"]) == 1 for s in wf["steps"])
-    # Nothing left to advance.
+    # The finished workflow's keys expire with the task retention; nothing is left to advance.
+    for key in (engine.keys.workflow(wid), engine.keys.workflow_part(wid, "def")):
+        assert 0 < redis_client.pttl(key) <= engine.config.task_retention_s * 1000
     tags = {s["task_id"].split("-")[0] for s in wf["steps"]}
     assert all(redis_client.hlen(engine.keys.wf_outbox(tag)) == 0 for tag in tags)
 
@@ -110,3 +112,35 @@ def test_steps_on_queues_in_other_slots_advance_across_them(
     (summed,) = log(redis_client, engine.keys, "sum")
     assert summed["parent"] == [12, 22, 32]
     assert engine.tasks.get(wf["steps"][4]["task_id"])["result"] == 66
+
+
+def test_a_group_that_tolerates_failures_calls_back_with_the_error_in_place(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("--name", "a", "--queues", "wf", **env())
+    wid = dtq_tasks.group([dtq_tasks.step("wf.inc", {"n": 1}, queue="wf"),
+                           dtq_tasks.step("wf.gate", queue="wf", max_attempts=1)],
+                          then=dtq_tasks.step("wf.echo_parent", queue="wf"), tolerate_failures=True).enqueue()
+    wait_for(lambda: _status(engine, wid) == "SUCCEEDED", timeout=30, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert [s["status"] for s in wf["steps"]] == ["SUCCEEDED", "DEAD_LETTERED", "SUCCEEDED"]
+    (echoed,) = log(redis_client, engine.keys, "echo")
+    assert echoed["parent"] == [1, {"error": {"class": "ValueError", "message": "the gate is closed",
+                                              "status": "DEAD_LETTERED"}}]
+
+
+def test_cancelling_a_wide_group_cancels_its_queued_steps_and_the_leader_settles_their_ends(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("--name", "a", "--queues", "wfw", "--concurrency", "2", **env())
+    wid = engine.workflows.submit({"group": [{"type": "wf.slow", "payload": {"seconds": 60}, "queue": "wfw"}
+                                             for _ in range(30)], "then": {"type": "wf.inc", "queue": "wfw"}})
+    wait_for(lambda: len(log(redis_client, engine.keys, "slow")) == 2, timeout=30, message=worker.output)
+    engine.workflows.cancel(wid, Actor(name="user:test", source="cli"))
+    wait_for(lambda: {s["status"] for s in engine.workflows.get(wid)["steps"]} == {"CANCELLED"}, timeout=20,
+             message=worker.output)
+    # The queued steps were cancelled by the task cancel, which no worker reports: their outbox
+    # entries are the leader's to settle.
+    outbox = engine.keys.wf_outbox(engine.workflows.get(wid)["steps"][0]["task_id"].split("-")[0])
+    wait_for(lambda: redis_client.hlen(outbox) == 0, timeout=20, message=worker.output)
+    assert len(log(redis_client, engine.keys, "slow")) == 2  # no queued step started after the cancel
+    state = redis_client.hgetall(engine.keys.workflow_part(wid, "state"))
+    assert set(state.values()) == {"C"}
