@@ -422,3 +422,49 @@ TaskPageSerializer = page_of(TaskSerializer, "TaskPage")
 DlqPageSerializer = page_of(DlqItemSerializer, "DlqPage")
 AuditPageSerializer = page_of(AuditEntrySerializer, "AuditPage")
 SchedulePageSerializer = page_of(ScheduleItemSerializer, "SchedulePage")
+
+
+# -- workflows (docs/api.md, "Workflows") ---------------------------------------------------------
+
+class WorkflowSubmitSerializer(serializers.Serializer):
+    """For the schema only: the body is a workflow tree, checked by dtq_core.workflow_spec."""
+
+    chain = serializers.ListField(child=serializers.JSONField(), required=False,
+                                  help_text="steps run one after another; a step is a task body or a chain/group")
+    group = serializers.ListField(child=serializers.JSONField(), required=False,
+                                  help_text="steps run side by side")
+    then = serializers.JSONField(required=False, help_text="a group's callback: gets its members' results in order")
+    tolerate_failures = serializers.BooleanField(required=False,
+                                                 help_text="a group's `then` runs with errors in place of results")
+
+
+class WorkflowStepSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    type = serializers.CharField()
+    queue = serializers.CharField()
+    priority = serializers.CharField()
+    task_id = serializers.CharField()
+    status = serializers.CharField(help_text="its task's status; WAITING before its task exists")
+    depends_on = serializers.ListField(child=serializers.IntegerField())
+    cancel_reason = serializers.CharField(allow_null=True)
+    progress = serializers.JSONField(allow_null=True)
+
+
+class WorkflowSummarySerializer(serializers.Serializer):
+    id = serializers.CharField()
+    status = serializers.CharField(help_text="RUNNING, SUCCEEDED, FAILED or CANCELLED")
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    steps_total = serializers.IntegerField()
+    steps_finished = serializers.IntegerField()
+
+
+class WorkflowSerializer(WorkflowSummarySerializer):
+    progress = serializers.JSONField(help_text='{"done", "total", "fraction"} over its steps')
+    root = serializers.JSONField(help_text="the tree: chain/group/step nodes, steps by index")
+    steps = WorkflowStepSerializer(many=True)
+
+
+class WorkflowPageSerializer(serializers.Serializer):
+    results = WorkflowSummarySerializer(many=True)
+    next = serializers.URLField(allow_null=True)

@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from . import schema, views  # noqa: F401  (schema registers the X-API-Key OpenAPI extension)
 from .base import DocsView, SchemaView
 from .index import api_index
+from .workflows import WorkflowCancelView, WorkflowDetailView, WorkflowListView
 
 V1 = "api/v1/"
 
@@ -37,6 +38,9 @@ urlpatterns = [
     path(V1 + "periodic/<str:name>/pause", views.PeriodicPauseView.as_view(), name="periodic-pause"),
     path(V1 + "periodic/<str:name>/resume", views.PeriodicResumeView.as_view(), name="periodic-resume"),
     path(V1 + "periodic/<str:name>/trigger", views.PeriodicTriggerView.as_view(), name="periodic-trigger"),
+    path(V1 + "workflows", WorkflowListView.as_view(), name="workflow-list"),
+    path(V1 + "workflows/<str:workflow_id>", WorkflowDetailView.as_view(), name="workflow-detail"),
+    path(V1 + "workflows/<str:workflow_id>/cancel", WorkflowCancelView.as_view(), name="workflow-cancel"),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/schema", SchemaView.as_view()),
     path("api/docs/", DocsView.as_view(), name="api-docs"),

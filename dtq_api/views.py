@@ -47,7 +47,7 @@ DESTRUCTIVE_ERRORS = {
 }
 
 
-def _filters(*names: str) -> list[OpenApiParameter]:
+def filters(*names: str) -> list[OpenApiParameter]:
     return [OpenApiParameter(n, OpenApiTypes.STR, description=f"only entries with this {n}") for n in names]
 
 
@@ -80,7 +80,7 @@ class TaskListView(APIView):
         return task, status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK
 
     @extend_schema(operation_id="tasks_list",
-                   parameters=[*_filters("queue", "status", "type", "periodic_name"), *PAGE_PARAMETERS],
+                   parameters=[*filters("queue", "status", "type", "periodic_name"), *PAGE_PARAMETERS],
                    responses={200: s.TaskPageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         wanted = text_param(request, "status")
@@ -222,7 +222,7 @@ class QueueDeleteView(DestructiveMixin, APIView):
 
 class DlqListView(APIView):
     @extend_schema(operation_id="dlq_list",
-                   parameters=[*_filters("queue", "type"), *PAGE_PARAMETERS,
+                   parameters=[*filters("queue", "type"), *PAGE_PARAMETERS,
                                OpenApiParameter("q", OpenApiTypes.STR, description="text in the error or payload")],
                    responses={200: s.DlqPageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
@@ -290,7 +290,7 @@ class DlqBulkDiscardView(DlqBulkView):
 # -- audit, workers, schedule -----------------------------------------------------------------
 
 class AuditListView(APIView):
-    @extend_schema(operation_id="audit_list", parameters=[*_filters("action", "actor", "source"), *PAGE_PARAMETERS],
+    @extend_schema(operation_id="audit_list", parameters=[*filters("action", "actor", "source"), *PAGE_PARAMETERS],
                    responses={200: s.AuditPageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         page = get_engine().audit.list(action=text_param(request, "action"), actor=text_param(request, "actor"),

@@ -48,7 +48,9 @@ def guarded_calls(engine: Engine) -> list[tuple[str, Any, str]]:
     [dead] = make_dead_letters(engine, 1)
     entry = engine.tasks.get(dead)["dlq_entry_id"]
     task = engine.tasks.enqueue("dtq.echo", queue="q").id
+    workflow = engine.workflows.submit({"chain": [{"type": "dtq.echo", "queue": "wfq"}]})
     return [
+        (f"/api/v1/workflows/{workflow}/cancel", None, "cancel_task"),
         (f"/api/v1/tasks/{task}/cancel", None, "cancel_task"), ("/api/v1/queues/q/pause", None, "pause_queue"),
         ("/api/v1/queues/q/resume", None, "pause_queue"), ("/api/v1/queues/q/purge", None, "purge_queue"),
         ("/api/v1/queues/q/delete", None, "purge_queue"),
