@@ -78,6 +78,12 @@ class TaskFilterForm(_Form):
     cursor = forms.CharField(required=False, max_length=80)  # "<created ms>-<task id>"
 
 
+class WorkflowFilterForm(_Form):
+    status = forms.ChoiceField(required=False, choices=[("", "any")] + [
+        (s, s) for s in ("RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")])
+    cursor = forms.CharField(required=False, max_length=80)  # "<created ms>:<workflow id>"
+
+
 class AuditFilterForm(_Form):
     action = forms.CharField(required=False, max_length=64)
     actor = forms.CharField(required=False, max_length=TEXT_MAX)

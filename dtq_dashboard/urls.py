@@ -36,6 +36,9 @@ urlpatterns = [
     path("periodic/<str:name>/trigger", views.periodic_trigger, name="periodic-trigger"),
     path("periodic/<str:name>/delete", views.periodic_delete, name="periodic-delete"),
     path("periodic/<str:name>/delete/confirm", views.periodic_delete_confirm, name="periodic-delete-confirm"),
+    path("workflows/", views.workflows, name="workflows"),
+    path("workflows/<str:workflow_id>/", views.workflow, name="workflow"),
+    path("workflows/<str:workflow_id>/cancel", views.cancel_workflow, name="cancel-workflow"),
     path("workers/", views.workers, name="workers"),
     path("audit/", views.audit, name="audit"),
     # The console's own template and landing page: a project's LOGIN_URL, LOGIN_REDIRECT_URL and

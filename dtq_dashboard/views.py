@@ -24,6 +24,8 @@ from . import forms
 from .guards import console_action, console_page
 from .permissions import allowed_actions, can_view_console, login_required_to_read
 from .timeline import task_timeline
+from .workflow_graph import MAX_DRAWN
+from .workflow_graph import render as workflow_svg
 
 PAGE = 50
 CONFIRM_BUDGET = 20_000  # dead letters a queue/type preview examines (the default cap is 10,000)
@@ -231,6 +233,33 @@ def periodic_delete_confirm(request: HttpRequest, name: str) -> HttpResponse:
     return _render(request, "periodic_delete_confirm.html", {"p": get_engine().periodic.get(name)}, nav="periodic")
 
 
+WORKFLOW_STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+STEPS_LISTED = 500  # a workflow page's table of steps; a bigger one is read through the API
+
+
+@console_page
+def workflows(request: HttpRequest) -> HttpResponse:
+    form = forms.WorkflowFilterForm(request.GET)
+    if not form.is_valid():
+        return _bad_filters(request, form, "workflows")
+    data = form.cleaned_data
+    rows, cursor = get_engine().workflows.list(status=data["status"] or None, cursor=data["cursor"] or None,
+                                               limit=PAGE)
+    return _render(request, "workflows.html", {"form": form, "rows": rows, "next_cursor": cursor,
+                                               "filters": _query(data, "cursor")}, nav="workflows")
+
+
+@console_page
+def workflow(request: HttpRequest, workflow_id: str) -> HttpResponse:
+    shown = get_engine().workflows.get(workflow_id)
+    steps = shown["steps"]
+    return _render(request, "workflow.html", {
+        "wf": shown, "graph": workflow_svg(steps, _task_url), "max_drawn": MAX_DRAWN,
+        "steps": steps[:STEPS_LISTED], "steps_cut": max(0, len(steps) - STEPS_LISTED),
+        "percent": round(100 * shown["progress"]["fraction"]),
+    }, nav="workflows")
+
+
 # -- actions ----------------------------------------------------------------------------------
 def _queue_url(name: str) -> str:
     return reverse("dtq_dashboard:queue", args=[name])
@@ -311,6 +340,18 @@ def cancel(request: HttpRequest, actor: Actor, back: str, task_id: str) -> HttpR
     else:
         messages.success(request, f"Cancellation of running task {task_id} requested; "
                                   "its worker stops the handler shortly (1 task).")
+    return redirect(back)
+
+
+def _workflow_url(workflow_id: str) -> str:
+    return reverse("dtq_dashboard:workflow", args=[workflow_id])
+
+
+@console_action("cancel_task", default_next=_workflow_url)
+def cancel_workflow(request: HttpRequest, actor: Actor, back: str, workflow_id: str) -> HttpResponse:
+    shown = get_engine().workflows.cancel(workflow_id, actor)
+    messages.success(request, f"Cancelled workflow {workflow_id}: {shown['steps_total']} step"
+                              f"{_s(shown['steps_total'])}, those not finished are CANCELLED.")
     return redirect(back)
 
 

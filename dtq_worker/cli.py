@@ -28,6 +28,7 @@ USAGE = """usage: dtq COMMAND [ARGS...]
                      [--group-rate 10/60s|none] [--clear] [--json]
   dtq task show ID [--json] | cancel ID
   dtq periodic list [--json] | show NAME [--json] | pause NAME | resume NAME | trigger NAME | delete NAME
+  dtq workflow list [--status S] [--limit N] [--json] | show ID [--json] | cancel ID
   dtq runworker_dtq [--queues q1,q2] [--concurrency N]
   dtq <any manage.py command>
 """

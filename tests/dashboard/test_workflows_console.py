@@ -1,0 +1,91 @@
+"""The console's /workflows/ pages (issue 23): the list, a workflow drawn as an SVG graph whose boxes
+link to their tasks, cancel as POST + CSRF by staff with the cancel permission (audited, a
+message), the task page's link to its workflow, 404 and 400 pages."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.messages import get_messages
+from django.test import Client
+
+from dtq_core.engine import Engine
+
+HOSTILE = '<script>alert("x")</script>'
+TREE = {"chain": [{"type": "dtq.echo", "payload": {"html": HOSTILE}, "queue": "wf"},
+                  {"group": [{"type": "dtq.echo", "payload": i, "queue": "wf"} for i in range(3)],
+                   "then": {"type": "dtq.echo", "queue": "wf"}}]}
+
+
+def test_the_list_shows_workflows_newest_first_and_filters(client: Client, live_engine: Engine) -> None:
+    first = live_engine.workflows.submit(TREE)
+    second = live_engine.workflows.submit({"chain": [{"type": "dtq.echo"}]})
+    page = client.get("/workflows/").content.decode()
+    assert page.index(second[:18]) < page.index(first[:18])
+    assert "0 of 5" in page and 'aria-current="page">Workflows</a>' in page
+    assert second[:18] not in client.get("/workflows/", {"status": "SUCCEEDED"}).content.decode()
+    assert client.get("/workflows/", {"status": "NOPE"}).status_code == 400
+    assert "No workflows" in client.get("/workflows/", {"status": "FAILED"}).content.decode()
+
+
+def test_a_workflow_is_drawn_with_a_box_per_step_linking_its_task(client: Client, live_engine: Engine) -> None:
+    wid = live_engine.workflows.submit(TREE)
+    steps = live_engine.workflows.get(wid)["steps"]
+    page = client.get(f"/workflows/{wid}/").content.decode()
+    svg = page[page.index("<svg"):page.index("</svg>")]
+    assert len(re.findall(r'<a href="/tasks/[^"]+/" class="wf-node', svg)) == 5
+    assert f'href="/tasks/{steps[0]["task_id"]}/" class="wf-node st-queued"' in svg
+    assert svg.count('class="wf-node st-waiting"') == 4
+    assert svg.count('class="wf-edge"') == 3 + 3  # the first step to each member, each member to `then`
+    assert 'aria-label="step 4: dtq.echo on wf, WAITING"' in svg
+    assert HOSTILE not in page and 'aria-labelledby="wf-progress-label"' in page and ">Cancel workflow</button>" \
+        not in page  # a reader has nothing to press
+    task_page = client.get(f"/tasks/{steps[0]['task_id']}/").content.decode()
+    assert f'href="/workflows/{wid}/"' in task_page and "step 0" in task_page
+
+
+def test_a_workflow_too_big_to_draw_is_listed(client: Client, live_engine: Engine) -> None:
+    wid = live_engine.workflows.submit({"group": [{"type": "dtq.echo", "payload": i} for i in range(250)]})
+    page = client.get(f"/workflows/{wid}/").content.decode()
+    assert "<svg" not in page and "250 steps are more than the graph draws" in page
+    assert page.count("<tr data-step=") == 250
+
+
+def test_an_operator_cancels_a_workflow_and_it_is_audited(login: Callable[[str], Client],
+                                                          live_engine: Engine) -> None:
+    wid = live_engine.workflows.submit(TREE)
+    operator = login("operator")
+    assert ">Cancel workflow</button>" in operator.get(f"/workflows/{wid}/").content.decode()
+    response = operator.post(f"/workflows/{wid}/cancel", follow=True)
+    assert response.status_code == 200
+    assert [str(m) for m in get_messages(response.wsgi_request)] == [
+        f"Cancelled workflow {wid}: 5 steps, those not finished are CANCELLED."]
+    assert live_engine.workflows.get(wid)["status"] == "CANCELLED"
+    entry = next(e for e in live_engine.audit.list(limit=50).items if e["action"] == "workflow.cancel")
+    assert entry["actor"] == "user:operator" and entry["source"] == "console"
+    again = operator.post(f"/workflows/{wid}/cancel", follow=True)
+    assert "already CANCELLED" in again.content.decode()
+
+
+def test_without_the_permission_a_forged_cancel_is_refused(login: Callable[[str], Client],
+                                                           live_engine: Engine) -> None:
+    wid = live_engine.workflows.submit(TREE)
+    for user in ("readonly_staff", "viewer", "nonstaff_with_perms"):
+        response = login(user).post(f"/workflows/{wid}/cancel")
+        assert response.status_code in (302, 403), (user, response.status_code)
+    assert live_engine.workflows.get(wid)["status"] == "RUNNING"
+    assert not [e for e in live_engine.audit.list(limit=50).items if e["action"] == "workflow.cancel"]
+    assert Client().get(f"/workflows/{wid}/cancel").status_code == 405
+
+
+def test_unknown_workflows_are_404_pages(client: Client, live_engine: Engine) -> None:
+    for path in ("/workflows/nope/", "/workflows/ab12-w" + "0" * 31 + "/"):
+        response = client.get(path)
+        assert response.status_code == 404 and b"Not found" in response.content
+
+
+def test_redis_down_is_a_503_page(client: Client, settings: Any) -> None:
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": "redis://127.0.0.1:1/0"}
+    assert client.get("/workflows/").status_code == 503
