@@ -459,10 +459,14 @@ class WorkflowSummarySerializer(serializers.Serializer):
     steps_finished = serializers.IntegerField()
 
 
-class WorkflowSerializer(WorkflowSummarySerializer):
-    progress = serializers.JSONField(help_text='{"done", "total", "fraction"} over its steps')
-    root = serializers.JSONField(help_text="the tree: chain/group/step nodes, steps by index")
-    steps = WorkflowStepSerializer(many=True)
+# Built with type(): a field named "root" would shadow Field.root in a class body (mypy says so;
+# the serializer only describes the response for the schema).
+WorkflowSerializer = type("WorkflowSerializer", (WorkflowSummarySerializer,), {
+    "__module__": __name__,
+    "progress": serializers.JSONField(help_text='{"done", "total", "fraction"} over its steps'),
+    "root": serializers.JSONField(help_text="the tree: chain/group/step nodes, steps by index"),
+    "steps": WorkflowStepSerializer(many=True),
+})
 
 
 class WorkflowPageSerializer(serializers.Serializer):
