@@ -8,7 +8,7 @@ from rest_framework import serializers
 
 SUBMIT_FIELDS = ("type", "payload", "queue", "priority", "delay_seconds", "ttl_seconds", "max_attempts",
                  "timeout_seconds", "idempotency_key", "group_key", "unique_key", "unique_mode",
-                 "unique_window_s")
+                 "unique_window_s", "headers")
 
 
 class SubmitSerializer(serializers.Serializer):
@@ -27,6 +27,9 @@ class SubmitSerializer(serializers.Serializer):
     timeout_seconds = serializers.JSONField(required=False, default=None, allow_null=True)
     idempotency_key = serializers.JSONField(required=False, default=None, allow_null=True)
     group_key = serializers.JSONField(required=False, default=None, allow_null=True)
+    headers = serializers.JSONField(required=False, default=None, allow_null=True,
+                                    help_text="string pairs the task carries: up to 32, names 1-64 of "
+                                              "A-Z a-z 0-9 _ . -, values up to 1024 characters, 4 KiB in all")
     # Unique tasks (docs/tasks.md): all three null/absent, or a key with its mode (and window).
     unique_key = serializers.JSONField(required=False, default=None, allow_null=True)
     unique_mode = serializers.JSONField(required=False, default=None, allow_null=True)
@@ -191,6 +194,8 @@ class TaskSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField(allow_null=True)
     request_id = serializers.CharField(allow_null=True)
     group_key = serializers.CharField(allow_null=True, help_text="its group for the queue's group limits")
+    headers = serializers.DictField(child=serializers.CharField(), required=False,
+                                    help_text="what it was submitted with, and what enqueue middleware added")
     unique_key = serializers.CharField(required=False, help_text="its unique key, when submitted as a unique task")
     unique_mode = serializers.CharField(required=False, help_text="while_active, throttle or debounce")
     unique = serializers.JSONField(

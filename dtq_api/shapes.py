@@ -26,10 +26,11 @@ NO_DATA = ErrorDetail("No data provided", code="null")
 INVALID_JSON = ErrorDetail("Value must be valid JSON.", code="invalid")
 # Submit fields that may be null (null is "not given"), and each optional field's default.
 NULLABLE = frozenset(("payload", "delay_seconds", "ttl_seconds", "max_attempts", "timeout_seconds",
-                      "idempotency_key", "group_key", "unique_key", "unique_mode", "unique_window_s"))
+                      "idempotency_key", "group_key", "unique_key", "unique_mode", "unique_window_s", "headers"))
 DEFAULTS: dict[str, Any] = {"queue": "default", "priority": "normal", "delay_seconds": 0, "ttl_seconds": None,
                             "max_attempts": None, "timeout_seconds": None, "idempotency_key": None,
-                            "group_key": None, "unique_key": None, "unique_mode": None, "unique_window_s": None}
+                            "group_key": None, "unique_key": None, "unique_mode": None, "unique_window_s": None,
+                            "headers": None}
 _FIELDS = frozenset(SUBMIT_FIELDS)
 
 

@@ -130,6 +130,8 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     if fields.get("workflow_id"):  # a step of a workflow (docs/tasks.md, "Workflows")
         out["workflow_id"] = fields["workflow_id"]
         out["workflow_step"] = int(fields["workflow_step"]) if fields.get("workflow_step", "").isdigit() else None
+    if fields.get("headers"):  # given at enqueue, or added by an enqueue middleware (docs/tasks.md)
+        out["headers"] = _json_or_raw(fields["headers"])
     if fields.get("progress_done"):  # its handler reported progress (docs/tasks.md, "Progress")
         out["progress"] = progress_view(fields)
     if fields.get("handler"):  # run by another type's handler (Django tasks: django.task / django.atask)

@@ -66,6 +66,10 @@ class DtqConfig:
     # Destructive API calls with no key and no staff session: refused unless explicitly turned on.
     allow_anonymous_admin: bool = False
     task_modules: tuple[str, ...] = ()
+    # Dotted paths of middleware classes (dtq_core/middleware.py): run on every enqueue, and
+    # around every attempt of a handler. Empty: the hot path pays one check each.
+    enqueue_middleware: tuple[str, ...] = ()
+    execution_middleware: tuple[str, ...] = ()
     # DTQ_QUEUE_PARTITIONS "q=n,...": queues split into n partitions (one hash slot each); others 1.
     queue_partitions: tuple[tuple[str, int], ...] = ()
     # True: submit accepts task types no worker has registered (they dead-letter when run).
@@ -140,10 +144,11 @@ class DtqConfig:
         """Build from a settings.DTQ-style dict with upper-case keys (REDIS_URL, ...)."""
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k.lower(): v for k, v in values.items() if k.lower() in known}
-        if isinstance(kwargs.get("task_modules"), str):
-            kwargs["task_modules"] = _split_modules(kwargs["task_modules"])
-        elif "task_modules" in kwargs:
-            kwargs["task_modules"] = tuple(kwargs["task_modules"])
+        for name in LIST_FIELDS:
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = _split_modules(kwargs[name])
+            elif name in kwargs:
+                kwargs[name] = tuple(kwargs[name])
         if "queue_partitions" in kwargs:
             kwargs["queue_partitions"] = parse_partitions(kwargs["queue_partitions"])
         return cls(**kwargs)
@@ -284,6 +289,9 @@ def _check_partitions(pairs: tuple[tuple[str, int], ...]) -> None:
             raise ConfigError(f"DTQ_QUEUE_PARTITIONS: {queue!r} must have 1 to {MAX_PARTITIONS} partitions (got {n!r})")
 
 
+LIST_FIELDS = ("task_modules", "enqueue_middleware", "execution_middleware")  # comma-separated in the environment
+
+
 def _split_modules(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
@@ -310,7 +318,7 @@ def read_env(get: Callable[[str], str | None]) -> DtqConfig:
         raw = get(env_name(f.name))
         if raw is None:
             continue
-        if f.name == "task_modules":
+        if f.name in LIST_FIELDS:
             kwargs[f.name] = _split_modules(raw)
             continue
         if f.name == "queue_partitions":

@@ -32,6 +32,17 @@ class PayloadTooLarge(ValidationError):
     http_status = 413
 
 
+class TaskRefused(DtqError):
+    """An enqueue middleware refused the task (dtq_core/middleware.py): nothing was enqueued.
+    Raise it from `before_enqueue` with a message the caller can act on."""
+
+    code = "TASK_REFUSED"
+    http_status = 400
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+
+
 class UnknownTaskType(ValidationError):
     """No worker serves this task type (see Tasks.check_type): refused at submit, so junk types
     cannot fill the capped DLQ and evict real dead letters."""

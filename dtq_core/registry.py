@@ -7,7 +7,7 @@ import importlib
 import inspect
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,8 @@ class TaskContext:
     parent_result: Any = None
     # Where progress() leaves its reports: the worker's ProgressReporter (None outside a worker).
     reporter: Any = field(default=None, repr=False, compare=False)
+    # The task's headers (read-only): what its enqueuer and the enqueue middleware put there.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def progress(self, done: float, total: float | None = None, message: str = "") -> None:
         """Say how far this attempt got: `done` of `total` (None: unknown), with a short message

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from .codec import is_unicode
 from .config import DtqConfig
 from .errors import PayloadTooLarge, ValidationError
 from .keys import PRIORITIES
+from .middleware import run_enqueue_middleware
 from .task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE
 
 MAX_DELAY_S = 366 * 86400
@@ -25,6 +27,11 @@ MAX_REQUEST_ID = 200
 MAX_GROUP_KEY = 200
 MAX_UNIQUE_KEY = 200
 UNIQUE_MODES = ("while_active", "throttle", "debounce")
+# Task headers (trace context, an enqueue middleware's metadata): small string pairs.
+MAX_HEADERS = 32
+MAX_HEADER_VALUE = 1024
+MAX_HEADERS_BYTES = 4096
+HEADER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 # One encoder for every submission: json.dumps with options builds a new JSONEncoder per call.
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -52,6 +59,8 @@ class Submission:
     # Flow control (issue 22): the task's group for group_concurrency/group_rate ("" = none).
     group_key: str = ""
     unique: Unique | None = None  # a unique task (issue 22; see check_unique)
+    # Its headers as stored ("" = none): trace context, metadata an enqueue middleware added.
+    headers_json: str = ""
 
     def placed(self, tag: str) -> Submission:
         """This submission in partition `tag`, under a new id that names it."""
@@ -62,7 +71,7 @@ class Submission:
                           max_attempts=self.max_attempts, timeout_s=self.timeout_s,
                           idempotency_key=self.idempotency_key, request_id=self.request_id,
                           handler=self.handler, task_id=new_task_id(tag), group_key=self.group_key,
-                          unique=self.unique)
+                          unique=self.unique, headers_json=self.headers_json)
 
     @property
     def handler_name(self) -> str:
@@ -122,8 +131,14 @@ def validate(
     unique_key: Any = None,
     unique_mode: Any = None,
     unique_window_s: Any = None,
+    headers: Any = None,
 ) -> Submission:
-    """Check every field of a submission; raise ValidationError / PayloadTooLarge naming it."""
+    """Check every field of a submission; raise ValidationError / PayloadTooLarge naming it.
+
+    The enqueue middleware (DTQ_ENQUEUE_MIDDLEWARE) sees it first and may change its payload and
+    headers, or refuse it (TaskRefused); what it leaves is then checked like the rest."""
+    if config.enqueue_middleware:
+        payload, headers = run_enqueue_middleware(config, type, payload, queue, priority, headers)
     if not isinstance(type, str) or not TASK_TYPE_RE.fullmatch(type):
         raise ValidationError(
             "type must be 1-200 characters of letters, digits and _ . : - (e.g. 'dtq.echo')", field="type"
@@ -182,10 +197,30 @@ def validate(
         delay_s=float(delay), ttl_s=None if ttl is None else float(ttl), max_attempts=attempts,
         timeout_s=float(timeout), idempotency_key=idempotency_key, request_id=request_id,
         handler="" if handler in (None, type) else handler, group_key=group_key or "",
+        headers_json="" if not headers else check_headers(headers),
     )
     if unique_key is None and unique_mode is None and unique_window_s is None:
         return submission
     return check_unique(submission, unique_key, unique_mode, unique_window_s)
+
+
+def check_headers(headers: Any) -> str:
+    """The headers as stored (compact JSON), or ValidationError naming what is wrong."""
+    if not isinstance(headers, dict):
+        raise ValidationError("headers must be an object of string names to string values", field="headers")
+    if len(headers) > MAX_HEADERS:
+        raise ValidationError(f"headers may hold at most {MAX_HEADERS} entries", field="headers")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not HEADER_NAME_RE.fullmatch(name):
+            raise ValidationError(f"header name {str(name)[:80]!r} must be 1-64 of A-Z a-z 0-9 _ . -", field="headers")
+        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE or not is_unicode(value):
+            raise ValidationError(f"header {name!r} must be a string of at most {MAX_HEADER_VALUE} characters",
+                                  field="headers")
+    encoded = _ENCODE(headers)
+    if len(encoded.encode()) > MAX_HEADERS_BYTES:
+        raise ValidationError(f"headers are {len(encoded.encode())} bytes of JSON; the limit is {MAX_HEADERS_BYTES}",
+                              field="headers")
+    return encoded
 
 
 def check_unique(s: Submission, key: Any, mode: Any, window_s: Any) -> Submission:

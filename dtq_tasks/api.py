@@ -97,16 +97,18 @@ def enqueue(
     unique_key: str | None = None,
     unique_mode: str | None = None,
     unique_window_s: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> str:
     """Queue up a task and return its id (the first task's id when the idempotency key was seen,
     the existing task's when its unique_key is held: docs/tasks.md, "Unique tasks").
 
-    Raises dtq_core.errors.ValidationError, PayloadTooLarge, QueueFull, or QueueLimitReached (a new
-    queue past DTQ_MAX_QUEUES).
+    headers: string pairs the task carries (its handler reads them as current_task().headers).
+    Raises dtq_core.errors.ValidationError, PayloadTooLarge, QueueFull, QueueLimitReached (a new
+    queue past DTQ_MAX_QUEUES), or TaskRefused (an enqueue middleware refused it).
     """
     return get_engine().tasks.enqueue(
         type, payload, queue=queue, priority=priority, delay_seconds=delay_seconds, ttl_seconds=ttl_seconds,
         max_attempts=max_attempts, timeout_seconds=timeout_seconds, idempotency_key=idempotency_key,
         group_key=group_key, unique_key=unique_key, unique_mode=unique_mode, unique_window_s=unique_window_s,
-        record=False,
+        headers=headers, record=False,
     ).id

@@ -4,13 +4,14 @@ partition of its queue), read one, list the recent ones of every partition, canc
 from __future__ import annotations
 
 import builtins
+import json
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import codec
+from .. import codec, hooks
 from ..clock import iso
 from ..errors import (
     CancelRequested,
@@ -117,7 +118,10 @@ class Tasks(Noun):
         if _closed(reply):  # the queue was deleted (and maybe created again) since we read it
             submission, layout = self.place(submission, again=True)
             (reply,) = self._run([self._enqueue_call(submission, layout, with_record=record)])
-        return self._enqueued(submission, layout, reply)
+        enqueued = self._enqueued(submission, layout, reply)
+        if hooks.SIGNALS is not None and enqueued.created:
+            _queued(submission)
+        return enqueued
 
     def enqueue_many(self, submissions: Sequence[Submission]
                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
@@ -148,6 +152,10 @@ class Tasks(Noun):
             if not pending:
                 break
             self._reopen({placed[i].queue for i in pending})
+        if hooks.SIGNALS is not None:
+            for s, o in zip(placed, out, strict=True):
+                if isinstance(o, Enqueued) and o.created:
+                    _queued(s)
         return [o for o in out if o is not None]
 
     def place(self, s: Submission, *, again: bool = False) -> tuple[Submission, Layout]:
@@ -208,6 +216,8 @@ class Tasks(Noun):
             fields += ["group_key", s.group_key]
         if s.unique is not None:
             fields += ["unique_key", s.unique.key, "unique_mode", s.unique.mode]
+        if s.headers_json:
+            fields += ["headers", s.headers_json]
         keys = [self.keys.partition(tag_of(s.task_id))]
         args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.depth_limit(layout), due, layout.owner,
@@ -310,6 +320,11 @@ class Tasks(Noun):
                                    args=[task_id, now, iso(now), self.config.retention_arg])
         code = raise_for_code(code, task_id=task_id, script="cancelTask", status=rest[0] if rest else None)
         return CancelResult(id=task_id, status=str(rest[0]), cancelled=code is ErrorCode.OK)
+
+
+def _queued(s: Submission) -> None:
+    hooks.send("task_queued", task_id=s.task_id, type=s.type, queue=s.queue,
+               headers=json.loads(s.headers_json) if s.headers_json else {})
 
 
 def _pairs(flat: list[Any]) -> dict[str, str]:

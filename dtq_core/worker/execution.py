@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from .. import faults, registry
+from .. import faults, hooks, registry
 from ..task import TERMINAL, Outcome
 from .executor import EXACT_TIMEOUT_BELOW_S, TIMEOUT_CHECK_S, Completion, Execution, Row, cancel, expire, expire_overdue
 from .state import WorkerState
@@ -205,6 +205,11 @@ class ExecutionLoops(WorkerState):
                                completion.row.task_id, completion.row.queue, completion.row.attempt,
                                self.worker_id, "moved to the DLQ" if status == "DEAD_LETTERED" else "failed",
                                completion.error_class, completion.error_message[:200])
+                if status == "DEAD_LETTERED" and hooks.SIGNALS is not None:
+                    row = completion.row
+                    hooks.send("task_dead_lettered", task_id=row.task_id, type=row.type, queue=row.queue,
+                               attempt=row.attempt, error_class=completion.error_class,
+                               error_message=completion.error_message)
         await self._pause_other_partitions(batch, statuses)
         self.processed += len(batch)
         if self.max_tasks is not None and self.processed >= self.max_tasks:

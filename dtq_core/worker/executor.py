@@ -16,16 +16,18 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .. import registry
+from .. import hooks, registry
 from ..clock import Clock
 from ..codec import encode_result, truncate_result, valid_utf8
 from ..config import DtqConfig
 from ..connection import REDIS_CONNECTION_ERRORS, write_refused
 from ..keys import tag_of
+from ..middleware import execution_chain, wrap_async, wrap_sync
 from ..task import Outcome, RetryPolicy, next_attempt_at
 
 if TYPE_CHECKING:
@@ -58,13 +60,14 @@ class Row:
     tag: str = ""  # its partition's tag, when the caller knows it (else read from the task id)
     # A workflow's step: "<workflow id>|<step>|<parent result JSON>" from the claim ("" otherwise).
     workflow: str = ""
+    headers: str = ""  # its headers as stored (JSON), "" when it has none
 
     @classmethod
     def from_reply(cls, r: list[Any], received_at: float, tag: str) -> Row:
         return cls(entry_id=r[1], stream=r[2], task_id=r[3], attempt=int(r[4]), max_attempts=int(r[5]),
                    type=r[6], payload=r[7], timeout_s=float(r[8] or 300), queue=r[9], priority=r[10],
                    handler=r[11] if len(r) > 11 else "", received_at=received_at, tag=tag,
-                   workflow=r[13] if len(r) > 13 else "")
+                   headers=r[12] if len(r) > 12 else "", workflow=r[13] if len(r) > 13 else "")
 
     @property
     def workflow_id(self) -> str:
@@ -219,6 +222,7 @@ class AttemptRunner:
         self.worker_id = worker_id
         self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
         self.progress: ProgressReporter | None = None  # where ctx.progress() reports (set by the Worker)
+        self.middleware = execution_chain(config.execution_middleware)  # DTQ_EXECUTION_MIDDLEWARE
 
     def run_in_thread(self, ex: Execution) -> Completion | None:
         """Run one attempt of a sync handler in this (handler) thread; None when it raised
@@ -242,8 +246,14 @@ class AttemptRunner:
         return self._succeeded(row, result, time.perf_counter() - started)
 
     def _call_in_thread(self, row: Row, ex: Execution, payload: Any) -> Any:
-        registry.set_current(self._context(row))
-        return _in_thread(ex, ex.handler.fn, payload)
+        ctx = self._context(row)
+        registry.set_current(ctx)
+        fn = ex.handler.fn
+        if self.middleware:
+            fn = wrap_sync(self.middleware, ctx, fn)
+        if hooks.SIGNALS is not None:
+            _started(ctx)
+        return _in_thread(ex, fn, payload)
 
     def _context(self, row: Row) -> registry.TaskContext:
         if row.workflow:
@@ -252,10 +262,11 @@ class AttemptRunner:
                                         queue=row.queue, type=row.type, worker_id=self.worker_id,
                                         entry_id=row.entry_id, workflow_id=wid,
                                         workflow_step=int(step) if step.isdigit() else -1,
-                                        parent_result=_parent(parent), reporter=self.progress)
+                                        parent_result=_parent(parent), reporter=self.progress,
+                                        headers=_headers(row.headers))
         return registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
                                     queue=row.queue, type=row.type, worker_id=self.worker_id,
-                                    entry_id=row.entry_id, reporter=self.progress)
+                                    entry_id=row.entry_id, reporter=self.progress, headers=_headers(row.headers))
 
     async def run(self, ex: Execution) -> Completion | None:
         """Run one attempt; None when it was abandoned at the drain deadline."""
@@ -297,15 +308,30 @@ class AttemptRunner:
             raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
         if not handler.is_async:  # only when a test calls run() for a sync handler: no thread
             raise TypeError(f"{row.type}: sync handlers run in handler threads (run_in_thread)")
-        registry.set_current(self._context(row))  # this Task has its own context copy
+        ctx = self._context(row)
+        registry.set_current(ctx)  # this Task has its own context copy
+        if hooks.SIGNALS is not None:
+            _started(ctx)
+        if self.middleware:
+            return await wrap_async(self.middleware, ctx, handler.fn)(payload)
         return await handler.fn(payload)
 
     def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
         encoded, truncated = truncate_result(encode_result(result), self.config.result_max_bytes)
+        if hooks.SIGNALS is not None:
+            hooks.send("task_succeeded", task_id=row.task_id, type=row.type, queue=row.queue, attempt=row.attempt,
+                       result=result, duration_s=duration)
         return Completion(row, Outcome.SUCCEEDED, result_json=encoded, truncated=truncated, duration_s=duration)
 
     def _failed(self, row: Row, exc: BaseException, duration: float, *, frames: str = "") -> Completion:
         """frames: for a timeout (never raised where the handler was), the stack it was cut off in."""
+        completion = self._classified(row, exc, duration, frames)
+        if hooks.SIGNALS is not None and completion.outcome in (Outcome.RETRY, Outcome.FAILED):
+            hooks.send("task_failed", task_id=row.task_id, type=row.type, queue=row.queue, attempt=row.attempt,
+                       exception=exc, will_retry=completion.outcome is Outcome.RETRY and completion.retry_due_ms > 0)
+        return completion
+
+    def _classified(self, row: Row, exc: BaseException, duration: float, frames: str) -> Completion:
         # Redis refusing writes (disk full, maxmemory) is an outage, not the task's fault: retry it.
         retryable = (isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS))
                      or write_refused(exc)) and not isinstance(exc, (UnknownTaskType, PayloadDecodeError))
@@ -360,6 +386,24 @@ def error_name(exc: BaseException) -> str:
         return "dtq_tasks.RateLimited"
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+def _headers(raw: str) -> Mapping[str, str]:
+    """A task's headers for its context: read-only, the shared empty mapping for the usual none."""
+    if not raw:
+        return _NO_HEADERS
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return _NO_HEADERS
+    return MappingProxyType(value) if isinstance(value, dict) else _NO_HEADERS
+
+
+def _started(ctx: registry.TaskContext) -> None:
+    hooks.send("task_started", task_id=ctx.task_id, type=ctx.type, queue=ctx.queue, attempt=ctx.attempt, context=ctx)
 
 
 def _parent(raw: str) -> Any:

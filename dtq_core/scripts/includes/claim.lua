@@ -28,7 +28,7 @@ end
 
 local TASK_FIELDS = {'status', 'attempt', 'max_attempts', 'type', 'payload', 'timeout_s', 'queue',
                      'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested', 'handler',
-                     'group_key', 'workflow_id', 'workflow_step'}
+                     'group_key', 'workflow_id', 'workflow_step', 'headers'}
 
 -- The worker running attempt t.attempt went silent: honour a cancel it never got to act on, or count
 -- the lost attempt against the budget (DLQ when spent). The caller finishes the old entry.
@@ -63,7 +63,7 @@ local function lose_attempt(ctx, tkey, task_id, t)
 end
 
 -- Returns {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload, timeout_s,
--- queue, priority, handler ('' = the type's own), headers (''), workflow context ('' or
+-- queue, priority, handler ('' = the type's own), headers ('' = none), workflow context ('' or
 -- "<workflow id>|<step>|<parent result JSON>")} or {outcome, reason} where outcome is absorbed|missing|expired|deferred|dead|cancelled
 -- (or, held back by its group's limits, {'parked'} / {'deferred'}: includes/limits.lua)
 -- (a reason only for absorbed, dead and cancelled: the worker logs those).
@@ -139,14 +139,14 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     rcall('ZADD', ctx.running_key, ctx.now_ms, task_id)
   end
   emit(ctx.K, 'task.started', task_id, t.queue, 'RUNNING', ea, ctx.now_ms, ctx.now_iso)
-  -- A workflow's step (issue 23): "<workflow id>|<step>|<parent result JSON>" ('' otherwise); the
-  -- 13th element is another field's (headers), '' here.
+  -- Its headers ('' when none: issue 25), and for a workflow's step (issue 23)
+  -- "<workflow id>|<step>|<parent result JSON>" ('' otherwise).
   local wf = ''
   if t.workflow_id then
     wf = t.workflow_id .. '|' .. (t.workflow_step or '') .. '|' .. (rcall('HGET', tkey, 'parent_result') or 'null')
   end
   return {'run', entry_id, stream, task_id, ea, t.max_attempts, t.type, t.payload, t.timeout_s, t.queue, t.priority,
-          t.handler or '', '', wf}
+          t.handler or '', t.headers or '', wf}
 end
 
 -- A claim that failed on a corrupt task field (err, caught by the caller's pcall): quarantine the

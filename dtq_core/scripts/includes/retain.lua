@@ -32,7 +32,7 @@ local RETAIN_FAILED = {FAILED = true, DEAD_LETTERED = true}
 local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'created_at', 'started_at', 'worker_id',
                        'result_truncated', 'result_null', 'last_error', 'errors', 'handler', 'periodic_name',
                        'scheduled_for', 'workflow_id', 'workflow_step', 'progress_done', 'progress_total',
-                       'progress_message', 'progress_at'}
+                       'progress_message', 'progress_at', 'headers'}
 local DJANGO_TYPES = {['django.task'] = true, ['django.atask'] = true}  -- queued before per-function types
 local RETAIN_FIELD = {}
 for _, name in ipairs(RETAIN_FIELDS) do RETAIN_FIELD[name] = true end

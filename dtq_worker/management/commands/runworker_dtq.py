@@ -24,6 +24,7 @@ from dtq_core.config import ConfigError
 from dtq_core.engine.periodic import validate_spec
 from dtq_core.errors import ValidationError, WorkerNameTaken
 from dtq_core.logs import TextFormatter
+from dtq_core.middleware import enqueue_chain, execution_chain
 from dtq_core.redis_errors import one_line, translate
 from dtq_core.registry import TaskModuleError, import_task_modules
 from dtq_core.task import valid_queue_name
@@ -123,6 +124,9 @@ class Command(BaseCommand):
             raise CommandError(f"periodic schedules: {getattr(exc, 'message', exc)}") from None
         try:
             queue_limits = declared_queue_limits()
+            # A middleware path that does not import stops the start, naming it (not the first task).
+            enqueue_chain(config.enqueue_middleware)
+            execution_chain(config.execution_middleware)
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         worker = Worker(config, queues=queues, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks,

@@ -1,0 +1,89 @@
+"""Middleware, handlers and signal receivers that real worker processes load for the integration
+tests (DTQ_TASK_MODULES=tests.integrations.mw): a tenant carried from the enqueuer to the handler in
+a header, as docs/tasks.md's example does, and everything they saw logged in Redis under the
+test's key prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from typing import Any
+
+import dtq_tasks
+from dtq_core.conf import get_engine
+from dtq_tasks.signals import task_dead_lettered, task_failed, task_queued, task_started, task_succeeded
+
+current_tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenant", default=None)
+
+
+def log(name: str, **fields: Any) -> None:
+    engine = get_engine()
+    engine.client.rpush(f"{engine.keys.prefix}:testlog:{name}", json.dumps(fields, default=str))
+
+
+class TenantHeader(dtq_tasks.EnqueueMiddleware):
+    """Stamps the enqueuing code's tenant on the task; refuses tasks of a suspended tenant."""
+
+    def before_enqueue(self, task: dtq_tasks.OutgoingTask) -> None:
+        tenant = current_tenant.get()
+        if tenant == "suspended":
+            raise dtq_tasks.TaskRefused(f"tenant {tenant!r} may not enqueue {task.type}")
+        if tenant is not None:
+            task.headers["tenant"] = tenant
+
+
+class TenantContext(dtq_tasks.ExecutionMiddleware):
+    """Sets the tenant the task was enqueued for while its handler runs (sync and async)."""
+
+    def before(self, ctx: dtq_tasks.TaskContext, payload: Any) -> None:
+        current_tenant.set(ctx.headers.get("tenant"))
+
+    def after(self, ctx: dtq_tasks.TaskContext, result: Any) -> None:
+        log("after", task_id=ctx.task_id, result=result)
+
+    def on_error(self, ctx: dtq_tasks.TaskContext, exc: BaseException) -> None:
+        log("on_error", task_id=ctx.task_id, error=type(exc).__name__, message=str(exc))
+
+
+class NotMiddleware:
+    pass
+
+
+@dtq_tasks.task("mw.whoami")
+def whoami(payload: Any) -> Any:
+    return {"tenant": current_tenant.get()}
+
+
+@dtq_tasks.task("mw.awhoami")
+async def awhoami(payload: Any) -> Any:
+    await asyncio.sleep(0)
+    return {"tenant": current_tenant.get()}
+
+
+@dtq_tasks.task("mw.boom")
+def boom(payload: Any) -> Any:
+    raise dtq_tasks.RetryableError("boom for " + str(current_tenant.get()))
+
+
+def _on(kind: str) -> Any:
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        kwargs.pop("signal", None)
+        if kwargs.get("exception") is not None:
+            kwargs["exception"] = type(kwargs["exception"]).__name__
+        kwargs.pop("context", None)
+        log("signal", kind=kind, **kwargs)
+    return receiver
+
+
+def _raising(sender: Any, **kwargs: Any) -> None:
+    raise RuntimeError("a receiver that fails")
+
+
+RECEIVERS = {name: _on(name) for name in ("queued", "started", "succeeded", "failed", "dead_lettered")}
+task_queued.connect(RECEIVERS["queued"])
+task_started.connect(RECEIVERS["started"])
+task_started.connect(_raising)  # must be logged, never fail the task
+task_succeeded.connect(RECEIVERS["succeeded"])
+task_failed.connect(RECEIVERS["failed"])
+task_dead_lettered.connect(RECEIVERS["dead_lettered"])
