@@ -99,7 +99,8 @@ def test_on_error_and_the_signals_see_a_failure_and_a_raising_receiver_fails_not
     wait_for(lambda: engine.tasks.get(failing)["status"] == "DEAD_LETTERED", timeout=20, message=worker.output)
     wait_for(lambda: engine.tasks.get(fine)["status"] == "SUCCEEDED", timeout=20, message=worker.output)
     errors = logged(redis_client, engine, "on_error")
-    assert [(e["task_id"], e["error"], e["message"]) for e in errors] == [(failing, "RetryableError", "boom for acme")] * 2
+    assert [(e["task_id"], e["error"], e["message"]) for e in errors] == \
+        [(failing, "RetryableError", "boom for acme")] * 2
     signals = logged(redis_client, engine, "signal")
 
     def of(task_id: str) -> list[tuple[str, Any]]:
@@ -125,7 +126,8 @@ def test_on_error_and_the_signals_see_a_failure_and_a_raising_receiver_fails_not
 @pytest.mark.parametrize("setting,path,message", [
     ("DTQ_EXECUTION_MIDDLEWARE", "tests.integrations.nowhere.Thing", "cannot import"),
     ("DTQ_EXECUTION_MIDDLEWARE", "tests.integrations.mw.Missing", "names nothing"),
-    ("DTQ_ENQUEUE_MIDDLEWARE", "tests.integrations.mw.NotMiddleware", "is not a subclass of dtq_tasks.EnqueueMiddleware"),
+    ("DTQ_ENQUEUE_MIDDLEWARE", "tests.integrations.mw.NotMiddleware",
+     "is not a subclass of dtq_tasks.EnqueueMiddleware"),
 ])
 def test_a_bad_middleware_path_stops_the_worker_with_one_line(
         start_worker: Callable[..., WorkerProcess], setting: str, path: str, message: str) -> None:
