@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from .clock import iso
+from .encryption import reveal
 from .keys import dlq_ref, is_task_id, tag_of
 
 TIME_FIELDS = ("created_at", "updated_at", "enqueued_at", "started_at", "finished_at", "due_at", "expires_at")
@@ -90,13 +91,14 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     hold its own id. A compact record is shown with "compact": true and payload null: the
     retention policy (DTQ_KEEP_PAYLOAD) dropped its payload, errors and submit details.
     """
+    payload, sealed = reveal(_json_or_raw(fields.get("payload")))
     out: dict[str, Any] = {
         "id": fields.get("id") or task_id,
         "type": fields.get("type"),
         "queue": fields.get("queue"),
         "priority": fields.get("priority"),
         "status": fields.get("status"),
-        "payload": _json_or_raw(fields.get("payload")),
+        "payload": payload,
         "timeout_s": _num(fields.get("timeout_s")),
         "worker_id": fields.get("worker_id") or None,
         "last_error": fields.get("last_error") or None,
@@ -141,7 +143,10 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
         if fields.get(name):
             out[name] = iso(fields[name])
     if result is not None:
-        out["result"] = _json_or_raw(result)
+        out["result"], result_sealed = reveal(_json_or_raw(result))
+        sealed = sealed or result_sealed
+    if sealed:  # DTQ_ENCRYPT_TYPES: shown decrypted where a key is configured, else as "encrypted"
+        out["encrypted"] = True
     return out
 
 

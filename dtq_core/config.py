@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from .encryption import check_keys
 from .faults import POINTS as FAULT_POINTS
 from .redis_url import RedisUrlError, parse
 from .task import valid_queue_name
@@ -70,6 +71,10 @@ class DtqConfig:
     # around every attempt of a handler. Empty: the hot path pays one check each.
     enqueue_middleware: tuple[str, ...] = ()
     execution_middleware: tuple[str, ...] = ()
+    # Encrypted payloads and results (dtq_core/encryption.py): Fernet keys, the first encrypts;
+    # the task types encrypted ("*": all). Kept out of repr: a config printed must not show keys.
+    encryption_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    encrypt_types: tuple[str, ...] = ()
     # DTQ_QUEUE_PARTITIONS "q=n,...": queues split into n partitions (one hash slot each); others 1.
     queue_partitions: tuple[tuple[str, int], ...] = ()
     # True: submit accepts task types no worker has registered (they dead-letter when run).
@@ -136,6 +141,11 @@ class DtqConfig:
         if self.events not in EVENT_MODES:
             raise ConfigError(f"DTQ_EVENTS must be one of {', '.join(EVENT_MODES)} (got {self.events!r})")
         _check_partitions(self.queue_partitions)
+        problem = check_keys(self.encryption_keys)
+        if problem:
+            raise ConfigError(problem)
+        if self.encrypt_types and not self.encryption_keys:
+            raise ConfigError("DTQ_ENCRYPT_TYPES is set but DTQ_ENCRYPTION_KEYS is empty: give at least one Fernet key")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
             raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")
 
@@ -289,7 +299,8 @@ def _check_partitions(pairs: tuple[tuple[str, int], ...]) -> None:
             raise ConfigError(f"DTQ_QUEUE_PARTITIONS: {queue!r} must have 1 to {MAX_PARTITIONS} partitions (got {n!r})")
 
 
-LIST_FIELDS = ("task_modules", "enqueue_middleware", "execution_middleware")  # comma-separated in the environment
+# Comma-separated in the environment, lists or tuples in settings.DTQ.
+LIST_FIELDS = ("task_modules", "enqueue_middleware", "execution_middleware", "encryption_keys", "encrypt_types")
 
 
 def _split_modules(raw: str) -> tuple[str, ...]:

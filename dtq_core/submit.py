@@ -13,6 +13,7 @@ from typing import Any
 
 from .codec import is_unicode
 from .config import DtqConfig
+from .encryption import encrypts, seal
 from .errors import PayloadTooLarge, ValidationError
 from .keys import PRIORITIES
 from .middleware import run_enqueue_middleware
@@ -190,6 +191,8 @@ def validate(
             f"payload is {size} bytes; the limit is {config.payload_max_bytes} (DTQ_PAYLOAD_MAX_BYTES)",
             field="payload",
         )
+    if config.encrypt_types and encrypts(config.encrypt_types, type):  # checked in plaintext, stored sealed
+        payload_json = seal(config.encryption_keys, payload_json)
     if request_id is not None:
         request_id = str(request_id)[:MAX_REQUEST_ID].encode(errors="replace").decode()
     submission = Submission(

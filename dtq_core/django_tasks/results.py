@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from ..encryption import reveal
 from .compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 
 SYNC_TYPE = "django.task"  # the runner's handler of sync functions (the worker's thread pool)
@@ -171,7 +172,9 @@ def worker_ids(fields: Mapping[str, str]) -> list[str]:
 
 def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str) -> TaskResult[Any]:
     """Rebuild the TaskResult of a django.task hash (and its stored result, when present)."""
-    call = Call.from_payload(json.loads(fields.get("payload") or "{}"))
+    # Encrypted (DTQ_ENCRYPT_TYPES): read with this process's keys; without one, the call cannot be
+    # rebuilt and MalformedPayload says the payload is not one (a Django task's result needs a key).
+    call = Call.from_payload(reveal(json.loads(fields.get("payload") or "{}"))[0])
     task = resolve_task(call)
     dtq_status = fields.get("status", "")
     errors = task_errors(fields.get("errors"))
@@ -198,5 +201,5 @@ def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str)
     )
     if dtq_status == "SUCCEEDED" and result_json is not None:
         # A result over DTQ_RESULT_MAX_BYTES is stored as a JSON string of its head (result_truncated).
-        object.__setattr__(result, "_return_value", json.loads(result_json))
+        object.__setattr__(result, "_return_value", reveal(json.loads(result_json))[0])
     return result

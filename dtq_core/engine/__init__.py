@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import redis
 
+from .. import encryption
 from ..clock import Clock, SystemClock
 from ..config import DtqConfig
 from ..connection import eviction_policy, sync_client
@@ -36,6 +37,7 @@ __all__ = ["Engine"]
 class Engine:
     def __init__(self, config: DtqConfig, *, client: redis.Redis | None = None, clock: Clock | None = None) -> None:
         self.config = config
+        encryption.configure(config.encryption_keys)  # the API, console and CLI show payloads with them
         self.keys = Keys(config.key_prefix)
         self.client = client if client is not None else sync_client(config)
         self.clock: Clock = clock or SystemClock()

@@ -26,6 +26,7 @@ from ..clock import Clock
 from ..codec import encode_result, truncate_result, valid_utf8
 from ..config import DtqConfig
 from ..connection import REDIS_CONNECTION_ERRORS, write_refused
+from ..encryption import DecryptionFailed, configure, encrypts, is_sealed, seal, unseal, unseal_inputs
 from ..keys import tag_of
 from ..middleware import execution_chain, wrap_async, wrap_sync
 from ..task import Outcome, RetryPolicy, next_attempt_at
@@ -144,6 +145,7 @@ class Execution:
     thread_stack: str = ""  # that thread's stack when the timeout fired: where it was stuck
 
 
+PERMANENT = (UnknownTaskType, PayloadDecodeError, DecryptionFailed)  # never retried, whatever they derive from
 TIMEOUT_CHECK_S = 0.05  # the worker's deadline check: how late a handler timeout may fire
 EXACT_TIMEOUT_BELOW_S = 1.0  # shorter handler timeouts get a timer of their own
 
@@ -223,6 +225,7 @@ class AttemptRunner:
         self.policy = RetryPolicy(base_s=config.retry_base_s, max_s=config.retry_max_s)
         self.progress: ProgressReporter | None = None  # where ctx.progress() reports (set by the Worker)
         self.middleware = execution_chain(config.execution_middleware)  # DTQ_EXECUTION_MIDDLEWARE
+        configure(config.encryption_keys)  # what this process shows decrypted
 
     def run_in_thread(self, ex: Execution) -> Completion | None:
         """Run one attempt of a sync handler in this (handler) thread; None when it raised
@@ -230,10 +233,7 @@ class AttemptRunner:
         row = ex.row
         started = time.perf_counter()
         try:
-            try:
-                payload = json.loads(row.payload) if row.payload else {}
-            except ValueError as exc:
-                raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
+            payload = self._payload(row)
             # A fresh context per attempt, as an asyncio Task gets: what a handler sets in its
             # context variables does not leak into the next attempt this thread runs.
             result = contextvars.Context().run(self._call_in_thread, row, ex, payload)
@@ -255,6 +255,16 @@ class AttemptRunner:
             _started(ctx)
         return _in_thread(ex, fn, payload)
 
+    def _payload(self, row: Row) -> Any:
+        """The payload the handler gets: decoded, and decrypted when it was stored encrypted."""
+        try:
+            payload = json.loads(row.payload) if row.payload else {}
+        except ValueError as exc:
+            raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
+        if type(payload) is str and is_sealed(payload):
+            payload = unseal(self.config.encryption_keys, payload)  # DecryptionFailed: permanent
+        return payload
+
     def _context(self, row: Row) -> registry.TaskContext:
         if row.workflow:
             wid, step, parent = row.workflow.split("|", 2)
@@ -262,7 +272,8 @@ class AttemptRunner:
                                         queue=row.queue, type=row.type, worker_id=self.worker_id,
                                         entry_id=row.entry_id, workflow_id=wid,
                                         workflow_step=int(step) if step.isdigit() else -1,
-                                        parent_result=_parent(parent), reporter=self.progress,
+                                        parent_result=_parent(self.config.encryption_keys, parent),
+                                        reporter=self.progress,
                                         headers=_headers(row.headers))
         return registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
                                     queue=row.queue, type=row.type, worker_id=self.worker_id,
@@ -302,10 +313,7 @@ class AttemptRunner:
         if handler is None:
             named = f"handler {row.handler!r} of task type {row.type!r}" if row.handler else f"task type {row.type!r}"
             raise UnknownTaskType(f"no handler registered for {named}")
-        try:
-            payload = json.loads(row.payload) if row.payload else {}
-        except ValueError as exc:
-            raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
+        payload = self._payload(row)
         if not handler.is_async:  # only when a test calls run() for a sync handler: no thread
             raise TypeError(f"{row.type}: sync handlers run in handler threads (run_in_thread)")
         ctx = self._context(row)
@@ -318,6 +326,8 @@ class AttemptRunner:
 
     def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
         encoded, truncated = truncate_result(encode_result(result), self.config.result_max_bytes)
+        if self.config.encrypt_types and encrypts(self.config.encrypt_types, row.type):
+            encoded = seal(self.config.encryption_keys, encoded)
         if hooks.SIGNALS is not None:
             hooks.send("task_succeeded", task_id=row.task_id, type=row.type, queue=row.queue, attempt=row.attempt,
                        result=result, duration_s=duration)
@@ -334,7 +344,7 @@ class AttemptRunner:
     def _classified(self, row: Row, exc: BaseException, duration: float, frames: str) -> Completion:
         # Redis refusing writes (disk full, maxmemory) is an outage, not the task's fault: retry it.
         retryable = (isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS))
-                     or write_refused(exc)) and not isinstance(exc, (UnknownTaskType, PayloadDecodeError))
+                     or write_refused(exc)) and not isinstance(exc, PERMANENT)
         error_class = error_name(exc)
         if frames:
             text = f"Traceback (most recent call last):\n{frames}{''.join(traceback.format_exception_only(exc))}"
@@ -378,7 +388,7 @@ def _in_thread(ex: Execution, fn: Any, payload: Any) -> Any:
 
 def error_name(exc: BaseException) -> str:
     cls = type(exc)
-    if cls in (UnknownTaskType, PayloadDecodeError, HandlerTimeout):
+    if cls in (UnknownTaskType, PayloadDecodeError, HandlerTimeout, DecryptionFailed):
         return f"dtq.{cls.__name__}"
     if cls is registry.RetryableError:
         return "dtq_tasks.RetryableError"
@@ -406,9 +416,11 @@ def _started(ctx: registry.TaskContext) -> None:
     hooks.send("task_started", task_id=ctx.task_id, type=ctx.type, queue=ctx.queue, attempt=ctx.attempt, context=ctx)
 
 
-def _parent(raw: str) -> Any:
-    """A workflow step's input, as its claim carries it (JSON); the text itself if it is not JSON."""
+def _parent(keys: tuple[str, ...], raw: str) -> Any:
+    """A workflow step's input, as its claim carries it (JSON, its encrypted results decrypted);
+    the text itself if it is not JSON."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except ValueError:
         return raw
+    return unseal_inputs(keys, value) if keys else value

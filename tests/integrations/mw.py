@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import os
 from typing import Any
 
 import dtq_tasks
@@ -81,9 +82,39 @@ def _raising(sender: Any, **kwargs: Any) -> None:
 
 
 RECEIVERS = {name: _on(name) for name in ("queued", "started", "succeeded", "failed", "dead_lettered")}
-task_queued.connect(RECEIVERS["queued"])
-task_started.connect(RECEIVERS["started"])
-task_started.connect(_raising)  # must be logged, never fail the task
-task_succeeded.connect(RECEIVERS["succeeded"])
-task_failed.connect(RECEIVERS["failed"])
-task_dead_lettered.connect(RECEIVERS["dead_lettered"])
+SIGNALS = {"queued": task_queued, "started": task_started, "succeeded": task_succeeded, "failed": task_failed,
+           "dead_lettered": task_dead_lettered}
+
+
+def connect() -> None:
+    for name, signal in SIGNALS.items():
+        signal.connect(RECEIVERS[name])
+    task_started.connect(_raising)  # must be logged, never fail the task
+
+
+def disconnect() -> None:
+    for name, signal in SIGNALS.items():
+        signal.disconnect(RECEIVERS[name])
+    task_started.disconnect(_raising)
+
+
+if os.environ.get("DTQ_TEST_SIGNALS"):  # the test's worker processes; the test process connects its own
+    connect()
+
+
+@dtq_tasks.task("enc.secret")
+def secret(payload: Any) -> Any:
+    """Hands back what it was given, as a result (encrypted in Redis when its type is)."""
+    return {"got": payload}
+
+
+@dtq_tasks.task("enc.asecret")
+async def asecret(payload: Any) -> Any:
+    return {"got": payload}
+
+
+@dtq_tasks.task("enc.parent")
+def parent(payload: Any) -> Any:
+    ctx = dtq_tasks.current_task()
+    assert ctx is not None
+    return {"parent": ctx.parent_result}

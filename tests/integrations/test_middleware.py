@@ -22,7 +22,7 @@ from ..conftest import WorkerProcess, wait_for
 from ..failure.support import FAST
 from . import mw
 
-MIDDLEWARE = {"DTQ_TASK_MODULES": "tests.integrations.mw",
+MIDDLEWARE = {"DTQ_TASK_MODULES": "tests.integrations.mw", "DTQ_TEST_SIGNALS": "1",
               "DTQ_ENQUEUE_MIDDLEWARE": "tests.integrations.mw.TenantHeader",
               "DTQ_EXECUTION_MIDDLEWARE": "tests.integrations.mw.TenantContext"}
 
@@ -44,6 +44,14 @@ def as_tenant() -> Iterator[Callable[[str | None], None]]:
     yield set_tenant
     for token in reversed(tokens):
         mw.current_tenant.reset(token)
+
+
+@pytest.fixture
+def receivers() -> Iterator[None]:
+    """The test's signal receivers, in this process (enqueue side) for this test only."""
+    mw.connect()
+    yield
+    mw.disconnect()
 
 
 def logged(client: redis.Redis, engine: Engine, kind: str) -> list[dict[str, Any]]:
@@ -89,7 +97,7 @@ def test_a_refused_enqueue_is_refused_everywhere_and_queues_nothing(
 
 
 def test_on_error_and_the_signals_see_a_failure_and_a_raising_receiver_fails_nothing(
-        tenant_settings: Engine, as_tenant: Callable[[str | None], None], redis_client: redis.Redis,
+        receivers: None, tenant_settings: Engine, as_tenant: Callable[[str | None], None], redis_client: redis.Redis,
         start_worker: Callable[..., WorkerProcess]) -> None:
     engine = _engine()
     as_tenant("acme")
