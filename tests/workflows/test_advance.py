@@ -137,6 +137,9 @@ def test_the_submit_creates_only_the_steps_without_dependencies(engine: Engine) 
         {"kind": "group", "children": [{"kind": "step", "index": 0}, {"kind": "step", "index": 1}],
          "then": None, "tolerate_failures": False}, {"kind": "step", "index": 2}]}
     assert wid.startswith(tag_of(ids[0]) + "-w")
+    # The start was advanced and settled by the submit; advanced again (a re-drive), it creates nothing.
+    assert not engine.client.hexists(engine.keys.wf_outbox(tag_of(ids[0])), f"wf:{wid}")
+    assert _advance(engine, wid, -1, f"wf:{wid}", "START", "") == ["ok", "RUNNING", []]
     rows, cursor = engine.workflows.list()
     assert [r["id"] for r in rows] == [wid] and cursor is None
     assert engine.workflows.list(status="SUCCEEDED") == ([], None)
