@@ -231,3 +231,21 @@ def test_a_step_created_around_its_workflows_cancel_is_cancelled(engine: Engine,
     assert engine.tasks.get(ids[1])["status"] == "CANCELLED"
     wf = engine.workflows.get(wid)
     assert wf["status"] == "CANCELLED" and wf["steps"][1]["status"] == "CANCELLED"
+
+
+def test_a_redis_that_is_down_is_reported_as_redis_trouble_not_a_crash(config: Any) -> None:
+    import dataclasses
+
+    import redis
+
+    from ..redis_server import free_port
+
+    engine = Engine(dataclasses.replace(config, redis_url=f"redis://127.0.0.1:{free_port()}/0"))
+    wid = f"{TAG}-w{'0' * 31}"
+    for call in (lambda: engine.workflows.submit({"type": "t.a"}), lambda: engine.workflows.get(wid),
+                 lambda: engine.workflows.list(), lambda: engine.workflows.cancel(wid, Actor.cli())):
+        with pytest.raises(redis.exceptions.ConnectionError):
+            call()
+
+
+TAG = "ab12cd"
