@@ -7,6 +7,7 @@ Reloaded on setting_changed so pytest-django's `settings` fixture works.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import environ
@@ -22,6 +23,7 @@ from .task import valid_queue_name
 
 _config: DtqConfig | None = None
 _engine: Engine | None = None
+_lock = threading.RLock()
 
 
 def read_environment() -> DtqConfig:
@@ -36,6 +38,14 @@ def read_environment() -> DtqConfig:
 
 def get_config() -> DtqConfig:
     global _config
+    if _config is not None:
+        return _config
+    with _lock:
+        return _read_config()
+
+
+def _read_config() -> DtqConfig:
+    global _config
     if _config is None:
         # A project of its own has no settings.DTQ (only dtq_site builds one): the DTQ_*
         # variables must still apply there, read exactly as dtq_site reads them.
@@ -46,10 +56,16 @@ def get_config() -> DtqConfig:
 def get_engine() -> Engine:
     """The process-wide Engine built from settings.DTQ; rebuilt when the settings change."""
     global _engine
-    config = get_config()  # a new DtqConfig after conf reloads settings.DTQ
-    if _engine is None or _engine.config is not config:
-        _engine = Engine(config)
-    return _engine
+    engine = _engine
+    if engine is not None and engine.config is _config:
+        return engine
+    # Built once under a lock: handler threads asking at once must share one engine (a second one,
+    # dropped at once, would close its connections under the thread still using them).
+    with _lock:
+        config = _read_config()  # a new DtqConfig after conf reloads settings.DTQ
+        if _engine is None or _engine.config is not config:
+            _engine = Engine(config)
+        return _engine
 
 
 def declared_periodic() -> list[Any]:

@@ -31,7 +31,16 @@ from ..replies import text_hash
 from ..submit import Submission
 from ..task import TERMINAL
 from ..workflow_spec import WorkflowSpec, leaves, parse
-from ..workflow_steps import CHUNK, Ready, create_calls, definition, new_workflow_id, start_calls
+from ..workflow_steps import (
+    CHUNK,
+    Ready,
+    advance_call,
+    create_calls,
+    definition,
+    new_workflow_id,
+    ready_of,
+    start_calls,
+)
 from .audit import Actor, Audit
 from .plumbing import Noun, Plumbing
 from .tasks import Tasks
@@ -86,12 +95,15 @@ class Workflows(Noun):
         calls = [("createWorkflow", wkey, [wid, now, 0, total, "", json.dumps(chunk)]) for chunk in chunks[:-1]]
         if calls:
             self._run(calls)
-        self._run([("createWorkflow", wkey, [wid, now, 1, total, root, json.dumps(chunks[-1])])])
+        (start,) = self._run([("createWorkflow", wkey, [wid, now, 1, total, root, json.dumps(chunks[-1])])])
         self.client.zadd(self.keys.workflows(), {wid: now})
-        roots = [Ready(wid, step.index, json.loads(defs[step.index]), "null") for step in spec.roots]
-        events = self.tasks.events.flag(self.client)
-        self._run(create_calls(self.keys, self.config, roots, now, events))
+        # The start, advanced here as a worker advances a step's end: should this process die
+        # before the last call below, the leader re-drives the outbox entry (nothing twice).
+        (reply,) = self._run([advance_call(self.keys, self.config, f"wf:{wid}", json.loads(start), now)])
+        roots = ready_of(wid, reply)[1]
+        self._run(create_calls(self.keys, self.config, roots, now, self.tasks.events.flag(self.client)))
         self._started(roots)
+        self._run([("settleOutbox", wkey, [f"wf:{wid}", start])])
         return wid
 
     def _run(self, calls: builtins.list[tuple[str, builtins.list[str], builtins.list[object]]]) -> builtins.list[Any]:

@@ -13,6 +13,7 @@
   Input:
     KEYS[1] the workflow's partition key prefix
     ARGV[1] workflow id  ARGV[2] step index  ARGV[3] task id  ARGV[4] the task's final status
+    (step -1 with status START: the workflow's start, see createWorkflow)
     ARGV[5] its result JSON (SUCCEEDED) or its last error ("class: message")
     ARGV[6] now (ms)  ARGV[7] how long a finished workflow is kept (ms)
   Output:
@@ -26,6 +27,25 @@ local wid, idx, task_id, tstatus, r, now_ms, keep_ms = ARGV[1], ARGV[2], ARGV[3]
 local W = wf_keys(K, wid)
 local w = read_task(W.w, 'status', 'steps_total', 'done', 'failed')
 if not w.status then return {'missing'} end
+if idx == '-1' and tstatus == 'START' then
+  -- The workflow's start (createWorkflow's outbox entry): the steps with no dependency (no
+  -- pending count at all) not created yet. Repeated, it names those still not created.
+  local ready = {}
+  if w.status == 'RUNNING' then
+    local has_deps, states = {}, {}
+    local flat = rcall('HKEYS', W.pending)
+    for i = 1, #flat do has_deps[flat[i]] = true end
+    flat = rcall('HGETALL', W.state)
+    for i = 1, #flat, 2 do states[flat[i]] = flat[i + 1] end
+    for i = 0, tonumber(w.steps_total) - 1 do
+      local key = tostring(i)
+      if not has_deps[key] and (states[key] or 'W') == 'W' then
+        ready[#ready + 1] = {i, rcall('HGET', W.def, key), 'null'}
+      end
+    end
+  end
+  return {'ok', w.status, ready}
+end
 local raw = rcall('HGET', W.def, idx)
 if not raw then return {'missing'} end
 local def = cjson.decode(raw)

@@ -1,13 +1,16 @@
 --[[
   Write a workflow's step definitions, a chunk per call; the last call (final) opens it: status
-  RUNNING, so only then do advances and reads see it. A submit that dies before its last call
-  leaves definitions that expire within a day and no workflow.
+  RUNNING, so only then do advances and reads see it, and writes its start into the partition's
+  workflow outbox (field "wf:<workflow id>"), which advanceWorkflow turns into the steps with no
+  dependency. A submit that dies before its last call leaves definitions that expire within a day
+  and no workflow; one that dies after it leaves the start to the leader's re-drive.
   Input:
     KEYS[1] the workflow's partition key prefix (the workflow id's tag)
     ARGV[1] workflow id  ARGV[2] now (ms)  ARGV[3] final (1/0)  ARGV[4] steps total
     ARGV[5] the tree as JSON (final only)  ARGV[6] JSON list of [index, definition JSON, pending]
   Output:
-    1 written; 0 a workflow of that id exists already (nothing written)
+    1 written (a chunk); the start's outbox entry (the final call); 0 a workflow of that id exists
+    already (nothing written)
 ]]
 -- #include common
 -- #include workflow
@@ -26,6 +29,13 @@ if ARGV[3] == '1' then
         'done', 0, 'failed', 0, 'root', ARGV[5])
   rcall('PERSIST', W.def)
   rcall('PERSIST', W.pending)
+  -- Its start, as an outbox entry in this (its own) partition: the submit advances it at once
+  -- (creating the steps with no dependency); should the submitter die first, the leader does.
+  local start = cjson.encode({w = W.id, s = -1, st = 'START', r = ''})
+  local field = string.format('wf:%s', W.id)  -- a field of the outbox, beside the task ids
+  rcall('HSET', K.wf_outbox, field, start)
+  rcall('ZADD', K.wf_outbox_due, ARGV[2], field)
+  return start
 else
   rcall('PEXPIRE', W.def, 86400000)
   if #pend > 0 then rcall('PEXPIRE', W.pending, 86400000) end

@@ -137,6 +137,9 @@ def test_the_submit_creates_only_the_steps_without_dependencies(engine: Engine) 
         {"kind": "group", "children": [{"kind": "step", "index": 0}, {"kind": "step", "index": 1}],
          "then": None, "tolerate_failures": False}, {"kind": "step", "index": 2}]}
     assert wid.startswith(tag_of(ids[0]) + "-w")
+    # The start was advanced and settled by the submit; advanced again (a re-drive), it creates nothing.
+    assert not engine.client.hexists(engine.keys.wf_outbox(tag_of(ids[0])), f"wf:{wid}")
+    assert _advance(engine, wid, -1, f"wf:{wid}", "START", "") == ["ok", "RUNNING", []]
     rows, cursor = engine.workflows.list()
     assert [r["id"] for r in rows] == [wid] and cursor is None
     assert engine.workflows.list(status="SUCCEEDED") == ([], None)
@@ -228,3 +231,21 @@ def test_a_step_created_around_its_workflows_cancel_is_cancelled(engine: Engine,
     assert engine.tasks.get(ids[1])["status"] == "CANCELLED"
     wf = engine.workflows.get(wid)
     assert wf["status"] == "CANCELLED" and wf["steps"][1]["status"] == "CANCELLED"
+
+
+def test_a_redis_that_is_down_is_reported_as_redis_trouble_not_a_crash(config: Any) -> None:
+    import dataclasses
+
+    import redis
+
+    from ..redis_server import free_port
+
+    engine = Engine(dataclasses.replace(config, redis_url=f"redis://127.0.0.1:{free_port()}/0"))
+    wid = f"{TAG}-w{'0' * 31}"
+    for call in (lambda: engine.workflows.submit({"type": "t.a"}), lambda: engine.workflows.get(wid),
+                 lambda: engine.workflows.list(), lambda: engine.workflows.cancel(wid, Actor.cli())):
+        with pytest.raises(redis.exceptions.ConnectionError):
+            call()
+
+
+TAG = "ab12cd"

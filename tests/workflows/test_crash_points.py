@@ -47,3 +47,28 @@ def test_a_worker_killed_around_an_advance_leaves_the_workflow_to_finish_once(
     wait_for(lambda: redis_client.hlen(outbox) == 0, timeout=15, message=b.output)
     if point == "after_complete":
         assert "re-drove" in b.output()  # the leader found the entry the dead worker left
+
+
+def test_a_submit_cut_off_after_opening_its_workflow_is_started_by_the_leader(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The submitting process dies right after the script that opened the workflow (and wrote its
+    # start into the outbox, in the same script), before creating any step.
+    import dtq_core.engine.workflows as module
+
+    def cut_off(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the submitting process died here")
+
+    monkeypatch.setattr(module, "advance_call", cut_off)
+    with pytest.raises(RuntimeError):
+        engine.workflows.submit({"chain": [{"type": "wf.inc", "payload": {"n": n}, "queue": "wfs"} for n in (1, 2)]})
+    monkeypatch.undo()
+    ((row,), _) = engine.workflows.list()
+    wid = row["id"]
+    assert [s["status"] for s in engine.workflows.get(wid)["steps"]] == ["WAITING", "WAITING"]
+    worker = start_worker("--name", "a", "--queues", "wfs", **env())
+    wait_for(lambda: engine.workflows.get(wid)["status"] == "SUCCEEDED", timeout=40, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert [execs(redis_client, engine.keys, s["task_id"]) for s in wf["steps"]] == [1, 1]
+    assert engine.tasks.get(wf["steps"][1]["task_id"])["result"] == 3
+    assert "re-drove" in worker.output()

@@ -15,7 +15,7 @@ local function wf_keys(K, wid)
     return error('workflow ' .. tostring(wid) .. ' is not in partition ' .. K.tag, 0)
   end
   local w = K.wf_prefix .. wid
-  return {w = w, def = w .. ':def', state = w .. ':state', pending = w .. ':pending', result = w .. ':result',
+  return {id = wid, w = w, def = w .. ':def', state = w .. ':state', pending = w .. ':pending', result = w .. ':result',
           reason = w .. ':reason'}
 end
 
