@@ -59,7 +59,7 @@ class DtqConfig:
     task_timeout_s: float = 300.0
     payload_max_bytes: int = 1048576
     # Most steps one workflow may have (dtq_core/workflow_spec.py).
-    workflow_max_steps: int = 10000
+    workflow_max_steps: int = 20000
     # A running task's ctx.progress() is written at most once per this many seconds (the latest
     # value wins): a handler's tight loop cannot flood Redis or the console (worker/progress.py).
     progress_min_interval_s: float = 0.5

@@ -26,7 +26,8 @@ SECRET = {"card": "4111-1111-1111-1111", "name": "Ada Lovelace"}
 
 
 def worker_env(keys: str) -> dict[str, Any]:
-    return {**FAST, "DTQ_TASK_MODULES": "tests.integrations.mw", "DTQ_ENCRYPTION_KEYS": keys, "DTQ_ENCRYPT_TYPES": TYPES}
+    return {**FAST, "DTQ_TASK_MODULES": "tests.integrations.mw", "DTQ_ENCRYPTION_KEYS": keys,
+            "DTQ_ENCRYPT_TYPES": TYPES}
 
 
 def encrypted_engine(settings: Any, keys: list[str]) -> Engine:
