@@ -61,8 +61,8 @@ class Rig:
         self.client = redis.Redis.from_url(server.url, decode_responses=True)
         VAR.mkdir(parents=True, exist_ok=True)
 
-    def engine(self, prefix: str) -> Engine:
-        return Engine(DtqConfig(redis_url=self.server.url, key_prefix=prefix, max_queue_depth=0))
+    def engine(self, prefix: str, **config: Any) -> Engine:
+        return Engine(DtqConfig(redis_url=self.server.url, key_prefix=prefix, max_queue_depth=0, **config))
 
     def env(self, prefix: str, **overrides: Any) -> dict[str, str]:
         env = dict(os.environ)
@@ -164,11 +164,13 @@ NON_BINDING_LIMITS: dict[str, dict[str, Any]] = {
 
 
 def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
-          limits: dict[str, Any] | None = None) -> dict[str, Any]:
+          limits: dict[str, Any] | None = None, env: dict[str, Any] | None = None,
+          config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Pre-fill `tasks` no-op tasks, start `workers` burst workers, time the drain. limits: set on
-    the queue first (engine.limits), e.g. one of NON_BINDING_LIMITS."""
+    the queue first (engine.limits), e.g. one of NON_BINDING_LIMITS. env: the workers' extra
+    variables; config: the enqueuing engine's DtqConfig fields (bench_integrations sets both)."""
     prefix = new_prefix()
-    engine, key = rig.engine(prefix), counter_key(prefix)
+    engine, key = rig.engine(prefix, **(config or {})), counter_key(prefix)
     try:
         if limits:
             from dtq_core.engine.audit import Actor
@@ -176,7 +178,7 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
         enqueue = prefill(engine, tasks, key)
         stats0, totals0 = commandstats(rig.client), server_totals(rig.client)
         usec0 = commandstats_usec(rig.client)
-        procs = [rig.worker(prefix, "--burst", "--concurrency", str(concurrency), name=f"w{i}")
+        procs = [rig.worker(prefix, "--burst", "--concurrency", str(concurrency), name=f"w{i}", **(env or {}))
                  for i in range(workers)]
         first_at, first_value = _wait_counter(rig.client, key, 1, timeout=60)
         end_at, _ = _wait_counter(rig.client, key, tasks, timeout=60 + tasks / 100)

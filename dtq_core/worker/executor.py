@@ -326,8 +326,8 @@ class AttemptRunner:
 
     def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
         encoded, truncated = truncate_result(encode_result(result), self.config.result_max_bytes)
-        if self.config.encrypt_types and encrypts(self.config.encrypt_types, row.type):
-            encoded = seal(self.config.encryption_keys, encoded)
+        if self.config.encrypt_types and encoded != "null" and encrypts(self.config.encrypt_types, row.type):
+            encoded = seal(self.config.encryption_keys, encoded)  # (None says nothing: kept as the flag)
         if hooks.SIGNALS is not None:
             hooks.send("task_succeeded", task_id=row.task_id, type=row.type, queue=row.queue, attempt=row.attempt,
                        result=result, duration_s=duration)

@@ -5,14 +5,29 @@ the inputs it received), so a test can tell a duplicate execution from a redeliv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
 import signal
 from typing import Any
 
+import redis
+
 import dtq_tasks
 from dtq_core.conf import get_engine
+from dtq_core.connection import sync_client
+
+_client: redis.Redis | None = None
+
+
+def client() -> redis.Redis:
+    """The handlers' own Redis client, with a patient timeout: the request path's 1 s would turn a
+    busy test machine into a handler error (a redis TimeoutError in place of the test's own)."""
+    global _client
+    if _client is None:
+        _client = sync_client(dataclasses.replace(get_engine().config, redis_timeout_s=15))
+    return _client
 
 
 def log_key(name: str) -> str:
@@ -22,7 +37,7 @@ def log_key(name: str) -> str:
 def _record(kind: str) -> dtq_tasks.TaskContext:
     ctx = dtq_tasks.current_task()
     assert ctx is not None
-    pipe = get_engine().client.pipeline(transaction=False)
+    pipe = client().pipeline(transaction=False)
     pipe.hincrby(log_key("execs"), ctx.task_id, 1)
     pipe.rpush(log_key(kind), json.dumps({"task_id": ctx.task_id, "step": ctx.workflow_step,
                                           "workflow_id": ctx.workflow_id, "parent": ctx.parent_result}))
@@ -44,7 +59,7 @@ async def num(payload: dict[str, Any]) -> int:
     _record("num")
     if payload.get("pause"):
         await asyncio.sleep(random.uniform(0, float(payload["pause"])))
-    if payload.get("kill_rate") and get_engine().client.exists(log_key("kill")) and \
+    if payload.get("kill_rate") and client().exists(log_key("kill")) and \
             random.random() < float(payload["kill_rate"]):
         os.kill(os.getpid(), signal.SIGKILL)
     return int(payload["n"])
@@ -61,7 +76,7 @@ def total(payload: dict[str, Any]) -> int:
 def gate(payload: dict[str, Any]) -> int:
     """Fails until the test sets the key `open` (then passes its input on, plus n)."""
     ctx = _record("gate")
-    if not get_engine().client.exists(log_key("open")):
+    if not client().exists(log_key("open")):
         raise ValueError("the gate is closed")
     return int(ctx.parent_result or 0) + int(payload.get("n", 1))
 

@@ -1,0 +1,34 @@
+"""What bench_integrations switches on, for the worker processes (DTQ_TASK_MODULES) and the
+enqueuing engine: pass-through middleware of each kind, and a receiver on every signal."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dtq_tasks
+
+
+class PassEnqueue(dtq_tasks.EnqueueMiddleware):
+    def before_enqueue(self, task: dtq_tasks.OutgoingTask) -> None:
+        task.headers["bench"] = "1"
+
+
+class PassExecution(dtq_tasks.ExecutionMiddleware):
+    """The hooks' defaults: before, after, on_error, each a call that does nothing."""
+
+
+def _receiver(sender: Any, **kwargs: Any) -> None:
+    return None
+
+
+def connect_receivers() -> None:
+    from dtq_tasks import signals
+
+    for signal in (signals.task_queued, signals.task_started, signals.task_succeeded, signals.task_failed,
+                   signals.task_dead_lettered):
+        signal.connect(_receiver)
+
+
+if os.environ.get("DTQ_BENCH_SIGNALS"):
+    connect_receivers()
