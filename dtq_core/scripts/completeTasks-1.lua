@@ -70,8 +70,7 @@ local function complete_one(r)
   local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
                      'completed', 'priority', 'created_at', 'started_at', 'worker_id', 'result_truncated',
                      'last_error', 'handler', 'periodic_name', 'scheduled_for',
-                     'workflow_id', 'workflow_step', 'progress_done', 'progress_total', 'progress_message',
-                     'progress_at', 'headers')
+                     'workflow_id', 'progress_at', 'headers')
   local mark = attempt .. '@' .. entry_id
   if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then
     -- Applied by an earlier send whose reply was lost. A compact record (includes/retain.lua)

@@ -150,6 +150,13 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
   if compact then
     local v = {}
     for _, name in ipairs(RETAIN_FIELDS) do v[name] = t[name] end
+    if t.progress_at and not t.progress_done then
+      -- The caller read progress_at alone (completeTasks: one field, not four, for the tasks
+      -- that never reported progress): the rest of the progress only for those that did.
+      v.progress_done, v.progress_total, v.progress_message =
+        unpack(rcall('HMGET', tkey, 'progress_done', 'progress_total', 'progress_message'))
+    end
+    if wid and not v.workflow_step then v.workflow_step = wstep end  -- read above (the caller did not)
     for i = 1, #(writes or {}), 2 do
       if RETAIN_FIELD[writes[i]] then v[writes[i]] = writes[i + 1] end
     end
