@@ -167,7 +167,7 @@ def test_hostile_payloads_and_errors_render_as_text(
 
 def test_screenshots_of_the_main_pages(
         page: Any, console: ConsoleServer, console_engine: Engine, worker: WorkerProcess, tmp_path: Path) -> None:
-    """Seed a realistic picture and photograph overview, queue, task, dlq, audit and periodic.
+    """Seed a realistic picture and photograph overview, queue, task, dlq, audit, periodic and a workflow.
 
     DTQ_UPDATE_SCREENSHOTS=1 copies them to docs/screenshots/ (the README shows those).
     """
@@ -194,13 +194,21 @@ def test_screenshots_of_the_main_pages(
     engine.periodic.pause("cache.warm", actor=_actor("admin"))
     fired = engine.periodic.trigger("reports.nightly", actor=_actor("admin"))["task_id"]
     wait_for(lambda: engine.tasks.get(fired)["status"] == "SUCCEEDED", timeout=20)
+    # A workflow part way through (issue 23): fetched, rendered in three parts, publishing, then mailed.
+    wid = engine.workflows.submit({"chain": [
+        {"type": "dtq.echo", "payload": {"report": "sales", "month": 11}},
+        {"group": [{"type": "dtq.echo", "payload": {"page": n}} for n in range(1, 4)],
+         "then": {"type": "dtq.sleep", "payload": {"seconds": 30}}},
+        {"type": "emails.send", "payload": {"to": "finance@example.com", "template": "report-ready"},
+         "queue": "emails"}]})
+    wait_for(lambda: engine.workflows.get(wid)["steps"][4]["status"] == "RUNNING", timeout=20)
     log_in(page, console, "admin")
     engine.queues.pause("reports", _actor("admin"))
     page.goto(f"{console.url}/queues/reports/")
     page.click("button:has-text('Resume')")
     page.wait_for_selector(".msg-success")
     shots = {"overview": "/", "queue": "/queues/emails/", "task": f"/tasks/{failed['task_id']}/",
-             "dlq": "/dlq/", "audit": "/audit/", "periodic": "/periodic/"}
+             "dlq": "/dlq/", "audit": "/audit/", "periodic": "/periodic/", "workflow": f"/workflows/{wid}/"}
     for name, path in shots.items():
         page.goto(console.url + path)
         if name == "overview":
