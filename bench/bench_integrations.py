@@ -2,11 +2,13 @@
 no-op tasks, one burst worker process) and one-by-one enqueue with each integration off and on,
 interleaved round by round; ratios to "off" from the same run.
 
-Modes: off; middleware (one pass-through enqueue middleware that adds a header, one pass-through
-execution middleware); signals (a receiver connected to every lifecycle signal, in the enqueuing
-process and the worker); encryption (DTQ_ENCRYPT_TYPES=* with one Fernet key); and, when
-opentelemetry is installed, tracing (bench.integration_hooks sets no exporter: the SDK's spans are
-made and dropped). Run: .venv/bin/python -m bench.bench_integrations [--tasks N] [--rounds R].
+Modes: off (DTQ_OPENTELEMETRY=off, DTQ_SENTRY=off: as without those libraries); otel-api-only
+(opentelemetry-api installed, no SDK: its no-op spans); tracing (the SDK, spans made and dropped
+by the exporter, in the enqueuer and the worker); sentry (sentry_sdk initialised in the worker);
+middleware (one pass-through enqueue middleware that adds a header, one pass-through execution
+middleware); signals (a receiver on every lifecycle signal, in the enqueuer and the worker);
+encryption (DTQ_ENCRYPT_TYPES=* with one Fernet key).
+Run: .venv/bin/python -m bench.bench_integrations [--tasks N] [--rounds R].
 Results: bench/results/integrations-latest.{json,md}.
 """
 
@@ -28,9 +30,19 @@ from . import dtq_bench as b  # noqa: E402
 from .common import RESULTS, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results  # noqa: E402
 
 KEY = Fernet.generate_key().decode()
+OFF = {"DTQ_OPENTELEMETRY": "off", "DTQ_SENTRY": "off"}
+HOOKS = "bench.tasks,bench.integration_hooks"
 MODES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    # mode: (worker environment, enqueuing engine's config)
+    # mode: (worker environment, enqueuing engine's config); every mode but the tracing ones runs
+    # with DTQ_OPENTELEMETRY=off and DTQ_SENTRY=off, as a project without those libraries does.
     "off": ({}, {}),
+    # opentelemetry-api installed, no SDK configured: the API's no-op spans.
+    "otel-api-only": ({"DTQ_OPENTELEMETRY": "auto"}, {"opentelemetry": "auto"}),
+    # the SDK configured (spans made, then dropped by the exporter), in the worker and the enqueuer.
+    "tracing": ({"DTQ_OPENTELEMETRY": "auto", "DTQ_TASK_MODULES": HOOKS, "DTQ_BENCH_TRACING": "1"},
+                {"opentelemetry": "auto"}),
+    # sentry_sdk initialised in the worker (no task fails: what an active client costs a success).
+    "sentry": ({"DTQ_SENTRY": "auto", "DTQ_TASK_MODULES": HOOKS, "DTQ_BENCH_SENTRY": "1"}, {}),
     "middleware": ({"DTQ_TASK_MODULES": "bench.tasks,bench.integration_hooks",
                     "DTQ_ENQUEUE_MIDDLEWARE": "bench.integration_hooks.PassEnqueue",
                     "DTQ_EXECUTION_MIDDLEWARE": "bench.integration_hooks.PassExecution"},
@@ -55,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         for round_no in range(args.rounds):
             for mode in modes:
                 env, config = MODES[mode]
+                env, config = {**OFF, **env}, {"opentelemetry": "off", "sentry": "off", **config}
+                provider = None
+                if mode == "tracing":
+                    from . import integration_hooks
+                    provider = integration_hooks.configure_tracing()
                 if mode == "signals":
                     from . import integration_hooks
                     integration_hooks.connect_receivers()  # idempotent: the same receiver once
@@ -64,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[round {round_no + 1}] {mode:<11} drain {fmt(result['drain_per_s'])}/s, enqueue "
                       f"{fmt(result['enqueue_single_per_s'])}/s one by one ({time.perf_counter() - started:.1f}s)",
                       flush=True)
+                if provider is not None:  # back to no SDK for the other modes (no public reset)
+                    from opentelemetry import trace
+                    from opentelemetry.util._once import Once
+                    provider.shutdown()
+                    trace._TRACER_PROVIDER = None
+                    trace._TRACER_PROVIDER_SET_ONCE = Once()
                 if mode == "signals":
                     from dtq_tasks import signals
                     for signal in (signals.task_queued, signals.task_started, signals.task_succeeded,

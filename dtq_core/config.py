@@ -75,6 +75,11 @@ class DtqConfig:
     # the task types encrypted ("*": all). Kept out of repr: a config printed must not show keys.
     encryption_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     encrypt_types: tuple[str, ...] = ()
+    # OpenTelemetry and Sentry (dtq_core/integrations/): "auto" is on when the library is there
+    # (and, for Sentry, initialised); "off". Sentry reports retried attempts only when asked.
+    opentelemetry: str = "auto"
+    sentry: str = "auto"
+    sentry_report_retries: bool = False
     # DTQ_QUEUE_PARTITIONS "q=n,...": queues split into n partitions (one hash slot each); others 1.
     queue_partitions: tuple[tuple[str, int], ...] = ()
     # True: submit accepts task types no worker has registered (they dead-letter when run).
@@ -138,6 +143,9 @@ class DtqConfig:
                               "always required): unset one of them")
         if not isinstance(self.accept_unknown_types, bool):
             raise ConfigError(f"DTQ_ACCEPT_UNKNOWN_TYPES must be true or false (got {self.accept_unknown_types!r})")
+        for name in ("opentelemetry", "sentry"):
+            if getattr(self, name) not in ("auto", "off"):
+                raise ConfigError(f"{env_name(name)} must be auto or off (got {getattr(self, name)!r})")
         if self.events not in EVENT_MODES:
             raise ConfigError(f"DTQ_EVENTS must be one of {', '.join(EVENT_MODES)} (got {self.events!r})")
         _check_partitions(self.queue_partitions)

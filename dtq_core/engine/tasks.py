@@ -25,6 +25,7 @@ from ..errors import (
     raise_for_code,
 )
 from ..events import EventsGate
+from ..integrations import otel
 from ..keys import is_task_id, tag_of
 from ..partitions import Layout
 from ..replies import text_list
@@ -114,6 +115,12 @@ class Tasks(Noun):
         reading the record back and shaping it. One round trip to a queue this process knows.
         """
         submission, layout = self.place(self.validate(type, payload, **options))
+        if otel.enabled(self.config):  # a PRODUCER span around the send, its context in the headers
+            with otel.publishing([submission]) as (submission,):
+                return self._enqueue_placed(submission, layout, record)
+        return self._enqueue_placed(submission, layout, record)
+
+    def _enqueue_placed(self, submission: Submission, layout: Layout, record: bool) -> Enqueued:
         (reply,) = self._run([self._enqueue_call(submission, layout, with_record=record)])
         if _closed(reply):  # the queue was deleted (and maybe created again) since we read it
             submission, layout = self.place(submission, again=True)
@@ -127,6 +134,14 @@ class Tasks(Noun):
                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
         """Queue validated submissions in one round trip, in order (a new queue adds its
         registration first; a partition closed meanwhile, a second round for its tasks)."""
+        if otel.enabled(self.config):
+            placed_first = [self.place(s)[0] for s in submissions]  # ids first: each span names its task
+            with otel.publishing(placed_first) as traced:
+                return self._enqueue_many(traced)
+        return self._enqueue_many(submissions)
+
+    def _enqueue_many(self, submissions: Sequence[Submission]
+                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
         placed = builtins.list(submissions)
         out: builtins.list[Enqueued | QueueFull | QueueLimitReached | None] = [None] * len(placed)
         pending = builtins.list(range(len(placed)))

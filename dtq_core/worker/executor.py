@@ -27,6 +27,7 @@ from ..codec import encode_result, truncate_result, valid_utf8
 from ..config import DtqConfig
 from ..connection import REDIS_CONNECTION_ERRORS, write_refused
 from ..encryption import DecryptionFailed, configure, encrypts, is_sealed, seal, unseal, unseal_inputs
+from ..integrations import otel, sentry
 from ..keys import tag_of
 from ..middleware import execution_chain, wrap_async, wrap_sync
 from ..task import Outcome, RetryPolicy, next_attempt_at
@@ -226,6 +227,7 @@ class AttemptRunner:
         self.progress: ProgressReporter | None = None  # where ctx.progress() reports (set by the Worker)
         self.middleware = execution_chain(config.execution_middleware)  # DTQ_EXECUTION_MIDDLEWARE
         configure(config.encryption_keys)  # what this process shows decrypted
+        self.tracing = otel.enabled(config)  # a CONSUMER span per attempt (DTQ_OPENTELEMETRY)
 
     def run_in_thread(self, ex: Execution) -> Completion | None:
         """Run one attempt of a sync handler in this (handler) thread; None when it raised
@@ -251,6 +253,8 @@ class AttemptRunner:
         fn = ex.handler.fn
         if self.middleware:
             fn = wrap_sync(self.middleware, ctx, fn)
+        if self.tracing:
+            fn = otel.wrap_sync(ctx, fn, retryable)
         if hooks.SIGNALS is not None:
             _started(ctx)
         return _in_thread(ex, fn, payload)
@@ -320,9 +324,12 @@ class AttemptRunner:
         registry.set_current(ctx)  # this Task has its own context copy
         if hooks.SIGNALS is not None:
             _started(ctx)
+        fn = handler.fn
         if self.middleware:
-            return await wrap_async(self.middleware, ctx, handler.fn)(payload)
-        return await handler.fn(payload)
+            fn = wrap_async(self.middleware, ctx, fn)
+        if self.tracing:
+            fn = otel.wrap_async(ctx, fn, retryable)
+        return await fn(payload)
 
     def _succeeded(self, row: Row, result: Any, duration: float) -> Completion:
         encoded, truncated = truncate_result(encode_result(result), self.config.result_max_bytes)
@@ -336,6 +343,10 @@ class AttemptRunner:
     def _failed(self, row: Row, exc: BaseException, duration: float, *, frames: str = "") -> Completion:
         """frames: for a timeout (never raised where the handler was), the stack it was cut off in."""
         completion = self._classified(row, exc, duration, frames)
+        if completion.outcome in (Outcome.RETRY, Outcome.FAILED) and self.config.sentry != "off":
+            sentry.report(self.config, task_id=row.task_id, type=row.type, queue=row.queue, attempt=row.attempt,
+                          max_attempts=row.max_attempts, payload=row.payload, exc=exc,
+                          ends_task=completion.outcome is Outcome.FAILED or not completion.retry_due_ms)
         if hooks.SIGNALS is not None and completion.outcome in (Outcome.RETRY, Outcome.FAILED):
             hooks.send("task_failed", task_id=row.task_id, type=row.type, queue=row.queue, attempt=row.attempt,
                        exception=exc, will_retry=completion.outcome is Outcome.RETRY and completion.retry_due_ms > 0)
@@ -343,8 +354,7 @@ class AttemptRunner:
 
     def _classified(self, row: Row, exc: BaseException, duration: float, frames: str) -> Completion:
         # Redis refusing writes (disk full, maxmemory) is an outage, not the task's fault: retry it.
-        retryable = (isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS))
-                     or write_refused(exc)) and not isinstance(exc, PERMANENT)
+        is_retryable = retryable(exc)
         error_class = error_name(exc)
         if frames:
             text = f"Traceback (most recent call last):\n{frames}{''.join(traceback.format_exception_only(exc))}"
@@ -357,7 +367,7 @@ class AttemptRunner:
             until = self.clock.now_ms() + int((exc.retry_after or 0) * 1000)
             return Completion(row, Outcome.LIMITED, error_class=error_class, error_message=message,
                               retry_due_ms=until, duration_s=duration, limit_scope=exc.scope)
-        if retryable:
+        if is_retryable:
             due = next_attempt_at(attempt=row.attempt, max_attempts=row.max_attempts,
                                   now_ms=self.clock.now_ms(), policy=self.policy)
             retry_after = getattr(exc, "retry_after", None) if isinstance(exc, registry.RetryableError) else None
@@ -367,6 +377,12 @@ class AttemptRunner:
                               traceback=tb, retry_due_ms=due or 0, duration_s=duration)
         return Completion(row, Outcome.FAILED, error_class=error_class, error_message=message,
                           traceback=tb, duration_s=duration)
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether an attempt that raised exc is retried (while attempts are left)."""
+    return (isinstance(exc, (registry.RetryableError, HandlerTimeout, *REDIS_CONNECTION_ERRORS))
+            or write_refused(exc)) and not isinstance(exc, PERMANENT)
 
 
 def _message(exc: BaseException) -> str:
