@@ -13,8 +13,11 @@ from ..conftest import ROOT
 def test_the_wheel_holds_the_apps_and_their_data_files(tmp_path: Path) -> None:
     # A copy, so the build's build/ and *.egg-info never land in the checkout.
     source = tmp_path / "src"
+    # Tool caches left out too: another test's mypy run writes its cache (and deletes its WAL files)
+    # while this copies the tree.
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "var", "__pycache__", "build",
-                                                                "*.egg-info"))
+                                                                "*.egg-info", ".mypy_cache", ".ruff_cache",
+                                                                ".pytest_cache"))
     # build_py is the part of a wheel build that picks packages and data files, and needs only
     # setuptools (no wheel package, no network for an isolated build).
     proc = subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py",
