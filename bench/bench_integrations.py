@@ -4,7 +4,8 @@ interleaved round by round; ratios to "off" from the same run.
 
 Modes: off (DTQ_OPENTELEMETRY=off, DTQ_SENTRY=off: as without those libraries); otel-api-only
 (opentelemetry-api installed, no SDK: its no-op spans); tracing (the SDK, spans made and dropped
-by the exporter, in the enqueuer and the worker); sentry (sentry_sdk initialised in the worker);
+by the exporter, in the enqueuer and the worker); sentry (sentry_sdk initialised in the worker;
+sentry-bare: without its default integrations);
 middleware (one pass-through enqueue middleware that adds a header, one pass-through execution
 middleware); signals (a receiver on every lifecycle signal, in the enqueuer and the worker);
 encryption (DTQ_ENCRYPT_TYPES=* with one Fernet key).
@@ -43,6 +44,8 @@ MODES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                 {"opentelemetry": "auto"}),
     # sentry_sdk initialised in the worker (no task fails: what an active client costs a success).
     "sentry": ({"DTQ_SENTRY": "auto", "DTQ_TASK_MODULES": HOOKS, "DTQ_BENCH_SENTRY": "1"}, {}),
+    # the same without sentry-sdk's default integrations: what is left is dtq's own part.
+    "sentry-bare": ({"DTQ_SENTRY": "auto", "DTQ_TASK_MODULES": HOOKS, "DTQ_BENCH_SENTRY": "bare"}, {}),
     "middleware": ({"DTQ_TASK_MODULES": "bench.tasks,bench.integration_hooks",
                     "DTQ_ENQUEUE_MIDDLEWARE": "bench.integration_hooks.PassEnqueue",
                     "DTQ_EXECUTION_MIDDLEWARE": "bench.integration_hooks.PassExecution"},

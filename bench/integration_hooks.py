@@ -50,7 +50,9 @@ def configure_tracing() -> Any:
     return provider
 
 
-def configure_sentry() -> None:
+def configure_sentry(*, bare: bool = False) -> None:
+    """sentry_sdk.init as a project calls it; bare: without its default integrations (its redis-py
+    and logging instrumentation, which record a breadcrumb per Redis command), to tell its cost from dtq's."""
     import sentry_sdk
     from sentry_sdk.transport import Transport
 
@@ -58,10 +60,11 @@ def configure_sentry() -> None:
         def capture_envelope(self, envelope: Any) -> None:
             return None
 
-    sentry_sdk.init(dsn="http://public@127.0.0.1:9/1", transport=Dropping)
+    sentry_sdk.init(dsn="http://public@127.0.0.1:9/1", transport=Dropping, default_integrations=not bare,
+                    auto_enabling_integrations=not bare)
 
 
 if os.environ.get("DTQ_BENCH_TRACING"):
     configure_tracing()
 if os.environ.get("DTQ_BENCH_SENTRY"):
-    configure_sentry()
+    configure_sentry(bare=os.environ["DTQ_BENCH_SENTRY"] == "bare")

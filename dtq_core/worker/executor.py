@@ -227,7 +227,6 @@ class AttemptRunner:
         self.progress: ProgressReporter | None = None  # where ctx.progress() reports (set by the Worker)
         self.middleware = execution_chain(config.execution_middleware)  # DTQ_EXECUTION_MIDDLEWARE
         configure(config.encryption_keys)  # what this process shows decrypted
-        self.tracing = otel.enabled(config)  # a CONSUMER span per attempt (DTQ_OPENTELEMETRY)
 
     def run_in_thread(self, ex: Execution) -> Completion | None:
         """Run one attempt of a sync handler in this (handler) thread; None when it raised
@@ -253,7 +252,7 @@ class AttemptRunner:
         fn = ex.handler.fn
         if self.middleware:
             fn = wrap_sync(self.middleware, ctx, fn)
-        if self.tracing:
+        if self.config.opentelemetry != "off" and otel.enabled(self.config):  # a CONSUMER span per attempt
             fn = otel.wrap_sync(ctx, fn, retryable)
         if hooks.SIGNALS is not None:
             _started(ctx)
@@ -327,7 +326,7 @@ class AttemptRunner:
         fn = handler.fn
         if self.middleware:
             fn = wrap_async(self.middleware, ctx, fn)
-        if self.tracing:
+        if self.config.opentelemetry != "off" and otel.enabled(self.config):
             fn = otel.wrap_async(ctx, fn, retryable)
         return await fn(payload)
 
