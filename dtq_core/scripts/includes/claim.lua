@@ -28,7 +28,7 @@ end
 
 local TASK_FIELDS = {'status', 'attempt', 'max_attempts', 'type', 'payload', 'timeout_s', 'queue',
                      'expires_at', 'entry_id', 'priority', 'errors', 'cancel_requested', 'handler',
-                     'group_key', 'workflow_id', 'workflow_step', 'headers'}
+                     'group_key', 'workflow_id', 'headers'}
 
 -- The worker running attempt t.attempt went silent: honour a cancel it never got to act on, or count
 -- the lost attempt against the budget (DLQ when spent). The caller finishes the old entry.
@@ -143,7 +143,8 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
   -- "<workflow id>|<step>|<parent result JSON>" ('' otherwise).
   local wf = ''
   if t.workflow_id then
-    wf = t.workflow_id .. '|' .. (t.workflow_step or '') .. '|' .. (rcall('HGET', tkey, 'parent_result') or 'null')
+    local step, parent = unpack(rcall('HMGET', tkey, 'workflow_step', 'parent_result'))
+    wf = t.workflow_id .. '|' .. (step or '') .. '|' .. (parent or 'null')
   end
   return {'run', entry_id, stream, task_id, ea, t.max_attempts, t.type, t.payload, t.timeout_s, t.queue, t.priority,
           t.handler or '', t.headers or '', wf}
