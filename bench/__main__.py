@@ -24,7 +24,7 @@ from . import dtq_bench as b
 from .common import RESULTS, ROOT, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
 
 # Owned by other modules; run when present.
-OTHER_BENCHES = ("bench_dlq", "bench_console", "bench_memory", "bench_workflows")
+OTHER_BENCHES = ("bench_dlq", "bench_console", "bench_memory", "bench_workflows", "bench_integrations")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
