@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,17 +136,6 @@ def test_workflow_endpoints_answer_503_when_redis_is_down() -> None:
     base = "/api/v1/workflows/ab12-w" + "0" * 31
     for response in (api.get("/api/v1/workflows"), submit(api, CHAIN), api.get(base), api.post(base + "/cancel")):
         assert_error(response, 503, "REDIS_UNAVAILABLE")
-
-
-@pytest.fixture
-def frozen_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "frozen", appendonly=False) as server:
-        settings.DTQ = {**settings.DTQ, "REDIS_URL": server.url, "KEY_PREFIX": "frozen"}
-        server.pause()
-        try:
-            yield server
-        finally:
-            server.resume()
 
 
 def test_a_frozen_redis_gives_503_within_2_seconds(frozen_redis: RedisServer) -> None:
