@@ -105,3 +105,21 @@ def test_without_a_configured_sdk_nothing_is_added(live_engine: Engine) -> None:
     assert not isinstance(trace.get_tracer_provider(), TracerProvider)
     created = APIClient().post("/api/v1/tasks", {"type": "dtq.echo"}, format="json").json()
     assert "headers" not in created
+
+
+def test_a_django_task_enqueued_in_a_span_joins_its_trace(spans: InMemorySpanExporter, live_engine: Engine,
+                                                          settings: Any) -> None:
+    from dtq_core.django_tasks.compat import task_backends
+
+    from ..django_tasks import tasks_module as tm
+    from ..django_tasks.conftest import BACKEND
+
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": ["default"], "OPTIONS": {}}}
+    assert task_backends["default"] is not None
+    with trace.get_tracer("test").start_as_current_span("view") as view:
+        result = tm.add.enqueue(2, b=3)
+    traceparent = live_engine.tasks.get(result.id)["headers"]["traceparent"]
+    assert traceparent.split("-")[1] == f"{view.get_span_context().trace_id:032x}"
+    producer = next(s for s in map(span_json, spans.get_finished_spans()) if s["kind"] == "PRODUCER")
+    assert producer["attributes"]["messaging.message.id"] == result.id
+    assert producer["parent_id"] == f"{view.get_span_context().span_id:016x}"
