@@ -44,3 +44,18 @@ def test_the_graph_links_each_step_to_its_task_and_an_admin_cancels_the_workflow
              ["SUCCEEDED", "CANCELLED", "CANCELLED"], timeout=20, message=worker.output)
     entry = next(e for e in console_engine.audit.list(limit=50).items if e["action"] == "workflow.cancel")
     assert entry["actor"] == "user:admin" and entry["source"] == "console"
+
+
+def test_the_page_follows_the_workflow_live(page: Any, console: ConsoleServer, console_engine: Engine,
+                                            worker: WorkerProcess) -> None:
+    wid = console_engine.workflows.submit({"chain": [{"type": "dtq.sleep", "payload": {"seconds": 30}},
+                                                     {"type": "dtq.echo"}]})
+    wait_for(lambda: console_engine.workflows.get(wid)["steps"][0]["status"] == "RUNNING", timeout=20,
+             message=worker.output)
+    log_in(page, console, "admin", f"/workflows/{wid}/")
+    page.wait_for_function("document.body.dataset.feed === 'live'")
+    assert "RUNNING" in page.inner_text("h1")
+    from dtq_core.engine.audit import Actor
+    console_engine.workflows.cancel(wid, Actor(name="cli:ops", source="cli"))  # elsewhere: the CLI, say
+    page.wait_for_function("document.querySelector('h1').innerText.includes('CANCELLED')", timeout=15000)
+    assert page.locator("a.wf-node.st-cancelled").count() == 2

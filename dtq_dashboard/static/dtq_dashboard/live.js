@@ -8,6 +8,8 @@
   var eventsPath = script.dataset.eventsPath || "/ws/events";  // under the console's prefix, from the page
   var onlyQueue = script.dataset.onlyQueue || null;
   var onlyTask = script.dataset.onlyTask || null;  // a task page: reloaded when its task moves
+  // A workflow page: reloaded when one of its steps' tasks moves (its graph and progress are server-drawn).
+  var watchTasks = script.dataset.watchTasks ? new Set(script.dataset.watchTasks.split(",")) : null;
   var reloadTimer = null;
   var feed = document.querySelector("#feed tbody");
   var label = document.getElementById("feed-state");
@@ -190,6 +192,7 @@
     if (!onlyQueue || ev.queue === onlyQueue) addFeedRow(ev);
     updateRows(ev);
     if (onlyTask && ev.task_id === onlyTask) scheduleReload();
+    if (watchTasks && watchTasks.has(ev.task_id)) scheduleReload();
     scheduleRefresh();
   }
 
