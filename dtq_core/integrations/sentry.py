@@ -30,7 +30,7 @@ def report(config: DtqConfig, *, task_id: str, type: str, queue: str, attempt: i
     when retries are reported too."""
     if not (ends_task or config.sentry_report_retries) or not active(config):
         return
-    import sentry_sdk
+    import sentry_sdk  # optional: only here, once active() saw the project initialise it
 
     shown = "encrypted" if payload.startswith('"dtq-encrypted:') else payload
     if len(shown.encode()) > PAYLOAD_MAX:
