@@ -20,6 +20,7 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "operate_periodic": "Can pause, resume and trigger periodic tasks",
     "change_periodic": "Can create, change and delete periodic tasks",
     "change_queue_limits": "Can change queue limits",
+    "enqueue_task": "Can enqueue tasks from the console",
 }
 
 

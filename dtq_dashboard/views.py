@@ -16,7 +16,15 @@ from dtq_core.conf import get_engine
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
 from dtq_core.engine.reads import SCAN_BUDGET
-from dtq_core.errors import RedisTrouble, TaskNotFound, error_body
+from dtq_core.errors import (
+    QueueFull,
+    QueueLimitReached,
+    RedisTrouble,
+    TaskNotFound,
+    TaskRefused,
+    ValidationError,
+    error_body,
+)
 from dtq_core.redis_errors import redis_trouble
 from dtq_core.task import TERMINAL
 
@@ -125,6 +133,42 @@ def tasks(request: HttpRequest) -> HttpResponse:
                                    cursor=data["cursor"] or None, limit=PAGE)
     return _render(request, "tasks.html", {"form": form, "page": page, "filters": _query(data, "cursor", "id")},
                    nav="tasks")
+
+
+PRIORITY_CHOICES = ("high", "normal", "low")
+
+
+def _enqueue_form(request: HttpRequest, values: dict[str, str], error: str = "", status: int = 200) -> HttpResponse:
+    types = sorted(get_engine().tasks.served_types())
+    return _render(request, "enqueue.html", {"types": types, "values": values, "error": error,
+                                             "priorities": PRIORITY_CHOICES}, nav="tasks", status=status)
+
+
+@console_page
+def enqueue_form(request: HttpRequest) -> HttpResponse:
+    return _enqueue_form(request, {"queue": "default", "priority": "normal", "payload": "{}"})
+
+
+def _tasks_url(*_: Any) -> str:
+    return reverse("dtq_dashboard:tasks")
+
+
+@console_action("enqueue_task", default_next=_tasks_url)
+def enqueue(request: HttpRequest, actor: Actor, back: str) -> HttpResponse:
+    values = {name: request.POST.get(name, "") for name in ("type", "queue", "priority", "payload")}
+    try:
+        payload = json.loads(values["payload"] or "{}")
+    except ValueError as exc:
+        return _enqueue_form(request, values, f"The payload is not JSON: {exc}", status=400)
+    try:
+        enqueued = get_engine().tasks.enqueue_as(actor, values["type"].strip(), payload,
+                                                 queue=values["queue"].strip() or "default",
+                                                 priority=values["priority"] or "normal")
+    except (ValidationError, QueueFull, QueueLimitReached, TaskRefused) as exc:
+        return _enqueue_form(request, values, exc.message, status=exc.http_status)
+    messages.success(request, f"Enqueued task {enqueued.id} ({values['type'].strip()} on "
+                              f"{values['queue'].strip() or 'default'}).")
+    return redirect("dtq_dashboard:task", task_id=enqueued.id)
 
 
 @console_page

@@ -130,6 +130,16 @@ class Tasks(Noun):
             _queued(submission)
         return enqueued
 
+    def enqueue_as(self, actor: Actor, type: Any, payload: Any = None, **options: Any) -> Enqueued:
+        """enqueue, audited as `task.enqueue` by actor (an operator's submit from the console), its
+        target the queue and its selection the type and the new task's id."""
+        queue = options.get("queue", "default")
+        with self.audit.operation(actor, "task.enqueue", f"queue:{queue}", selected=1,
+                                  selection={"type": type, "queue": queue}) as op:
+            enqueued = self.enqueue(type, payload, request_id=actor.request_id or None, **options)
+            op.done = 1
+        return enqueued
+
     def enqueue_many(self, submissions: Sequence[Submission]
                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
         """Queue validated submissions in one round trip, in order (a new queue adds its
