@@ -477,3 +477,23 @@ WorkflowSerializer = type("WorkflowSerializer", (WorkflowSummarySerializer,), {
 class WorkflowPageSerializer(serializers.Serializer):
     results = WorkflowSummarySerializer(many=True)
     next = serializers.URLField(allow_null=True)
+
+
+class RunningTaskSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.CharField()
+    queue = serializers.CharField()
+    priority = serializers.CharField()
+    attempt = serializers.IntegerField()
+    max_attempts = serializers.IntegerField(allow_null=True)
+    worker_id = serializers.CharField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    runtime_s = serializers.FloatField(allow_null=True, help_text="seconds since this attempt started")
+    progress = serializers.JSONField(allow_null=True)
+    workflow_id = serializers.CharField(allow_null=True)
+
+
+class RunningTasksSerializer(serializers.Serializer):
+    results = RunningTaskSerializer(many=True)
+    total = serializers.IntegerField(help_text="tasks RUNNING in all (the queue's, with ?queue=)")
+    shown = serializers.IntegerField()

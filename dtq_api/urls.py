@@ -14,6 +14,7 @@ urlpatterns = [
     path(V1.rstrip("/"), api_index),
     path(V1 + "tasks", views.TaskListView.as_view(), name="task-list"),
     path(V1 + "tasks/batch", views.TaskBatchView.as_view(), name="task-batch"),
+    path(V1 + "tasks/running", views.RunningTasksView.as_view(), name="task-running"),
     path(V1 + "tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task-detail"),
     path(V1 + "tasks/<str:task_id>/cancel", views.TaskCancelView.as_view(), name="task-cancel"),
     path(V1 + "queues", views.QueueListView.as_view(), name="queue-list"),

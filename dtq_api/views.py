@@ -108,6 +108,18 @@ class TaskBatchView(APIView):
         return {"results": submit_batch(get_engine(), items, request_id_of(request))}, status.HTTP_200_OK
 
 
+class RunningTasksView(APIView):
+    """The tasks running now, longest-running first (at most 500), with their worker and runtime."""
+
+    @extend_schema(operation_id="tasks_running", parameters=filters("queue"),
+                   responses={200: s.RunningTasksSerializer, **ERRORS})
+    def get(self, request: Request) -> Response:
+        queue = text_param(request, "queue")
+        if queue is not None and not valid_queue_name(queue):
+            raise ValidationError("queue must match [a-z0-9][a-z0-9_-]{0,63}", field="queue")
+        return Response(get_engine().running.list(queue=queue))
+
+
 class TaskDetailView(APIView):
     @extend_schema(operation_id="tasks_get", responses={200: s.TaskSerializer, **ERRORS})
     def get(self, request: Request, task_id: str) -> Response:

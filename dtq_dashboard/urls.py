@@ -21,6 +21,7 @@ urlpatterns = [
     path("queues/<str:name>/limits", views.set_limits, name="set-limits"),
     path("tasks/", views.tasks, name="tasks"),
     path("tasks/new/", views.enqueue_form, name="enqueue-form"),
+    path("tasks/running/", views.running, name="running"),
     path("tasks/new/submit", views.enqueue, name="enqueue"),
     path("tasks/<str:task_id>/", views.task, name="task"),
     path("tasks/<str:task_id>/cancel", views.cancel, name="cancel"),

@@ -135,6 +135,15 @@ def tasks(request: HttpRequest) -> HttpResponse:
                    nav="tasks")
 
 
+@console_page
+def running(request: HttpRequest) -> HttpResponse:
+    queue = request.GET.get("queue") or None
+    if queue is not None and len(queue) > 64:
+        raise ValidationError("queue must be at most 64 characters", field="queue")
+    return _render(request, "running.html", {"running": get_engine().running.list(queue=queue), "queue": queue},
+                   nav="tasks")
+
+
 PRIORITY_CHOICES = ("high", "normal", "low")
 
 

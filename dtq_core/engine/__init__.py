@@ -26,6 +26,7 @@ from .periodic import Periodic
 from .plumbing import Plumbing
 from .queues import Queues
 from .registry import Registry
+from .running import Running
 from .schedule import Schedule
 from .tasks import Tasks
 from .workers import Workers
@@ -55,6 +56,7 @@ class Engine:
         self.periodic = Periodic(plumbing, self.audit, self.registry, self.tasks)
         self.limits = Limits(plumbing, self.audit, self.registry)
         self.workflows = Workflows(plumbing, self.audit, self.tasks)
+        self.running = Running(plumbing, self.registry)
 
     # -- health -------------------------------------------------------------------------------
     def ping(self) -> bool:
