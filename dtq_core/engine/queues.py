@@ -199,7 +199,10 @@ class Queues(Noun):
         return self._set_paused(queue, False, actor)
 
     def _set_paused(self, queue: str, paused: bool, actor: Actor) -> bool:
-        layout = self.layout(queue)  # QueueNotFound before any audit entry
+        # A pause of a queue that has not seen a task yet registers it (an operator pauses ahead of
+        # the deploy that starts using it; QueueLimitReached past DTQ_MAX_QUEUES); a resume of an
+        # unknown queue, or any name that cannot be a queue, is QueueNotFound before any audit entry.
+        layout = self.registry.ensure(queue) if paused and valid_queue_name(queue) else self.layout(queue)
         with self.audit.operation(actor, "queue.pause" if paused else "queue.resume", f"queue:{queue}", selected=1,
                                   selection={"queue": queue}) as op:
             now = self.clock.now_ms()

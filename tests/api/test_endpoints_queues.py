@@ -72,8 +72,10 @@ def test_a_partitioned_queue_counts_and_acts_as_one_queue(api: APIClient, wide: 
 @pytest.mark.parametrize("name", ["nope", "UPPER", "a" * 65, "dlq"])
 def test_an_unknown_queue_is_404(api: APIClient, name: str) -> None:
     assert_error(api.get(f"/api/v1/queues/{name}"), 404, "QUEUE_NOT_FOUND")
-    assert_error(api.post(f"/api/v1/queues/{name}/pause"), 404, "QUEUE_NOT_FOUND")
+    assert_error(api.post(f"/api/v1/queues/{name}/resume"), 404, "QUEUE_NOT_FOUND")
     assert_error(api.post(f"/api/v1/queues/{name}/purge"), 404, "QUEUE_NOT_FOUND")
+    if name != "nope":  # a name that cannot be a queue; "nope" could: pausing it registers it (below)
+        assert_error(api.post(f"/api/v1/queues/{name}/pause"), 404, "QUEUE_NOT_FOUND")
 
 
 def test_pause_and_resume_flip_the_flag_once_and_are_audited(api: APIClient, live_engine: Engine) -> None:
@@ -187,3 +189,15 @@ def test_a_submit_to_a_new_queue_past_the_bound_is_409_and_a_batch_item_gets_the
     assert batch.status_code == 200 and results[0]["created"] is True
     assert results[1]["error"]["code"] == "QUEUE_LIMIT_REACHED"
     assert [q["name"] for q in api.get("/api/v1/queues").json()["results"]] == ["one", "two"]
+
+
+def test_a_queue_that_never_saw_a_task_is_paused_ahead_of_a_deploy(api: APIClient, live_engine: Engine) -> None:
+    # An operator pauses a queue before the deploy that starts using it: the first tasks wait.
+    paused = api.post("/api/v1/queues/fresh-queue/pause")
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    from .support import drain
+
+    task = live_engine.tasks.enqueue("dtq.echo", queue="fresh-queue")
+    drain(live_engine.config, queues=["fresh-queue"])
+    assert live_engine.tasks.get(task.id)["status"] == "QUEUED"
+    assert api.get("/api/v1/queues/fresh-queue").json()["paused"] is True

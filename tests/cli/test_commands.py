@@ -149,9 +149,12 @@ def test_queue_delete_refuses_a_busy_queue_and_deletes_an_empty_one(live_engine:
 
 
 def test_queue_actions_on_an_unknown_queue_fail(live_engine: Engine) -> None:
-    for action in ("pause", "resume", "purge", "delete"):
+    for action in ("resume", "purge", "delete"):
         with pytest.raises(CommandError, match="queue 'ghost' not found"):
             run("queue", action, "ghost")
+    # A pause of a queue that has not seen a task yet registers it, paused (ahead of a deploy).
+    run("queue", "pause", "ghost")
+    assert live_engine.queues.get("ghost")["paused"] is True
 
 
 # -- task -------------------------------------------------------------------------------------

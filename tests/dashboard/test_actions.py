@@ -207,7 +207,7 @@ def test_domain_errors_become_messages(live_engine: Engine, login: Callable[[str
     client = login("operator")
     response = client.post(f"/tasks/{task_id}/cancel")
     assert response.status_code == 302 and any("already CANCELLED" in m for m in _messages(response))
-    response = client.post("/queues/nope/pause")
+    response = client.post("/queues/nope/resume")
     assert any("not found" in m for m in _messages(response))
     assert client.post("/tasks/missing/cancel").status_code == 302
 
