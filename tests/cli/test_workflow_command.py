@@ -97,3 +97,29 @@ def test_bad_input_exits_non_zero_with_one_line(redis_server: RedisServer, key_p
 def test_every_subcommand_says_when_redis_is_down(args: tuple[str, ...]) -> None:
     with pytest.raises(CommandError, match="^cannot reach Redis at redis://127.0.0.1:1/0"):
         run(*args)
+
+
+class Terminal(StringIO):
+    """A stdin that says it is a terminal, holding what the operator types."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_at_a_terminal_cancel_asks_first_unless_yes(live_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    wid = live_engine.workflows.submit(TREE)
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    out = run("workflow", "cancel", wid)
+    assert out.startswith(f"cancel workflow {wid} (RUNNING, 0 of 4 steps finished)? [y/N] ")
+    assert out.rstrip().endswith("not cancelled")
+    assert live_engine.workflows.get(wid)["status"] == "RUNNING" and live_engine.audit.list().items == []
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    assert run("workflow", "cancel", wid).rstrip().endswith(f"workflow {wid} cancelled "
+                                                            "(4 steps; those not finished are CANCELLED)")
+    assert live_engine.workflows.get(wid)["status"] == "CANCELLED"
+    other = live_engine.workflows.submit(TREE)
+    monkeypatch.setattr(sys, "stdin", Terminal(""))  # nothing typed: --yes must not read it
+    assert run("workflow", "cancel", other, "--yes").startswith(f"workflow {other} cancelled")
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    with pytest.raises(CommandError, match="not found"):  # asked about nothing that does not exist
+        run("workflow", "cancel", GHOST)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from django.core.management.base import CommandParser
@@ -46,6 +47,8 @@ class Command(OperatorCommand):
         show.add_argument("--json", action="store_true", help="print it as JSON")
         cancel = sub.add_parser("cancel", help="cancel a running workflow: steps not finished are CANCELLED")
         cancel.add_argument("id", type=workflow_id)
+        cancel.add_argument("--yes", action="store_true",
+                            help="do not ask first (asked only when stdin is a terminal; scripts are never asked)")
 
     def do_list(self, *, status: str | None, limit: int, json: bool, **_: Any) -> None:
         rows, _cursor = get_engine().workflows.list(status=status, limit=limit)
@@ -72,6 +75,15 @@ class Command(OperatorCommand):
              ",".join(str(d) for d in s["depends_on"]) or "-", s["cancel_reason"] or "")
             for s in wf["steps"]])
 
-    def do_cancel(self, *, id: str, **_: Any) -> None:
-        wf = get_engine().workflows.cancel(id, actor=Actor.cli())
+    def do_cancel(self, *, id: str, yes: bool, **_: Any) -> None:
+        engine = get_engine()
+        if not yes and sys.stdin.isatty():
+            wf = engine.workflows.get(id)  # not found / Redis down fail here, before the question
+            self.stdout.write(f"cancel workflow {id} ({wf['status']}, {wf['steps_finished']} of "
+                              f"{wf['steps_total']} steps finished)? [y/N] ", ending="")
+            self.stdout.flush()
+            if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+                self.stdout.write("not cancelled")
+                return
+        wf = engine.workflows.cancel(id, actor=Actor.cli())
         self.stdout.write(f"workflow {id} cancelled ({wf['steps_total']} steps; those not finished are CANCELLED)")
