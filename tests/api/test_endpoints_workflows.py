@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from dtq_core.engine import Engine
 
 from ..redis_server import RedisServer
-from .support import assert_error
+from .support import assert_error, audit_entries, drain
 
 CHAIN = {"chain": [{"type": "dtq.echo", "payload": {"n": 1}, "queue": "wf"},
                    {"group": [{"type": "dtq.echo", "payload": {"n": i}, "queue": "wf-b"} for i in range(3)],
@@ -122,6 +122,40 @@ def test_cancel_is_audited_and_a_finished_workflow_is_409(api: APIClient, live_e
     assert entry["target"] == f"workflow:{wf['id']}" and entry["request_id"] == "cancel-1"
     error = assert_error(api.post(f"/api/v1/workflows/{wf['id']}/cancel"), 409, "WORKFLOW_FINISHED")
     assert "CANCELLED" in error["message"]
+
+
+def run_to_the_end(api: APIClient, engine: Engine, wid: str) -> dict[str, Any]:
+    """Real (in-process, burst) workers run the steps until the workflow leaves RUNNING."""
+    deadline = time.monotonic() + 20
+    while (wf := api.get(f"/api/v1/workflows/{wid}").json())["status"] == "RUNNING":
+        assert time.monotonic() < deadline, wf
+        drain(engine.config)
+    return wf
+
+
+def test_a_finished_workflow_reads_as_finished_and_cancel_is_409(api: APIClient, live_engine: Engine) -> None:
+    body = {"chain": [{"type": "dtq.echo", "payload": 1}, {"group": [{"type": "dtq.echo", "payload": 2}] * 2},
+                      {"type": "dtq.echo"}]}
+    wf = run_to_the_end(api, live_engine, submit(api, body).json()["id"])
+    assert wf["status"] == "SUCCEEDED" and wf["finished_at"] and wf["steps_finished"] == wf["steps_total"] == 4
+    assert {s["status"] for s in wf["steps"]} == {"SUCCEEDED"} and wf["progress"]["fraction"] == 1
+    error = assert_error(api.post(f"/api/v1/workflows/{wf['id']}/cancel"), 409, "WORKFLOW_FINISHED")
+    assert "SUCCEEDED" in error["message"]
+    assert api.get(f"/api/v1/workflows/{wf['id']}").json()["status"] == "SUCCEEDED"
+    assert [w["id"] for w in api.get("/api/v1/workflows", {"status": "SUCCEEDED"}).json()["results"]] == [wf["id"]]
+    assert not [e for e in audit_entries(live_engine) if e["action"] == "workflow.cancel"]
+
+
+def test_a_failed_step_fails_the_workflow_and_cancels_what_follows(api: APIClient, live_engine: Engine) -> None:
+    body = {"chain": [{"type": "dtq.fail", "payload": {"message": "boom"}, "max_attempts": 1},
+                      {"type": "dtq.echo"}]}
+    wf = run_to_the_end(api, live_engine, submit(api, body).json()["id"])
+    assert wf["status"] == "FAILED" and wf["finished_at"]
+    first, second = wf["steps"]
+    assert first["status"] == "DEAD_LETTERED" and second["status"] == "CANCELLED" and second["cancel_reason"]
+    assert api.get(f"/api/v1/tasks/{first['task_id']}").json()["workflow_id"] == wf["id"]
+    assert "FAILED" in assert_error(api.post(f"/api/v1/workflows/{wf['id']}/cancel"), 409,
+                                    "WORKFLOW_FINISHED")["message"]
 
 
 def test_the_schema_names_the_workflow_endpoints(api: APIClient) -> None:
