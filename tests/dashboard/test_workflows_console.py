@@ -5,6 +5,7 @@ message), the task page's link to its workflow, 404 and 400 pages."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,8 @@ from django.contrib.messages import get_messages
 from django.test import Client
 
 from dtq_core.engine import Engine
+
+from .conftest import run_burst
 
 HOSTILE = '<script>alert("x")</script>'
 TREE = {"chain": [{"type": "dtq.echo", "payload": {"html": HOSTILE}, "queue": "wf"},
@@ -44,6 +47,22 @@ def test_a_workflow_is_drawn_with_a_box_per_step_linking_its_task(client: Client
         not in page  # a reader has nothing to press
     task_page = client.get(f"/tasks/{steps[0]['task_id']}/").content.decode()
     assert f'href="/workflows/{wid}/"' in task_page and "step 0" in task_page
+
+
+def test_a_failed_workflow_shows_why_and_offers_no_cancel(login: Callable[[str], Client],
+                                                          live_engine: Engine) -> None:
+    wid = live_engine.workflows.submit({"chain": [{"type": "dtq.fail", "payload": {"message": "boom"},
+                                                   "max_attempts": 1, "queue": "wf"}, {"type": "dtq.echo"}]})
+    deadline = time.monotonic() + 20
+    while live_engine.workflows.get(wid)["status"] == "RUNNING":  # a real (burst) worker runs the steps
+        assert time.monotonic() < deadline
+        run_burst(live_engine)
+    wf = live_engine.workflows.get(wid)
+    page = login("operator").get(f"/workflows/{wid}/").content.decode()
+    svg = page[page.index("<svg"):page.index("</svg>")]
+    assert 'class="wf-node st-dead-lettered"' in svg and 'class="wf-node st-cancelled"' in svg
+    assert wf["status"] == "FAILED" and wf["steps"][1]["cancel_reason"] in page
+    assert ">Cancel workflow</button>" not in page and 'id="live-script"' not in page  # nothing left to follow
 
 
 def test_a_workflow_too_big_to_draw_is_listed(client: Client, live_engine: Engine) -> None:
