@@ -178,3 +178,15 @@ def test_a_frozen_redis_gives_503_within_2_seconds(frozen_redis: RedisServer) ->
         started = time.monotonic()
         assert_error(call(), 503, "REDIS_UNAVAILABLE")
         assert time.monotonic() - started < 2
+
+
+def nested(depth: int) -> str:
+    """A chain of a chain of ... one step, `depth` deep (built as text: json.dumps would recurse)."""
+    return '{"chain": [' * depth + '{"type": "dtq.echo"}' + "]}" * depth
+
+
+@pytest.mark.parametrize("depth,code", [(33, "VALIDATION_ERROR"), (40, "VALIDATION_ERROR"),
+                                        (5000, "MALFORMED_JSON"), (100_000, "MALFORMED_JSON")])
+def test_too_deep_a_tree_is_400_not_a_crash(api: APIClient, live_engine: Engine, depth: int, code: str) -> None:
+    assert_error(api.post("/api/v1/workflows", nested(depth), content_type="application/json"), 400, code)
+    assert api.get("/api/v1/workflows").json()["results"] == []
