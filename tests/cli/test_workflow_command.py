@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
+import pty
 import subprocess
 import sys
 from io import StringIO
@@ -123,3 +125,22 @@ def test_at_a_terminal_cancel_asks_first_unless_yes(live_engine: Engine, monkeyp
     monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
     with pytest.raises(CommandError, match="not found"):  # asked about nothing that does not exist
         run("workflow", "cancel", GHOST)
+
+
+def test_a_real_terminal_is_asked_and_no_keeps_it_running(live_engine: Engine, redis_server: RedisServer,
+                                                          key_prefix: str) -> None:
+    wid = live_engine.workflows.submit(TREE)
+    main, terminal = pty.openpty()
+    try:
+        os.write(main, b"n\n")
+        proc = subprocess.run([sys.executable, "manage.py", "workflow", "cancel", wid], cwd=ROOT, stdin=terminal,
+                              env=worker_env(redis_server.url, key_prefix), capture_output=True, text=True,
+                              check=False, timeout=60)
+    finally:
+        os.close(main)
+        os.close(terminal)
+    assert proc.returncode == 0 and "? [y/N] not cancelled" in proc.stdout, (proc.stdout, proc.stderr)
+    assert live_engine.workflows.get(wid)["status"] == "RUNNING"
+    proc = manage("workflow", "cancel", wid, env=worker_env(redis_server.url, key_prefix))  # stdin no terminal
+    assert proc.returncode == 0 and proc.stdout.startswith(f"workflow {wid} cancelled"), proc.stderr
+    assert live_engine.workflows.get(wid)["status"] == "CANCELLED"
