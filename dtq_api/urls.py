@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from . import schema, views  # noqa: F401  (schema registers the X-API-Key OpenAPI extension)
 from .base import DocsView, SchemaView
 from .index import api_index
+from .stats import StatsView
 from .workflows import WorkflowCancelView, WorkflowDetailView, WorkflowListView
 
 V1 = "api/v1/"
@@ -33,6 +34,7 @@ urlpatterns = [
          name="dlq-entry-discard"),
     path(V1 + "audit", views.AuditListView.as_view(), name="audit-list"),
     path(V1 + "workers", views.WorkerListView.as_view(), name="worker-list"),
+    path(V1 + "stats", StatsView.as_view(), name="stats"),
     path(V1 + "schedule", views.ScheduleListView.as_view(), name="schedule-list"),
     path(V1 + "periodic", views.PeriodicListView.as_view(), name="periodic-list"),
     path(V1 + "periodic/<str:name>", views.PeriodicDetailView.as_view(), name="periodic-detail"),

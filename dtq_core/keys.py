@@ -202,6 +202,18 @@ class Keys:
         """Count of the partition's tasks finished in that epoch minute (expires after an hour)."""
         return f"{self.partition(tag)}stats:done:{minute}"
 
+    def history(self, tag: str) -> str:
+        """Prefix of the partition's task history (includes/history.lua, dtq_core/history.py):
+        `<prefix>m:<epoch minute>`, `h:<epoch hour>` and `d:<epoch day>` hashes of counts by task
+        type, outcome and time bucket; minutes are written by the scripts that end attempts, hours
+        and days folded from them by the leader (foldHistory-1.lua)."""
+        return f"{self.partition(tag)}hist:"
+
+    def history_types(self, tag: str) -> str:
+        """Set of the task types with a history series of their own in the partition (at most
+        100; later ones count as "(other)")."""
+        return f"{self.partition(tag)}hist:types"
+
     def event_seq(self, tag: str) -> str:
         """Counter that makes event ids unique (the partition's tag is part of the id)."""
         return f"{self.partition(tag)}events:seq"
@@ -319,6 +331,20 @@ class Keys:
 
     def global_stats_counters(self) -> str:
         return f"{self.prefix}:stats:counters"
+
+    # The history roll-ups every partition's minutes are summed into by the leader, for the console's
+    # overview and per-type pages: one slot ({hist}), touched by single-key commands and scripts only.
+    def global_history(self, scope: str) -> str:
+        """Prefix of a global history roll-up (`m:`, `h:`, `d:` hashes as in history()): scope
+        "all" (fields are metrics: outcome letters and time buckets, all queues and types summed),
+        "types" (`<type>|<metric>`, all queues summed) or "depth" (`<queue>` -> waiting tasks
+        sampled by the leader)."""
+        return f"{self.prefix}:{{hist}}:{scope}:"
+
+    def history_folded(self) -> str:
+        """Hash: what the leader's roll-up folded last ("hour:<scope>", "day:<scope>" -> unit),
+        so a new leader folds what its predecessor left and nothing twice."""
+        return f"{self.prefix}:{{hist}}:folded"
 
     def audit(self) -> str:
         return f"{self.prefix}:{{audit}}:stream:audit"

@@ -2,7 +2,8 @@
 
 Grouped by noun, each a small class over the same plumbing (plumbing.py):
 `engine.tasks`, `engine.queues`, `engine.dlq`, `engine.schedule`, `engine.workers`,
-`engine.audit`, `engine.periodic`, `engine.limits`, `engine.workflows`. Every operation is one pipelined round trip
+`engine.audit`, `engine.periodic`, `engine.limits`, `engine.workflows`, `engine.running`,
+`engine.history`. Every operation is one pipelined round trip
 or one script where it can be; every operator action is audited (audit.py). This package
 imports no Django: the process-wide engine built from settings.DTQ is
 `dtq_core.conf.get_engine()`.
@@ -21,6 +22,7 @@ from ..replication import Replication
 from ..scripts import Scripts
 from .audit import Audit
 from .dlq import DeadLetters
+from .history import History
 from .limits import Limits
 from .periodic import Periodic
 from .plumbing import Plumbing
@@ -57,6 +59,7 @@ class Engine:
         self.limits = Limits(plumbing, self.audit, self.registry)
         self.workflows = Workflows(plumbing, self.audit, self.tasks)
         self.running = Running(plumbing, self.registry)
+        self.history = History(plumbing, self.registry)
 
     # -- health -------------------------------------------------------------------------------
     def ping(self) -> bool:

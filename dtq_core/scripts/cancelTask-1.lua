@@ -33,5 +33,6 @@ if status == 'QUEUED' and t.entry_id and t.entry_id ~= '' and t.queue and t.prio
 end
 -- Counted like every other way a task ends (dtq_tasks_total), as an expiry before start is.
 rcall('HINCRBY', K.stats_tasks, outcome_field(t.queue, t.type, 'CANCELLED'), 1)
+history_add(K, now_ms, t.type, 'CANCELLED')
 emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', t.attempt, now_ms, ARGV[3])
 return {CODE.OK, 'CANCELLED'}

@@ -42,6 +42,7 @@ local retention_ms, result_retention_ms = R.task_ms, ARGV[5]
 local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = K.task_prefix, K.result_prefix, ARGV[6], ARGV[7]
 events_on = ARGV[9] ~= '0'
 events_pending = {}
+history_batched = true
 -- The partition's count of tasks finished in the current minute (Keys.throughput).
 local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
 
@@ -142,7 +143,13 @@ local function complete_one(r)
   end
   stopped[#stopped + 1] = task_id
   settle(stream, entry_id)
-  if status ~= 'PENDING' then add(task_counts, outcome_field(queue, ttype, status), 1) end
+  if status ~= 'PENDING' then
+    add(task_counts, outcome_field(queue, ttype, status), 1)
+    -- History: the outcome, the attempt's wait (its entry's add to its claim) and run time.
+    local started, entered = tonumber(t.started_at), entry_ms(entry_id)
+    history_add(K, now_ms, ttype, status, started and entered and math.max(0, started - entered) or nil,
+                outcome ~= 'cancel' and tonumber(r[12]) * 1000 or nil)
+  end
   if status ~= 'RETRYING' and status ~= 'PENDING' then add(finished, queue, 1) end
   if outcome ~= 'cancel' then
     add(buckets, r[13], 1)
@@ -179,6 +186,7 @@ for stream, ids in pairs(settled) do
 end
 retain_trim(R, K, now_ms)
 emit_flush(K)
+history_flush(K, now_ms)
 for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
 if next(finished) then
   -- The key lives an hour from its first count (a later PEXPIRE would only move that by a minute).

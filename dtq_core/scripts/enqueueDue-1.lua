@@ -32,6 +32,7 @@ local function enqueue_one(id)
       retain_finish(R, K, id, 'EXPIRED', now_ms, nil, {'status', 'EXPIRED', 'finished_at', now_ms,
                     'updated_at', now_ms})
       rcall('HINCRBY', K.stats_tasks, outcome_field(t.queue, t.type, 'EXPIRED'), 1)
+      history_add(K, now_ms, t.type, 'EXPIRED')
       emit(K, 'task.expired', id, t.queue, 'EXPIRED', t.attempt, now_ms, now_iso)
     else
       local stream = stream_key(K, t.queue, t.priority)

@@ -33,6 +33,7 @@ for i = 6, #ARGV, 4 do
       retain_finish(R, K, task_id, 'CANCELLED', now_ms, nil, {'status', 'CANCELLED', 'finished_at', now_ms,
                     'updated_at', now_ms})
       rcall('HINCRBY', K.stats_tasks, outcome_field(t.queue, t.type, 'CANCELLED'), 1)
+      history_add(K, now_ms, t.type, 'CANCELLED')
       emit(K, 'task.cancelled', task_id, t.queue, 'CANCELLED', attempt, now_ms, now_iso)
     else
       local new_id = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', attempt)

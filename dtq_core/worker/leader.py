@@ -14,6 +14,8 @@ lock did. As the leader it
 - re-drives workflow outbox entries left behind (a worker died between a step's end and its
   workflow's advance, or the end came from a cancel, an expiry or a lost task): every
   WORKFLOW_REDRIVE_EVERY_S, one ZRANGEBYSCORE per leased partition (worker/workflows.py).
+- rolls the partitions' task history up into the console's global series and folds complete
+  hours, every HISTORY_EVERY_S (worker/history.py).
 
 Every worker is a candidate; the key's TTL hands leadership over when its holder stops renewing,
 and the leases, renewed in the same pipeline, lapse with it.
@@ -25,6 +27,7 @@ import logging
 import math
 
 from ..partitions import parse_registry
+from .history import HISTORY_EVERY_S, HistoryRoller
 from .periodic import PeriodicFirer
 from .reconcile import PartitionReconciler
 from .state import WorkerState
@@ -48,9 +51,12 @@ class LeaderLoop(WorkerState):
     # Each queue's first partition (where its periodic schedules live) -> its depth gate.
     _periodic_depths: dict[str, int] = {}
     _firer: PeriodicFirer | None = None
+    # Each queue -> its partitions (serving and draining), as the leader last read the registry.
+    _layouts: dict[str, tuple[str, ...]] = {}
+    _roller: HistoryRoller | None = None
 
     async def _scheduler_loop(self) -> None:
-        last_stale_check = last_sweep = last_reconcile = last_redrive = 0.0
+        last_stale_check = last_sweep = last_reconcile = last_redrive = last_history = 0.0
         while not self._stopping:
             if await self._lead_once():
                 now = self.clock.monotonic()
@@ -66,6 +72,9 @@ class LeaderLoop(WorkerState):
                 if now - last_redrive > WORKFLOW_REDRIVE_EVERY_S:
                     last_redrive = now
                     await self._workflow_redrive_once()
+                if now - last_history > HISTORY_EVERY_S:
+                    last_history = now
+                    await self._history_once()
             await self._pause(self.config.scheduler_interval_s)
 
     async def _lead_once(self) -> bool:
@@ -105,6 +114,7 @@ class LeaderLoop(WorkerState):
         partitions = tuple(sorted({tag for layout in layouts for tag in layout.all_tags}))
         new = not set(partitions) <= set(self._partitions)
         self._partitions = partitions
+        self._layouts = {layout.queue: layout.all_tags for layout in layouts}
         most = self.config.max_queue_depth
         self._periodic_depths = {layout.tags[0]: most if most <= 0 else math.ceil(most / len(layout.tags))
                                  for layout in layouts if layout.tags}
@@ -156,6 +166,14 @@ class LeaderLoop(WorkerState):
                            type(exc).__name__, exc)
         if settled:
             logger.warning("worker_id=%s re-drove %d workflow outbox entr(ies) left behind", self.worker_id, settled)
+
+    async def _history_once(self) -> None:
+        if self._roller is None or self._roller.store is not self.store:
+            self._roller = HistoryRoller(self.store)
+        try:
+            await self._roller.run_once(self._layouts, self.clock.now_ms())
+        except Exception as exc:  # noqa: BLE001 - the console's charts lag; the next pass catches up
+            logger.warning("worker_id=%s history roll-up failed (%s: %s)", self.worker_id, type(exc).__name__, exc)
 
     async def _reconcile_once(self) -> None:
         if self._reconciler is None or self._reconciler.store is not self.store:

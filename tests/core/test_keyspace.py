@@ -28,6 +28,7 @@ LUA_TO_PYTHON = {
     "limits_groups": ("limits_groups", ()), "limits_waiting": ("limits_waiting", ()),
     "limits_gpause": ("limits_group_pause", ()),
     "wf_outbox": ("wf_outbox", ()), "wf_outbox_due": ("wf_outbox_due", ()),
+    "hist": ("history", ()), "hist_types": ("history_types", ()),
 }
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "ab12cd"

@@ -19,6 +19,7 @@ end
 
 local function count_outcome(ctx, queue, ttype, status)
   rcall('HINCRBY', ctx.outcomes_key, outcome_field(queue, ttype, status), 1)
+  history_add(ctx.K, ctx.now_ms, ttype, status)
 end
 
 local function finish_entry(ctx, stream, entry_id)

@@ -71,6 +71,7 @@ local function partition_keys(p)
           limits_wait_prefix = p .. 'limits:wait:', limits_grate_prefix = p .. 'limits:grate:',
           limits_gpause = p .. 'limits:gpause',
           wf_outbox = p .. 'wf_outbox', wf_outbox_due = p .. 'wf_outbox:due', wf_prefix = p .. 'wf:',
+          hist = p .. 'hist:', hist_types = p .. 'hist:types',
           events_channel = global .. ':events', wake_channel = global .. ':wake'}
 end
 
@@ -210,6 +211,7 @@ local function dead_letter(K, task_id, queue, ttype, attempt, err_class, message
 end
 
 -- #include retain
+-- #include history
 
 -- The text of an error caught by pcall: redis.call raises tables ({err = ...}), Lua strings
 -- carry the script's position ("user_script:12: "), which says nothing to an operator.
@@ -253,6 +255,7 @@ local function quarantine(q, task_id, reason)
     if q.R then retain_finish(q.R, K, task_id, st, q.now_ms) else rcall('PEXPIRE', tkey, q.retention_ms) end
     rcall('ZREM', K.running, task_id)
     rcall('HINCRBY', K.stats_tasks, outcome_field(queue, ttype, st), 1)
+    history_add(K, q.now_ms, ttype, st)
     emit(K, st == 'FAILED' and 'task.failed' or 'task.dead_lettered', task_id, queue, st,
          attempt, q.now_ms, q.now_iso)
     return st

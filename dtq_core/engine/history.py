@@ -1,0 +1,150 @@
+"""Task history series: what GET /api/v1/stats returns and the console's charts draw (issue 24).
+
+Where a series is read from (dtq_core/history.py says what the hashes hold):
+- a queue (with or without a type): its partitions' own history, summed;
+- a type across queues: the leader's "types" roll-up; everything: the "all" roll-up;
+- depth: the leader's per-minute samples ("depth" roll-up).
+Ranges of 24 h and less read minutes; longer ones read hours, and minutes for the hours the
+leader has not folded yet (the current one, or more while no leader runs). One pipelined round
+trip for the counts, one for the depth: at most 1,440 keys per partition (24 h of minutes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import iso
+from ..errors import QueueNotFound, ValidationError
+from ..history import (
+    HOUR_S,
+    MAX_POINTS,
+    MINUTE_S,
+    OUTCOMES,
+    PERCENTILES,
+    RANGES,
+    Tally,
+    percentile,
+    split_field,
+    tally_fields,
+    to_int,
+)
+from ..replies import text_hash
+from ..task import QUEUE_NAME_RE, TASK_TYPE_RE
+from .plumbing import Noun, Plumbing
+from .registry import Registry
+
+MAX_TYPES_SHOWN = 200  # rows of the types table
+
+
+class History(Noun):
+    def __init__(self, plumbing: Plumbing, registry: Registry) -> None:
+        super().__init__(plumbing)
+        self.registry = registry
+
+    def stats(self, range_: str = "1h", *, queue: str | None = None, ttype: str | None = None,
+              step: int | None = None, types: bool = True, depth: bool = True) -> dict[str, Any]:
+        """The series of one range: counts per outcome, wait and run time percentiles and (for all
+        queues or one queue) the waiting tasks, point by point; the range's totals; and, without a
+        type, a table of the types seen (the slowest first, by p95 run time)."""
+        span, resolution, default_step = _check(range_, queue, ttype, step)
+        step = step or default_step
+        count = span // step
+        end_s = (self.clock.now_ms() // 1000 // step + 1) * step  # the point holding now is the last
+        start_s = end_s - count * step
+        scopes = self._scopes(queue, ttype is not None or types)
+        hashes = self._read(scopes, start_s, end_s, resolution)
+        points = [Tally.empty() for _ in range(count)]
+        total = Tally.empty()
+        by_type: dict[str, Tally] = {}
+        for unit_s, fields in hashes:
+            index = (unit_s - start_s) // step
+            if not 0 <= index < count:
+                continue
+            tally = tally_fields(fields, ttype)  # a type's fields, or every field
+            points[index].merge(tally)
+            total.merge(tally)
+            if types and ttype is None:
+                for name, raw in fields.items():
+                    field_type, metric = split_field(name)
+                    if field_type:
+                        by_type.setdefault(field_type, Tally.empty()).add_metric(metric, to_int(raw))
+        series: dict[str, Any] = {"time": [iso((start_s + i * step) * 1000) for i in range(count)]}
+        for letter, name in OUTCOMES.items():
+            series[name] = [p.outcomes.get(letter, 0) for p in points]
+        for name, attr in (("wait_ms", "wait"), ("run_ms", "run")):
+            series[name] = {f"p{q}": [_round(percentile(getattr(p, attr), q)) for p in points] for q in PERCENTILES}
+        series["depth"] = (self._depth(queue or "*", start_s, end_s, resolution, step, count)
+                           if depth and ttype is None else None)
+        out: dict[str, Any] = {"range": range_, "step_s": step, "resolution_s": resolution,
+                               "start": iso(start_s * 1000), "end": iso(end_s * 1000),
+                               "queue": queue, "type": ttype, "totals": total.summary(), "series": series}
+        if ttype is None and types:
+            rows = [{"type": name, **tally.summary()} for name, tally in by_type.items()]
+            rows.sort(key=lambda r: (-(r["run_ms"]["p95"] or 0), r["type"]))  # type: ignore[index]
+            out["types"] = rows[:MAX_TYPES_SHOWN]
+        return out
+
+    def _scopes(self, queue: str | None, by_type: bool) -> list[tuple[str, str]]:
+        """(key prefix, name in the folded record) of every history the series sums."""
+        k = self.keys
+        if queue is not None:
+            layout = self.registry.layouts(fresh=True).get(queue)
+            if layout is None:
+                raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
+            return [(k.history(tag), f"hour:{tag}") for tag in layout.all_tags]
+        scope = "types" if by_type else "all"
+        return [(k.global_history(scope), f"hour:{scope}")]
+
+    def _read(self, scopes: list[tuple[str, str]], start_s: int, end_s: int, resolution: int
+              ) -> list[tuple[int, dict[str, str]]]:
+        """(unit start in s, fields) of every hash in the range, minutes or hours."""
+        wanted: list[tuple[int, str]] = []
+        if resolution == MINUTE_S:
+            for prefix, _ in scopes:
+                wanted += [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(start_s // MINUTE_S, end_s // MINUTE_S)]
+        else:
+            folded = text_hash(self.client.hgetall(self.keys.history_folded()))
+            for prefix, name in scopes:
+                done = to_int(folded.get(name)) if name in folded else -1
+                for h in range(start_s // HOUR_S, end_s // HOUR_S):
+                    if h <= done:
+                        wanted.append((h * HOUR_S, f"{prefix}h:{h}"))
+                    else:  # not folded yet: its minutes (gone after 25 h: an hour no leader folded)
+                        wanted += [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(h * 60, h * 60 + 60)]
+        pipe = self.client.pipeline(transaction=False)
+        for _, key in wanted:
+            pipe.hgetall(key)
+        replies = pipe.execute() if wanted else []
+        return [(unit, text_hash(fields)) for (unit, _), fields in zip(wanted, replies, strict=True) if fields]
+
+    def _depth(self, queue: str, start_s: int, end_s: int, resolution: int, step: int, count: int
+               ) -> list[int | None]:
+        """The peak of the waiting tasks sampled in each point (None: no sample)."""
+        hashes = self._read([(self.keys.global_history("depth"), "hour:depth")], start_s, end_s, resolution)
+        out: list[int | None] = [None] * count
+        for unit_s, fields in hashes:
+            index = (unit_s - start_s) // step
+            if 0 <= index < count and queue in fields:
+                n = to_int(fields[queue])
+                out[index] = n if out[index] is None else max(n, out[index] or 0)
+        return out
+
+
+def _check(range_: str, queue: str | None, ttype: str | None, step: int | None) -> tuple[int, int, int]:
+    if range_ not in RANGES:
+        raise ValidationError(f"range must be one of {', '.join(RANGES)}", field="range")
+    if queue is not None and not QUEUE_NAME_RE.fullmatch(queue):
+        raise ValidationError("queue is not a queue name", field="queue")
+    if ttype is not None and not TASK_TYPE_RE.fullmatch(ttype) and ttype != "(other)":
+        raise ValidationError("type is not a task type", field="type")
+    span, resolution, default_step = RANGES[range_]
+    if step is not None:
+        if step <= 0 or step % resolution or span % step:
+            raise ValidationError(f"step must be a multiple of {resolution} s that divides the range", field="step")
+        if span // step > MAX_POINTS:
+            raise ValidationError(f"step gives more than {MAX_POINTS} points", field="step")
+    return span, resolution, default_step
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
