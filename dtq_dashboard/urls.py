@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import history_views, views
 
 app_name = "dtq_dashboard"
 
@@ -42,6 +42,9 @@ urlpatterns = [
     path("workflows/", views.workflows, name="workflows"),
     path("workflows/<str:workflow_id>/", views.workflow, name="workflow"),
     path("workflows/<str:workflow_id>/cancel", views.cancel_workflow, name="cancel-workflow"),
+    path("types/", history_views.types, name="types"),
+    path("types/<str:name>/", history_views.task_type, name="type"),
+    path("history/fragment", history_views.fragment, name="history-fragment"),
     path("workers/", views.workers, name="workers"),
     path("audit/", views.audit, name="audit"),
     # The console's own template and landing page: a project's LOGIN_URL, LOGIN_REDIRECT_URL and

@@ -30,6 +30,7 @@ from dtq_core.task import TERMINAL
 
 from . import forms
 from .guards import console_action, console_page
+from .history_views import history_context, range_of
 from .permissions import allowed_actions, can_view_console, login_required_to_read
 from .timeline import task_timeline
 from .workflow_graph import MAX_DRAWN
@@ -82,7 +83,9 @@ def _summary(engine: Any) -> dict[str, Any]:
 # -- pages ------------------------------------------------------------------------------------
 @console_page
 def overview(request: HttpRequest) -> HttpResponse:
-    return _render(request, "overview.html", _summary(get_engine()), nav="overview")
+    context = _summary(get_engine())
+    context["h"] = history_context(range_of(request), view="overview")
+    return _render(request, "overview.html", context, nav="overview")
 
 
 @require_GET
@@ -107,7 +110,9 @@ def queue(request: HttpRequest, name: str) -> HttpResponse:
     stats = engine.queues.get(name)
     page = engine.queues.waiting(name, after=form.cleaned_data["cursor"] or None, limit=PAGE)
     return _render(request, "queue.html", {"queue": stats, "page": page, "limits": engine.limits.get(name),
-                                           "cursor": form.cleaned_data["cursor"]}, nav="overview")
+                                           "cursor": form.cleaned_data["cursor"],
+                                           "h": history_context(range_of(request), view="queue", queue=name)},
+                   nav="overview")
 
 
 @console_page

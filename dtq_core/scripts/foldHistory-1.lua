@@ -2,7 +2,7 @@
   Fold a run of history hashes into one of a coarser resolution (the leader's history roll-up,
   dtq_core/worker/history.py): the minutes of an hour into the hour, the hours of a day into the
   day. The target is replaced, not added to, so a fold run again (a new leader, a retry after an
-  error) gives the same hash. Every key is built from KEYS[1], the scope's prefix: a partition's
+  error) gives the same hash. Every key is built from the scope's prefix (below): a partition's
   history (Keys.history) or one of the global roll-ups (Keys.global_history), each in one slot.
   Input:
     KEYS[1] the scope's key prefix ("<...>:hist:" or "<prefix>:{hist}:<scope>:")
@@ -13,11 +13,15 @@
     the number of fields the target holds (0: nothing to keep, and no key is written)
 ]]
 local rcall = redis.call
+-- The resolutions' key suffixes (Keys.history): fixed here, so no key name comes from ARGV.
+local SUFFIX = {m = 'm:', h = 'h:', d = 'd:'}
 local prefix, first, count = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local source, target_suffix = SUFFIX[ARGV[1]], SUFFIX[ARGV[4]]
+if not source or not target_suffix then return error('resolutions are m, h or d', 0) end
 local use_max = ARGV[7] == 'max'
 local total, names = {}, {}
 for unit = first, first + count - 1 do
-  local fields = rcall('HGETALL', prefix .. ARGV[1] .. ':' .. string.format('%d', unit))
+  local fields = rcall('HGETALL', prefix .. source .. string.format('%d', unit))
   for i = 1, #fields, 2 do
     local name, n = fields[i], tonumber(fields[i + 1]) or 0
     local had = total[name]
@@ -31,7 +35,7 @@ for unit = first, first + count - 1 do
     end
   end
 end
-local target = prefix .. ARGV[4] .. ':' .. ARGV[5]
+local target = prefix .. target_suffix .. string.format('%d', tonumber(ARGV[5]))
 rcall('DEL', target)
 if #names == 0 then return 0 end
 local args = {}

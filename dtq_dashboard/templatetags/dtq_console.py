@@ -65,6 +65,26 @@ def num(value: Any) -> str:
 
 
 @register.filter
+def ms(value: Any) -> str:
+    """A duration in ms as the charts write it ("850 ms", "1.2 s"); "—" without a value."""
+    from ..charts import fmt
+
+    try:
+        return fmt(float(value), "ms")
+    except (TypeError, ValueError):
+        return "—"
+
+
+@register.filter
+def pct(value: Any) -> str:
+    """A fraction (0-1) as a percentage with one decimal; "—" without a value."""
+    try:
+        return f"{float(value) * 100:.1f} %"
+    except (TypeError, ValueError):
+        return "—"
+
+
+@register.filter
 def seconds(value: Any) -> str:
     """Heartbeat ages and due-in values: '1.2s', '3 min'."""
     try:

@@ -193,6 +193,7 @@
     updateRows(ev);
     if (onlyTask && ev.task_id === onlyTask) scheduleReload();
     if (watchTasks && watchTasks.has(ev.task_id)) scheduleReload();
+    if (window.dtqCharts) window.dtqCharts.moved(ev);  // charts.js: redraw the history, debounced
     scheduleRefresh();
   }
 
