@@ -423,7 +423,10 @@ def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.S
     })
 
 
-TaskPageSerializer = page_of(TaskSerializer, "TaskPage")
+TaskPageSerializer = type("TaskPage", (page_of(TaskSerializer, "TaskPageBase"),), {
+    "stopped_early": serializers.BooleanField(help_text="a filtered page that examined its 5,000 ids before "
+                                              "filling up: older tasks may still match (follow next)"),
+})
 DlqPageSerializer = page_of(DlqItemSerializer, "DlqPage")
 AuditPageSerializer = page_of(AuditEntrySerializer, "AuditPage")
 SchedulePageSerializer = page_of(ScheduleItemSerializer, "SchedulePage")

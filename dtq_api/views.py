@@ -51,6 +51,16 @@ def filters(*names: str) -> list[OpenApiParameter]:
     return [OpenApiParameter(n, OpenApiTypes.STR, description=f"only entries with this {n}") for n in names]
 
 
+SEARCH_PARAMETERS = [
+    OpenApiParameter("id_prefix", OpenApiTypes.STR, description="only task ids starting so (a partition tag, "
+                     "then '-' and hex digits)"),
+    OpenApiParameter("created_after", OpenApiTypes.DATETIME, description="only tasks created at or after"),
+    OpenApiParameter("created_before", OpenApiTypes.DATETIME, description="only tasks created at or before"),
+    OpenApiParameter("q", OpenApiTypes.STR, description="only tasks whose payload, last error or error list "
+                     "contains this text, ignoring case (at most 200 characters)"),
+]
+
+
 # -- tasks ------------------------------------------------------------------------------------
 
 class TaskListView(APIView):
@@ -80,7 +90,8 @@ class TaskListView(APIView):
         return task, status.HTTP_201_CREATED if enqueued.created else status.HTTP_200_OK
 
     @extend_schema(operation_id="tasks_list",
-                   parameters=[*filters("queue", "status", "type", "periodic_name"), *PAGE_PARAMETERS],
+                   parameters=[*filters("queue", "status", "type", "periodic_name"), *SEARCH_PARAMETERS,
+                               *PAGE_PARAMETERS],
                    responses={200: s.TaskPageSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         wanted = text_param(request, "status")
@@ -88,8 +99,14 @@ class TaskListView(APIView):
             raise ValidationError(f"status must be one of {', '.join(Status)}", field="status")
         page = get_engine().tasks.list(queue=text_param(request, "queue"), status=wanted,
                                        type=text_param(request, "type"),
-                                       periodic_name=text_param(request, "periodic_name"), **page_params(request))
-        return page_response(request, page)
+                                       periodic_name=text_param(request, "periodic_name"),
+                                       id_prefix=text_param(request, "id_prefix"),
+                                       created_after=text_param(request, "created_after"),
+                                       created_before=text_param(request, "created_before"),
+                                       text=text_param(request, "q"), **page_params(request))
+        response = page_response(request, page)
+        response.data["stopped_early"] = page.stopped_early
+        return response
 
 
 class TaskBatchView(APIView):

@@ -75,6 +75,10 @@ class TaskFilterForm(_Form):
     status = forms.ChoiceField(required=False, choices=[("", "any")] + [(s.value, s.value) for s in Status])
     type = forms.CharField(required=False, max_length=TEXT_MAX, validators=[_task_type])
     periodic_name = forms.CharField(required=False, max_length=TEXT_MAX)
+    q = forms.CharField(required=False, max_length=200, strip=False)
+    # datetime-local inputs ("2026-12-05T08:00"), read as UTC like every time the console shows.
+    after = forms.CharField(required=False, max_length=40)
+    before = forms.CharField(required=False, max_length=40)
     cursor = forms.CharField(required=False, max_length=80)  # "<created ms>-<task id>"
 
 

@@ -16,6 +16,8 @@ from dtq_core.conf import get_engine
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
 from dtq_core.engine.reads import SCAN_BUDGET
+from dtq_core.engine.recent import ID_PREFIX_RE
+from dtq_core.keys import is_task_id
 from dtq_core.errors import (
     QueueFull,
     QueueLimitReached,
@@ -127,16 +129,19 @@ def tasks(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _bad_filters(request, form, "tasks")
     data = form.cleaned_data
-    if data["id"]:
-        task_id = data["id"].strip()
+    task_id = data["id"].strip()
+    if task_id and not ID_PREFIX_RE.fullmatch(task_id) or is_task_id(task_id):
+        # A whole id (or anything that cannot start one) goes to its page, as before.
         try:
             return redirect("dtq_dashboard:task", task_id=task_id)
         except NoReverseMatch:  # a "/" cannot be in a task id, nor in the URL made of one
             raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id) from None
     page = get_engine().tasks.list(queue=data["queue"] or None, status=data["status"] or None,
                                    type=data["type"] or None, periodic_name=data["periodic_name"] or None,
+                                   id_prefix=task_id or None, text=data["q"] or None,
+                                   created_after=data["after"] or None, created_before=data["before"] or None,
                                    cursor=data["cursor"] or None, limit=PAGE)
-    return _render(request, "tasks.html", {"form": form, "page": page, "filters": _query(data, "cursor", "id")},
+    return _render(request, "tasks.html", {"form": form, "page": page, "filters": _query(data, "cursor")},
                    nav="tasks")
 
 

@@ -23,6 +23,10 @@ TASK_ID_RE = re.compile(r"[0-9A-Za-z_.-]{1,128}")  # ids dtq makes are 32 hex di
 class Page:
     items: list[dict[str, Any]]
     next_cursor: str | None
+    # A filtered walk that spent its scan budget before filling the page: the page holds every match
+    # newer than next_cursor, and older ones may match (the listing says so, with a link to go on).
+    stopped_early: bool = False
+    examined: int | None = None  # ids the filtered walk examined for this page
 
 
 def stream_fields(flat: list[Any] | dict[str, Any]) -> dict[str, str]:

@@ -17,9 +17,11 @@ with a cursor at the point up to which every partition was read.
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import codec
@@ -53,6 +55,53 @@ def parse_cursor(cursor: str | None) -> Position | None:
     return Position(int(score), task_id)
 
 
+ID_PREFIX_RE = re.compile(r"[a-z0-9]{1,16}(-[0-9a-f]{0,32})?")
+MAX_TEXT = 200
+
+
+def make_search(*, id_prefix: str | None = None, created_after: Any = None, created_before: Any = None,
+                text: str | None = None) -> Search:
+    """Check a search's terms (ValidationError naming the field) and turn them into a Search:
+    times are ISO-8601 (with a zone, or UTC) or datetimes."""
+    if id_prefix and not ID_PREFIX_RE.fullmatch(id_prefix):
+        raise ValidationError("id_prefix must be the start of a task id: a partition tag, then '-' and hex digits",
+                              field="id_prefix")
+    if text is not None and len(text) > MAX_TEXT:
+        raise ValidationError(f"q must be at most {MAX_TEXT} characters", field="q")
+    after, before = _ms(created_after, "created_after"), _ms(created_before, "created_before")
+    if after is not None and before is not None and after > before:
+        raise ValidationError("created_after is later than created_before", field="created_after")
+    return Search(id_prefix=id_prefix or "", created_after_ms=after, created_before_ms=before,
+                  text=(text or "").lower())
+
+
+def _ms(value: Any, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(f"{name} must be an ISO-8601 time, e.g. 2026-12-05T08:00:00Z", field=name) from None
+    if not isinstance(value, datetime):
+        raise ValidationError(f"{name} must be an ISO-8601 time", field=name)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return int(value.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """What a search adds to the listing's filters (Tasks.list checks them): an id prefix, a
+    creation time range (ms, both ends included) and a text (lower-cased) the payload or an error
+    contains."""
+
+    id_prefix: str = ""
+    created_after_ms: int | None = None
+    created_before_ms: int | None = None
+    text: str = ""
+
+
 @dataclass(slots=True)
 class _Walk:
     """One partition's walk down its index: `upper` is the last id it examined (everything newer
@@ -73,9 +122,11 @@ class RecentTasks(Noun):
     """One page of the merged recent-tasks listing (Tasks.list checks the filters)."""
 
     def page(self, tags: Sequence[str], *, queue: str | None, status: str | None, type: str | None,
-             start: Position | None, limit: int, periodic_name: str | None = None) -> Page:
+             start: Position | None, limit: int, periodic_name: str | None = None,
+             search: Search | None = None) -> Page:
         target = limit + 1  # one match past the page says whether an older page exists
-        filtering = bool(queue or status or type or periodic_name)
+        search = search or Search()
+        filtering = bool(queue or status or type or periodic_name or search.id_prefix or search.text)
         walks = [_Walk(tag, start) for tag in tags]
         shown: list[tuple[Position, dict[str, Any]]] = []
         scanned = 0
@@ -91,13 +142,15 @@ class RecentTasks(Noun):
             wanted = min(remaining, max(1, math.ceil(2 * remaining / len(readers))))
             count = max(1, min(MAX_CALL, (reads.SCAN_BUDGET - scanned) // len(readers))) if filtering else wanted
             scanned += self._read(readers, queue=queue, status=status, type=type, count=count, wanted=wanted,
-                                  periodic_name=periodic_name)
+                                  periodic_name=periodic_name, search=search)
         if len(shown) > limit:
-            return Page(items=[view for _, view in shown[:limit]], next_cursor=shown[limit - 1][0].cursor())
+            return Page(items=[view for _, view in shown[:limit]], next_cursor=shown[limit - 1][0].cursor(),
+                        examined=scanned)
         # Stopped on the budget: every partition was read down to the newest of the walks still
         # blocking, and everything newer that matched is on this page.
         stopped = [w.upper for w in walks if w.blocking and w.upper is not None]
-        return Page(items=[view for _, view in shown], next_cursor=max(stopped).cursor() if stopped else None)
+        return Page(items=[view for _, view in shown], next_cursor=max(stopped).cursor() if stopped else None,
+                    stopped_early=bool(stopped), examined=scanned)
 
     @staticmethod
     def _show(walks: list[_Walk], shown: list[tuple[Position, dict[str, Any]]], target: int) -> Position | None:
@@ -114,11 +167,15 @@ class RecentTasks(Noun):
             shown.append(best.matches.popleft())
 
     def _read(self, walks: list[_Walk], *, queue: str | None, status: str | None, type: str | None,
-              count: int, wanted: int, periodic_name: str | None = None) -> int:
+              count: int, wanted: int, periodic_name: str | None = None, search: Search | None = None) -> int:
         """One round: a scanRecentTasks call per walk, in one exchange; returns the ids examined."""
+        search = search or Search()
+        newest = "+inf" if search.created_before_ms is None else search.created_before_ms
+        oldest = "-inf" if search.created_after_ms is None else search.created_after_ms
         replies = self.scripts.call_direct_many([("scanRecentTasks", [self.keys.partition(w.tag)], [
-            "+inf" if w.upper is None else w.upper.score, "" if w.upper is None else w.upper.task_id, count,
-            queue or "", status or "", type or "", wanted, reads.SCAN_CALL_BYTES, periodic_name or ""])
+            newest if w.upper is None else w.upper.score, "" if w.upper is None else w.upper.task_id, count,
+            queue or "", status or "", type or "", wanted, reads.SCAN_CALL_BYTES, periodic_name or "",
+            search.id_prefix, oldest, search.text])
             for w in walks])
         examined = 0
         for w, reply in zip(walks, replies, strict=True):

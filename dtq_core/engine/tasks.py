@@ -34,7 +34,7 @@ from ..task import TASK_TYPE_RE, TERMINAL
 from .audit import Actor, Audit
 from .plumbing import Noun, Plumbing
 from .reads import Page, page_limit, queue_filter, type_filter
-from .recent import RecentTasks, parse_cursor
+from .recent import RecentTasks, make_search, parse_cursor
 from .registry import Registry
 
 RECENT_CAP = 100_000  # tasks kept in each partition's recent-tasks index for listing
@@ -297,11 +297,17 @@ class Tasks(Noun):
 
     def list(self, *, queue: str | None = None, status: str | None = None,
              type: str | None = None, cursor: str | None = None, limit: int | None = None,
-             periodic_name: str | None = None) -> Page:
+             periodic_name: str | None = None, id_prefix: str | None = None, created_after: Any = None,
+             created_before: Any = None, text: str | None = None) -> Page:
         """Recent tasks of every partition of every queue (or of one queue), newest first,
         filtered; the cursor is opaque (engine/recent.py says what it holds). periodic_name: the
         tasks a periodic schedule fired, which are all in the first partition of their queue
-        (engine/periodic.py), so only those partitions are read."""
+        (engine/periodic.py), so only those partitions are read. A search adds an id prefix (only
+        the partitions whose tag it can start), a creation time range and a text in the payload or
+        errors (recent.make_search); a filtered page examines at most reads.SCAN_BUDGET ids and
+        says when it stopped early (Page.stopped_early)."""
+        search = make_search(id_prefix=id_prefix, created_after=created_after, created_before=created_before,
+                             text=text)
         limit = page_limit(limit)
         queue, type = queue_filter(queue), type_filter(type)
         if periodic_name and not TASK_TYPE_RE.fullmatch(periodic_name):
@@ -312,8 +318,11 @@ class Tasks(Noun):
         layouts = self.registry.layouts(fresh=True)
         chosen = [layouts[queue]] if queue in layouts else [] if queue else builtins.list(layouts.values())
         tags = sorted({tag for layout in chosen for tag in (layout.tags[:1] if periodic_name else layout.all_tags)})
+        if search.id_prefix:
+            tag, dash, _ = search.id_prefix.partition("-")
+            tags = [t for t in tags if (t == tag if dash else t.startswith(tag))]
         return self.recent.page(tags, queue=queue, status=status, type=type, start=start, limit=limit,
-                                periodic_name=periodic_name or None)
+                                periodic_name=periodic_name or None, search=search)
 
     def cancel(self, task_id: str, actor: Actor) -> CancelResult:
         """Cancel a task, audited: at once when it waits, via the worker when it runs.

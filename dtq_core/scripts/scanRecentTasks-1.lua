@@ -13,6 +13,10 @@
     ARGV[6] type ('' = any)   ARGV[7] stop after this many matches
     ARGV[8] stop after returning this many bytes (a record holds its payload, up to 1 MB)
     ARGV[9] periodic schedule name that fired it ('' or absent = any)
+    ARGV[10] task id prefix ('' or absent = any)
+    ARGV[11] lower score: created at or after this ms ('-inf' or absent = any)
+    ARGV[12] text the payload, the last error or the error list contains, ignoring case ('' or
+             absent = any; lower-cased by the caller)
   Output:
     {examined, 1 when the walk reached the oldest id else 0, score of the last id examined ('' if
     none), the last id examined, matches}: each match is {id, score, record}, the record a task
@@ -24,7 +28,17 @@ local upper, upper_id, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queue, status, ttype = ARGV[4], ARGV[5], ARGV[6]
 local wanted, byte_budget, bytes = tonumber(ARGV[7]), tonumber(ARGV[8]), 0
 local periodic = ARGV[9] or ''
-local filtering = queue ~= '' or status ~= '' or ttype ~= '' or periodic ~= ''
+local id_prefix, lower, text = ARGV[10] or '', ARGV[11] or '-inf', ARGV[12] or ''
+if lower == '' then lower = '-inf' end
+local filtering = queue ~= '' or status ~= '' or ttype ~= '' or periodic ~= '' or text ~= ''
+
+-- Whether the text is in one of a task's texts (payload JSON, last error, error list), any case.
+local function contains(t)
+  for _, value in ipairs({t.payload, t.last_error, t.errors}) do
+    if value and string.find(string.lower(value), text, 1, true) then return true end
+  end
+  return false
+end
 
 -- a sorts before b as Redis sorts members of one score (byte by byte): Lua's own < follows the
 -- server's locale.
@@ -50,17 +64,23 @@ if upper_id ~= '' and upper ~= '+inf' then
   offset = lo
 end
 
-local rows = rcall('ZREVRANGEBYSCORE', K.recent, upper, '-inf', 'WITHSCORES', 'LIMIT', offset, count)
+local rows = rcall('ZREVRANGEBYSCORE', K.recent, upper, lower, 'WITHSCORES', 'LIMIT', offset, count)
 local matches, examined, last_score, last_id = {}, 0, '', ''
 for i = 1, #rows, 2 do
   examined = examined + 1
   last_id, last_score = rows[i], rows[i + 1]
   local key = K.task_prefix .. last_id
-  local keep = true
-  if filtering then
-    local t = read_task(key, 'queue', 'status', 'type', 'periodic_name')
+  local keep = id_prefix == '' or string.sub(last_id, 1, #id_prefix) == id_prefix
+  if keep and filtering then
+    local t
+    if text ~= '' then
+      t = read_task(key, 'queue', 'status', 'type', 'periodic_name', 'payload', 'last_error', 'errors')
+    else
+      t = read_task(key, 'queue', 'status', 'type', 'periodic_name')
+    end
     keep = t.status and (queue == '' or t.queue == queue) and (status == '' or t.status == status)
       and (ttype == '' or t.type == ttype) and (periodic == '' or t.periodic_name == periodic)
+      and (text == '' or contains(t))
   end
   if keep then
     local record = rcall('HGETALL', key)

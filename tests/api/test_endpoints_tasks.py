@@ -48,7 +48,7 @@ def test_list_filters_by_queue_status_and_type(api: APIClient, live_engine: Engi
     pending = api.get("/api/v1/tasks?status=PENDING").json()["results"]
     assert [t["status"] for t in pending] == ["PENDING"]
     assert [t["type"] for t in api.get("/api/v1/tasks?type=dtq.sleep").json()["results"]] == ["dtq.sleep"]
-    assert api.get("/api/v1/tasks?queue=nothing").json() == {"results": [], "next": None}
+    assert api.get("/api/v1/tasks?queue=nothing").json() == {"results": [], "next": None, "stopped_early": False}
 
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=501", "limit=abc", "limit=-1", "limit=%C2%B2",
