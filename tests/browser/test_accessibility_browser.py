@@ -209,6 +209,23 @@ def test_at_375_px_no_page_scrolls_sideways_and_every_action_is_in_reach(
             == '"Error"'
 
 
+@pytest.mark.parametrize("width", [480, 768, 861, 1024, 1280])
+def test_no_page_scrolls_sideways_at_tablet_and_laptop_widths(
+        browser: Any, console: ConsoleServer, seeded: Seeded, width: int) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    try:
+        log_in(page, console, "admin")
+        wide = {}
+        for path in seeded.pages().values():
+            page.goto(console.url + path)
+            if _overflow(page) > width:
+                wide[path] = _widest(page)
+        assert not wide, wide
+    finally:
+        context.close()
+
+
 def test_at_375_px_an_operator_pauses_and_resumes_a_queue_and_retries_a_dead_letter(
         phone: Any, console: ConsoleServer, console_engine: Engine, seeded: Seeded) -> None:
     page = phone
