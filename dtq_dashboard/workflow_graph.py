@@ -54,7 +54,9 @@ def _edge(a: Box, b: Box) -> SafeString:
 
 def _node(step: dict[str, Any], box: Box, task_url: Callable[[str], str]) -> SafeString:
     kind = step["type"] if len(step["type"]) <= 22 else step["type"][:21] + "…"
-    label = f"step {step['index']}: {step['type']} on {step['queue']}, {step['status']}"
+    # The name starts with the box's visible words (WCAG 2.5.3, label in name), then says the rest.
+    full = "" if kind == step["type"] else f", type {step['type']}"
+    label = f"{kind} #{step['index']} · {step['status']}{full}, on queue {step['queue']}"
     return format_html(
         '<a href="{}" class="wf-node st-{}" aria-label="{}"><title>{}</title>'
         '<rect x="{}" y="{}" width="{}" height="{}" rx="7"/>'

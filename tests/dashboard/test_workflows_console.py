@@ -42,7 +42,7 @@ def test_a_workflow_is_drawn_with_a_box_per_step_linking_its_task(client: Client
     assert f'href="/tasks/{steps[0]["task_id"]}/" class="wf-node st-queued"' in svg
     assert svg.count('class="wf-node st-waiting"') == 4
     assert svg.count('class="wf-edge"') == 3 + 3  # the first step to each member, each member to `then`
-    assert 'aria-label="step 4: dtq.echo on wf, WAITING"' in svg
+    assert 'aria-label="dtq.echo #4 · WAITING, on queue wf"' in svg  # its visible words first
     assert HOSTILE not in page and 'aria-labelledby="wf-progress-label"' in page and ">Cancel workflow</button>" \
         not in page  # a reader has nothing to press
     task_page = client.get(f"/tasks/{steps[0]['task_id']}/").content.decode()

@@ -78,8 +78,21 @@
     update();
   }
 
-  window.dtq = { relative: relative, timeElement: timeElement, badge: badge };
+  // On a phone a table is a list of cards and each cell shows its column's name from its
+  // data-label (console.css). Templates write them; this fills in any a row lacks (rows added by
+  // script, tables without them) from the table's header.
+  function labelCells(row) {
+    var table = row.closest("table.data");
+    var heads = table ? table.querySelectorAll("thead th") : [];
+    Array.prototype.forEach.call(row.cells, function (td, i) {
+      if (td.hasAttribute("data-label") || td.colSpan > 1 || !heads[i]) return;
+      td.setAttribute("data-label", heads[i].textContent.trim());
+    });
+  }
+
+  window.dtq = { relative: relative, timeElement: timeElement, badge: badge, labelCells: labelCells };
   document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("table.data tbody tr").forEach(labelCells);
     wireSelection();
     setInterval(refreshTimes, 15000);
   });

@@ -57,6 +57,7 @@
     tr.appendChild(cell(ev.task_id ? link(taskUrl + encodeURIComponent(ev.task_id) + "/", String(ev.task_id).slice(0, 12), true) : "—"));
     tr.appendChild(cell(ev.queue ? link(queueUrl + encodeURIComponent(ev.queue) + "/", ev.queue) : "—"));
     tr.appendChild(cell(ev.status ? window.dtq.badge(ev.status) : ""));
+    window.dtq.labelCells(tr);  // each cell names its column: a phone shows rows as cards
     feed.insertBefore(tr, feed.firstChild);
     while (feed.rows.length > MAX_ROWS) feed.deleteRow(feed.rows.length - 1);
   }
