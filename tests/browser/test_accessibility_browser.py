@@ -64,6 +64,8 @@ class Seeded:
             "workflows": "/workflows/",
             "workflow": f"/workflows/{self.workflow}/",
             "workers": "/workers/",
+            "types": "/types/?range=24h",
+            "type": "/types/emails.send/?range=7d",
             "audit": "/audit/",
             "404": "/no-such-page/",
         }
@@ -192,7 +194,7 @@ def test_at_375_px_no_page_scrolls_sideways_and_every_action_is_in_reach(
         settle(page, path)
         assert _overflow(page) <= PHONE["width"], f"{path} scrolls sideways: {_widest(page)}"
         nav = page.get_by_role("navigation", name="Console").get_by_role("link")
-        assert nav.count() == 8
+        assert nav.count() == 9
         for i in range(nav.count()):
             _reachable(page, nav.nth(i))
         _reachable(page, page.get_by_role("searchbox", name="Task id"))
