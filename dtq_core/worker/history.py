@@ -133,16 +133,20 @@ class HistoryRoller:
                    for scope in GLOBAL_SCOPES]
         calls: list[tuple[str, int]] = []
         pipe = client.pipeline(transaction=False)
+        fresh: dict[str, int] = {}
         for name, prefix, mode, complete in scopes:
-            done = to_int(folded[name]) if name in folded else complete - 1
+            if name not in folded:
+                # A scope no leader folded before (a new queue, a first start): its earlier hours
+                # have nothing to fold; it starts from here.
+                fresh[name] = complete
+                continue
+            done = to_int(folded[name])
             for hour in range(max(done + 1, complete - CATCH_UP_HOURS + 1), complete + 1):
                 await self.store.scripts("foldHistory", keys=[prefix],
                                          args=["m", hour * 60, 60, "h", hour, HOUR_TTL_MS, mode], client=pipe)
                 calls.append((name, hour))
-        if not calls:
-            return
-        replies = await self.store.scripts.aexecute(pipe, raise_on_error=False)
-        progress: dict[str, int] = {}
+        progress: dict[str, int] = dict(fresh)
+        replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls else []
         for (name, hour), reply in zip(calls, replies, strict=True):
             if isinstance(reply, Exception):
                 logger.warning("history: folding hour %d of %s failed (%s: %s); the next pass tries again",
