@@ -1,9 +1,12 @@
-"""Console page render times at scale: 1,000,000 waiting tasks and 100,000 dead letters (target < 300 ms).
+"""Console page render times at scale: 1,000,000 waiting tasks, 100,000 dead letters, 10,000
+scheduled, 200 queues and 30 days of history (target < 300 ms).
 
-Run: .venv/bin/python -m bench.bench_console [--waiting N] [--dead N] [--repeat R]. A throwaway
-Redis is filled server-side by a Lua helper (batches of XADD/HSET, so a million tasks take seconds),
-then every console page is rendered through Django's full request stack (middleware, templates)
-R times; the report gives median, p95 and max per page and flags any page over the target.
+Run: .venv/bin/python -m bench.bench_console [--waiting N] [--dead N] [--queues Q] [--repeat R].
+A throwaway Redis is filled server-side by Lua helpers (batches of XADD/HSET, so a million tasks
+take seconds; every queue's history a minute per minute for 24 h and an hour per hour for 30 days,
+with the leader's roll-ups), then every console page is rendered through Django's full request
+stack (middleware, templates) R times; the report gives median, p95 and max per page and flags any
+page over the target.
 """
 
 from __future__ import annotations
@@ -79,6 +82,28 @@ for k = 0, n - 1 do
 end
 return n
 """
+# A history scope (a partition's, or a global roll-up's: KEYS[1] its prefix) with a minute hash for
+# each of the last 24 h, an hour hash for each of the 30 days before and a day hash for each of the
+# last 31 days: every field of ARGV[5]
+# (JSON [[name, base], ...]) set to base plus a little wobble.
+FILL_HISTORY = """
+local p, now_min, minutes, now_hour, hours = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+                                             tonumber(ARGV[4])
+local fields = cjson.decode(ARGV[5])
+local function fill(key, i, scale)
+  local args = {}
+  for _, f in ipairs(fields) do
+    args[#args + 1] = f[1]
+    args[#args + 1] = (f[2] + (i % 7)) * scale
+  end
+  redis.call('HSET', key, unpack(args))
+  redis.call('PEXPIRE', key, 2764800000)
+end
+for m = now_min - minutes + 1, now_min do fill(p .. 'm:' .. m, m, 1) end
+for h = now_hour - hours, now_hour - 1 do fill(p .. 'h:' .. h, h, 60) end
+for d = math.floor(now_hour / 24) - 31, math.floor(now_hour / 24) - 1 do fill(p .. 'd:' .. d, d, 1440) end
+return 1
+"""
 DEAD_BASE = 10**12  # dead letters' task numbers, apart from the waiting tasks'
 
 
@@ -99,8 +124,35 @@ class Filled:
         return task_id(self.dead_tags[QUEUES[n % len(QUEUES)]], DEAD_BASE + n)
 
 
-def fill(engine: Engine, waiting: int, dead: int) -> Filled:
-    """Make `waiting` queued tasks spread over queues and priorities, `dead` dead letters, and the rest."""
+def fill_history(engine: Engine, tags: dict[str, str]) -> None:
+    """30 days of history for every queue (24 h of minutes, then hours), and the leader's roll-ups
+    and folded marks as a running deployment has them."""
+    import json
+
+    client, k, now = engine.client, engine.keys, engine.clock.now_ms()
+    now_min, now_hour = now // 60000, now // 3600000
+    script = client.register_script(FILL_HISTORY)
+    metrics = [["s", 40], ["r", 1], ["d", 1], ["w8", 20], ["w10", 15], ["w12", 5], ["r6", 10], ["r8", 20],
+               ["r10", 8], ["r14", 2]]
+    for queue, tag in tags.items():
+        fields = [[f"{queue}.work|{m}", n] for m, n in metrics]
+        script(keys=[k.history(tag)], args=[now_min, 1440, now_hour, 720, json.dumps(fields)])
+    script(keys=[k.global_history("all")],
+           args=[now_min, 1440, now_hour, 720, json.dumps([[m, n * len(tags)] for m, n in metrics])])
+    types = [f"type{i:02d}.work" for i in range(20)]
+    script(keys=[k.global_history("types")], args=[now_min, 1440, now_hour, 720, json.dumps(
+        [[f"{t}|{m}", n * len(tags) // 20 + 1] for t in types for m, n in metrics])])
+    script(keys=[k.global_history("depth")], args=[now_min, 1440, now_hour, 720, json.dumps(
+        [[q, 100] for q in tags] + [["*", 100 * len(tags)]])])
+    folded: dict[str, int] = {"minute": now_min - 3}
+    for scope in [*tags.values(), "all", "types", "depth"]:
+        folded.update({f"hour:{scope}": now_hour - 1, f"day:{scope}": now_hour // 24 - 1})
+    client.hset(k.history_folded(), mapping=folded)
+
+
+def fill(engine: Engine, waiting: int, dead: int, queues: int = len(QUEUES)) -> Filled:
+    """Make `waiting` queued tasks spread over queues and priorities, `dead` dead letters, the
+    rest, and `queues` queues in all (the others hold history only)."""
     import json
 
     started = time.perf_counter()
@@ -108,6 +160,8 @@ def fill(engine: Engine, waiting: int, dead: int) -> Filled:
     fill_waiting, fill_dead = client.register_script(FILL_WAITING), client.register_script(FILL_DEAD)
     # Registered and opened as a first submit does (one partition each: DTQ_QUEUE_PARTITIONS unset).
     tags = {queue: engine.registry.ensure(queue).tags[0] for queue in QUEUES}
+    extra = {f"q{i:03d}": engine.registry.ensure(f"q{i:03d}").tags[0] for i in range(max(0, queues - len(QUEUES)))}
+    fill_history(engine, {**tags, **extra})
     # 70% normal, 20% high, 10% low; most work waits in "default" and "emails".
     plan = [("default", "normal", 0.45), ("default", "high", 0.15), ("emails", "normal", 0.2),
             ("emails", "low", 0.1), ("billing", "high", 0.05), ("reports", "normal", 0.05)]
@@ -175,6 +229,16 @@ def pages(engine: Engine, filled: Filled, waiting: int, dead: int) -> dict[str, 
         "dlq confirm (queue)": "/dlq/matching/confirm?action=retry&queue=billing",
         "dlq confirm (type+text)": "/dlq/matching/confirm?action=discard&type=emails.send&q=declined",
         "schedule": "/schedule/",
+        "overview (history 24h)": "/?range=24h",
+        "overview (history 30d)": "/?range=30d",
+        "queue default (history 30d)": "/queues/default/?range=30d",
+        "types (30d)": "/types/?range=30d",
+        "type (30d)": "/types/default.work/?range=30d",
+        "history fragment (queue, 24h)": "/history/fragment?view=queue&queue=emails&range=24h",
+        "tasks (text search)": "/tasks/?q=order%22%3A999999",
+        "tasks (id prefix)": f"/tasks/?id={filled.waiting_task(min(12345, waiting - 1))[:14]}",
+        "tasks (time range)": "/tasks/?after=2000-01-01T00%3A00&before=2100-01-01T00%3A00&queue=emails",
+        "running": "/tasks/running/",
         "workers": "/workers/",
         "audit": "/audit/",
         "audit (filter)": "/audit/?actor=user:op3&source=cli",
@@ -198,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--waiting", type=int, default=1_000_000)
     parser.add_argument("--dead", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--queues", type=int, default=200, help="queues in all (default 200)")
     args = parser.parse_args(argv)
     if args.waiting < 1000 or args.dead < 1000:
         parser.error("--waiting and --dead must be at least 1000")
@@ -205,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = DtqConfig(redis_url=server.url, key_prefix="bench", dlq_maxlen=max(args.dead, 1))
         engine = Engine(config)
-        print(f"filling redis: {args.waiting:,} waiting tasks, {args.dead:,} dead letters ...", flush=True)
-        filled = fill(engine, args.waiting, args.dead)
+        print(f"filling redis: {args.waiting:,} waiting tasks, {args.dead:,} dead letters, {args.queues} queues, "
+              "30 days of history ...", flush=True)
+        filled = fill(engine, args.waiting, args.dead, args.queues)
         memory = engine.client.info("memory")["used_memory_human"]
         print(f"filled in {filled.took_s:.1f} s (redis used_memory {memory})", flush=True)
         setup_test_environment()
@@ -227,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             if flag:
                 slow.append(r["page"])
             print(f"{r['page']:<{width}}  {r['median']:9.1f} {r['p95']:8.1f} {r['max']:8.1f}{flag}")
-        print(f"\ntarget: p95 < {TARGET_MS:.0f} ms per page with {args.waiting:,} waiting tasks and "
-              f"{args.dead:,} dead letters: {'PASS' if not slow else 'FAIL (' + ', '.join(slow) + ')'}")
+        print(f"\ntarget: p95 < {TARGET_MS:.0f} ms per page with {args.waiting:,} waiting tasks, "
+              f"{args.dead:,} dead letters, {args.queues} queues and 30 days of history: "
+              f"{'PASS' if not slow else 'FAIL (' + ', '.join(slow) + ')'}")
         return 0 if not slow else 1
     finally:
         server.stop()

@@ -20,7 +20,7 @@ PARAMETERS = [
     OpenApiParameter("queue", OpenApiTypes.STR, description="one queue's history (default: every queue)"),
     OpenApiParameter("type", OpenApiTypes.STR, description="one task type's history (default: every type)"),
     OpenApiParameter("step", OpenApiTypes.INT, description="seconds per point: a multiple of the range's "
-                     "resolution (60 s up to 24h, 3600 s beyond) that divides it; default 60 / 300 / 3600 / 21600"),
+                     "resolution (60 s up to 24h, 3600 s beyond) that divides it; default 60 / 300 / 3600 / 86400"),
 ]
 
 

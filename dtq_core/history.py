@@ -33,8 +33,9 @@ RANGES: dict[str, tuple[int, int, int]] = {
     "1h": (HOUR_S, MINUTE_S, MINUTE_S),
     "24h": (24 * HOUR_S, MINUTE_S, 5 * MINUTE_S),
     "7d": (7 * 24 * HOUR_S, HOUR_S, HOUR_S),
-    "30d": (30 * 24 * HOUR_S, HOUR_S, 6 * HOUR_S),
+    "30d": (30 * 24 * HOUR_S, HOUR_S, 24 * HOUR_S),
 }
+DAY_S = 24 * HOUR_S
 MAX_POINTS = 1440  # a step that would give more points is refused
 
 

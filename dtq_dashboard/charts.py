@@ -63,6 +63,8 @@ def time_label(iso: str, step_s: int) -> str:
     """ "HH:MM" for ranges of minutes, "MM-DD HH:00" beyond (UTC, as the API's times)."""
     if step_s < 3600:
         return iso[11:16]
+    if step_s >= 86400:
+        return iso[5:10]
     return f"{iso[5:10]} {iso[11:13]}h"
 
 
@@ -146,6 +148,8 @@ def lines(title: str, times: Sequence[str], step_s: int, layers: Sequence[Layer]
 
 
 def per(step_s: int) -> str:
+    if step_s == 86400:
+        return "day"
     if step_s % 3600 == 0:
         hours = step_s // 3600
         return "hour" if hours == 1 else f"{hours} hours"

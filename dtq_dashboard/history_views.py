@@ -32,7 +32,7 @@ def history_context(range_: str, *, view: str, queue: str | None = None, ttype: 
     """What _partials/history.html draws for a page: its charts (SVG and data tables), and the
     fragment URL the page reloads them from."""
     stats = get_engine().history.stats(range_, queue=queue, ttype=ttype, types=False,
-                                       depth=view in ("overview", "queue"))
+                                       depth=view == "queue")
     s, step, times, totals = stats["series"], stats["step_s"], stats["series"]["time"], stats["totals"]
     per = charts.per(step)
     outcome_rows = [(label, totals[key]) for key, label, _ in charts.OUTCOME_LAYERS]
@@ -61,7 +61,7 @@ def history_context(range_: str, *, view: str, queue: str | None = None, ttype: 
             "rows": [(q, _ms(totals[key][q])) for q in ("p50", "p95", "p99")],
             "head": ("Percentile", f"Over {range_}"),
         })
-    if view in ("overview", "queue") and s.get("depth") is not None:
+    if view == "queue" and s.get("depth") is not None:
         present = [d for d in s["depth"] if d is not None]
         found.append({
             "title": "Waiting tasks",
@@ -104,7 +104,7 @@ def types(request: HttpRequest) -> HttpResponse:
 
     range_ = range_of(request)
     queue = request.GET.get("queue") or None
-    stats = get_engine().history.stats(range_, queue=queue, depth=False)
+    stats = get_engine().history.types(range_, queue=queue)
     rows = stats["types"]
     for row in rows:
         row["url"] = reverse("dtq_dashboard:type", args=[row["type"]]) + f"?range={range_}"

@@ -16,6 +16,7 @@ from typing import Any
 from ..clock import iso
 from ..errors import QueueNotFound, ValidationError
 from ..history import (
+    DAY_S,
     HOUR_S,
     MAX_POINTS,
     MINUTE_S,
@@ -52,7 +53,8 @@ class History(Noun):
         end_s = (self.clock.now_ms() // 1000 // step + 1) * step  # the point holding now is the last
         start_s = end_s - count * step
         scopes = self._scopes(queue, ttype is not None or types)
-        hashes = self._read(scopes, start_s, end_s, resolution)
+        # Whole days come from the leader's day folds when a point is a day or more.
+        hashes = self._read(scopes, start_s, end_s, resolution, days=step % DAY_S == 0)
         points = [Tally.empty() for _ in range(count)]
         total = Tally.empty()
         by_type: dict[str, Tally] = {}
@@ -95,32 +97,72 @@ class History(Noun):
         scope = "types" if by_type else "all"
         return [(k.global_history(scope), f"hour:{scope}")]
 
-    def _read(self, scopes: list[tuple[str, str]], start_s: int, end_s: int, resolution: int
-              ) -> list[tuple[int, dict[str, str]]]:
-        """(unit start in s, fields) of every hash in the range, minutes or hours."""
+    def _keys(self, scopes: list[tuple[str, str]], start_s: int, end_s: int, resolution: int, *,
+              days: bool = False) -> list[tuple[int, str]]:
+        """(unit start in s, key) of every hash in the range: minutes, or hours (and, with days,
+        the folded days that lie whole inside the range), and minutes for what is not folded yet
+        (gone after 25 h: an hour no leader folded)."""
         wanted: list[tuple[int, str]] = []
         if resolution == MINUTE_S:
             for prefix, _ in scopes:
                 wanted += [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(start_s // MINUTE_S, end_s // MINUTE_S)]
-        else:
-            folded = text_hash(self.client.hgetall(self.keys.history_folded()))
-            for prefix, name in scopes:
-                done = to_int(folded.get(name)) if name in folded else -1
-                for h in range(start_s // HOUR_S, end_s // HOUR_S):
-                    if h <= done:
-                        wanted.append((h * HOUR_S, f"{prefix}h:{h}"))
-                    else:  # not folded yet: its minutes (gone after 25 h: an hour no leader folded)
-                        wanted += [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(h * 60, h * 60 + 60)]
+            return wanted
+        folded = text_hash(self.client.hgetall(self.keys.history_folded()))
+        for prefix, name in scopes:
+            done = to_int(folded.get(name)) if name in folded else -1
+            day_done = to_int(folded.get("day:" + name.partition(":")[2])) if days else -1
+            h = start_s // HOUR_S
+            while h < end_s // HOUR_S:
+                if days and h % 24 == 0 and h // 24 <= day_done and h + 24 <= end_s // HOUR_S:
+                    wanted.append((h * HOUR_S, f"{prefix}d:{h // 24}"))
+                    h += 24
+                    continue
+                if h <= done:
+                    wanted.append((h * HOUR_S, f"{prefix}h:{h}"))
+                else:
+                    wanted += [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(h * 60, h * 60 + 60)]
+                h += 1
+        return wanted
+
+    def _read(self, scopes: list[tuple[str, str]], start_s: int, end_s: int, resolution: int, *,
+              field: str | None = None, days: bool = False) -> list[tuple[int, dict[str, str]]]:
+        """(unit start in s, fields) of every hash in the range (only `field`, when given)."""
+        wanted = self._keys(scopes, start_s, end_s, resolution, days=days)
         pipe = self.client.pipeline(transaction=False)
         for _, key in wanted:
-            pipe.hgetall(key)
+            if field is None:
+                pipe.hgetall(key)
+            else:
+                pipe.hmget(key, [field])
         replies = pipe.execute() if wanted else []
+        if field is not None:
+            return [(unit, {field: reply[0]}) for (unit, _), reply in zip(wanted, replies, strict=True)
+                    if reply and reply[0] is not None]
         return [(unit, text_hash(fields)) for (unit, _), fields in zip(wanted, replies, strict=True) if fields]
+
+    def types(self, range_: str = "30d", *, queue: str | None = None) -> dict[str, Any]:
+        """The types table of a range alone (the console's /types/ page): {"types": rows, the
+        slowest first, "totals"}; read from whole days where the leader folded them."""
+        span, resolution, _ = _check(range_, queue, None, None)
+        end_s = (self.clock.now_ms() // 1000 // resolution + 1) * resolution
+        start_s = end_s - span
+        by_type: dict[str, Tally] = {}
+        total = Tally.empty()
+        for _, fields in self._read(self._scopes(queue, True), start_s, end_s, resolution, days=True):
+            for name, raw in fields.items():
+                field_type, metric = split_field(name)
+                n = to_int(raw)
+                by_type.setdefault(field_type, Tally.empty()).add_metric(metric, n)
+                total.add_metric(metric, n)
+        rows = [{"type": name, **tally.summary()} for name, tally in by_type.items() if name]
+        rows.sort(key=lambda r: (-(r["run_ms"]["p95"] or 0), r["type"]))  # type: ignore[index]
+        return {"range": range_, "queue": queue, "totals": total.summary(), "types": rows[:MAX_TYPES_SHOWN]}
 
     def _depth(self, queue: str, start_s: int, end_s: int, resolution: int, step: int, count: int
                ) -> list[int | None]:
         """The peak of the waiting tasks sampled in each point (None: no sample)."""
-        hashes = self._read([(self.keys.global_history("depth"), "hour:depth")], start_s, end_s, resolution)
+        hashes = self._read([(self.keys.global_history("depth"), "hour:depth")], start_s, end_s, resolution,
+                            field=queue)
         out: list[int | None] = [None] * count
         for unit_s, fields in hashes:
             index = (unit_s - start_s) // step

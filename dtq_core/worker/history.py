@@ -8,8 +8,9 @@ Every HISTORY_EVERY_S the leader
   minute is in the next pass;
 - once a minute, samples each queue's waiting tasks into the "depth" roll-up;
 - folds every complete hour (HOUR_GRACE_MIN after its end) of every partition and roll-up into an
-  hour hash (foldHistory-1.lua, a replace as well), and records the hour folded (Keys.history_folded)
-  so the next leader starts where this one stopped.
+  hour hash, and every day whose hours are folded into a day hash (foldHistory-1.lua, a replace as
+  well), and records what it folded (Keys.history_folded) so the next leader starts where this
+  one stopped.
 
 Every call touches one slot: a partition's keys or the {hist} roll-ups. Nothing here is on the
 task path; a failed pass is logged and the next one does it again.
@@ -156,11 +157,44 @@ class HistoryRoller:
                 progress[name] = hour
         if progress:
             await client.hset(k.history_folded(), mapping=progress)
+        await self._fold_days(scopes, {**folded, **progress})
         # Partitions no longer registered keep no entry here.
-        live = {name for name, *_ in scopes} | {"minute"}
+        live = {name for name, *_ in scopes} | {"day:" + name.partition(":")[2] for name, *_ in scopes} | {"minute"}
         stale = [name for name in folded if name not in live]
         if stale:
             await client.hdel(k.history_folded(), *stale)
+
+
+    async def _fold_days(self, scopes: Sequence[tuple[str, str, str, int]], folded: Mapping[str, Any]) -> None:
+        """Fold every day whose 24 hours are folded into a day hash (what the types page reads for
+        its 7 and 30 day ranges), recorded as "day:<scope>"."""
+        client = self.store.client
+        calls: list[tuple[str, int]] = []
+        fresh: dict[str, int] = {}
+        pipe = client.pipeline(transaction=False)
+        for name, prefix, mode, _ in scopes:
+            if name not in folded:
+                continue
+            day_name = "day:" + name.partition(":")[2]
+            complete = (to_int(folded[name]) + 1) // 24 - 1
+            if day_name not in folded:
+                fresh[day_name] = complete
+                continue
+            for day in range(max(to_int(folded[day_name]) + 1, complete - 31 + 1), complete + 1):
+                await self.store.scripts("foldHistory", keys=[prefix],
+                                         args=["h", day * 24, 24, "d", day, HOUR_TTL_MS, mode], client=pipe)
+                calls.append((day_name, day))
+        progress: dict[str, int] = dict(fresh)
+        replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls else []
+        for (day_name, day), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                logger.warning("history: folding day %d of %s failed (%s: %s); the next pass tries again",
+                               day, day_name, type(reply).__name__, reply)
+                continue
+            if progress.get(day_name, day - 1) == day - 1:
+                progress[day_name] = day
+        if progress:
+            await client.hset(self.keys.history_folded(), mapping=progress)
 
 
 def _cap_types(by_type: Mapping[str, int]) -> dict[str, int]:

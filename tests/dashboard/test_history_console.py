@@ -46,7 +46,7 @@ def finished(live_engine: Engine, start_worker: Callable[..., WorkerProcess]) ->
 def test_the_overview_draws_outcomes_and_failures_with_their_numbers(finished: Engine, login: Callable[[str], Client]
                                                                     ) -> None:
     html = login("viewer").get("/").content.decode()
-    assert 'id="history"' in html and html.count('<svg class="chart"') == 4
+    assert 'id="history"' in html and html.count('<svg class="chart"') == 3
     title = "Tasks finished per minute, by outcome"
     assert _table_value(html, title, "Succeeded") == "12" and _table_value(html, title, "Dead-lettered") == "2"
     failures = "Failures and retries per minute"

@@ -136,9 +136,31 @@ def test_the_leader_folds_complete_hours_and_long_ranges_read_them(
     lo, hi = bucket_bounds(12)
     assert lo <= body["totals"]["run_ms"]["p50"] <= hi
     assert _stats(api, queue="old", range="30d", step=3600)["totals"]["succeeded"] == 10
-    assert len(_stats(api, queue="old", range="30d")["series"]["time"]) == 120
+    assert len(_stats(api, queue="old", range="30d")["series"]["time"]) == 30
     # The global roll-up of those minutes (a pass catching up on minutes no leader rolled).
     assert _stats(api, range="24h")["totals"]["succeeded"] in (0, 10)
+
+
+def test_days_fold_from_hours_and_the_30_day_range_reads_them(live_engine: Engine, redis_client: redis.Redis
+                                                               ) -> None:
+    engine, api = live_engine, APIClient()
+    now = time.time()
+    day = int(now // 86400) - 2
+    t = tag(engine, "days")
+    for hour in range(day * 24, day * 24 + 24):
+        redis_client.hset(f"{engine.keys.history(t)}h:{hour}", mapping={"job|s": 2, "job|d": 1})
+    redis_client.hset(engine.keys.history_folded(), mapping={f"hour:{t}": int(now // 3600) - 1, f"day:{t}": day - 1})
+    _roll(engine, now)
+    assert redis_client.hgetall(f"{engine.keys.history(t)}d:{day}") == {"job|s": "48", "job|d": "24"}
+    assert int(redis_client.hget(engine.keys.history_folded(), f"day:{t}")) == int(now // 86400) - 1
+    # The hours are gone (as after their 31 days): the 30-day range reads the day.
+    for hour in range(day * 24, day * 24 + 24):
+        redis_client.delete(f"{engine.keys.history(t)}h:{hour}")
+    body = _stats(api, queue="days", range="30d")
+    assert body["step_s"] == 86400 and (body["totals"]["succeeded"], body["totals"]["dead_lettered"]) == (48, 24)
+    assert body["series"]["succeeded"][-3] == 48  # the day before yesterday, of the 30 days ending today
+    rows = {r["type"]: r for r in APIClient().get("/api/v1/stats", {"queue": "days", "range": "30d"}).json()["types"]}
+    assert rows["job"]["dead_lettered"] == 24
 
 
 def test_the_global_roll_up_catches_up_on_minutes_no_leader_rolled(
