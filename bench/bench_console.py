@@ -129,7 +129,11 @@ def fill_history(engine: Engine, tags: dict[str, str]) -> None:
     and folded marks as a running deployment has them."""
     import json
 
-    client, k, now = engine.client, engine.keys, engine.clock.now_ms()
+    import redis
+
+    k, now = engine.keys, engine.clock.now_ms()
+    # A client of its own: a scope of 200 depth fields takes longer than the engine's read timeout.
+    client = redis.Redis.from_url(engine.config.redis_url, socket_timeout=300, decode_responses=True)
     now_min, now_hour = now // 60000, now // 3600000
     script = client.register_script(FILL_HISTORY)
     metrics = [["s", 40], ["r", 1], ["d", 1], ["w8", 20], ["w10", 15], ["w12", 5], ["r6", 10], ["r8", 20],
