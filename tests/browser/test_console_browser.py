@@ -207,8 +207,10 @@ def test_screenshots_of_the_main_pages(
     page.goto(f"{console.url}/queues/reports/")
     page.click("button:has-text('Resume')")
     page.wait_for_selector(".msg-success")
-    shots = {"overview": "/", "queue": "/queues/emails/", "task": f"/tasks/{failed['task_id']}/",
-             "dlq": "/dlq/", "audit": "/audit/", "periodic": "/periodic/", "workflow": f"/workflows/{wid}/"}
+    _seed_history(engine)
+    shots = {"overview": "/?range=24h", "queue": "/queues/emails/?range=24h", "task": f"/tasks/{failed['task_id']}/",
+             "dlq": "/dlq/", "audit": "/audit/", "periodic": "/periodic/", "workflow": f"/workflows/{wid}/",
+             "types": "/types/?range=24h"}
     for name, path in shots.items():
         page.goto(console.url + path)
         if name == "overview":
@@ -230,6 +232,57 @@ def test_screenshots_of_the_main_pages(
 
 def _actor(name: str) -> Any:
     return Actor.user(name, source="console")
+
+
+def _seed_history(engine: Engine) -> None:
+    """A day of traffic in the history keys, as workers and the leader write them: a daily swell of
+    emails and reports, a few retries, a bad half hour of dead letters, realistic wait and run
+    times (buckets, dtq_core/history.py), the roll-ups and the queues' waiting tasks."""
+    import math
+    import random
+
+    from dtq_core.history import MINUTE_TTL_MS, bucket_of
+
+    rng = random.Random(24)
+    k, client = engine.keys, engine.client
+    now_min = engine.clock.now_ms() // 60000
+    kinds = {"emails": [("emails.send", 60, 35.0, 4.0), ("emails.digest", 6, 900.0, 40.0)],
+             "reports": [("reports.build", 3, 4200.0, 150.0)], "default": [("dtq.echo", 20, 2.0, 1.5)]}
+    tags = {queue: engine.registry.ensure(queue).tags[0] for queue in kinds}
+    pipe = client.pipeline(transaction=False)
+    for m in range(now_min - 1439, now_min - 2):
+        swell = 0.55 + 0.45 * math.sin((m % 1440) / 1440 * 2 * math.pi)
+        total: dict[str, int] = {}
+        by_type: dict[str, int] = {}
+        depth = {"*": 0}
+        for queue, types in kinds.items():
+            fields: dict[str, int] = {}
+            for ttype, rate, run_ms, wait_ms in types:
+                n = max(0, int(rng.gauss(rate * swell, rate * 0.15)))
+                bad = now_min - 300 < m < now_min - 270 and ttype == "emails.send"
+                counts = {"s": n - (n // 4 if bad else 0), "d": n // 4 if bad else int(rng.random() < 0.02),
+                          "r": int(rng.random() < 0.1) + (n // 8 if bad else 0)}
+                for _ in range(min(n, 30)):
+                    w = f"w{bucket_of(rng.lognormvariate(math.log(wait_ms * (1 + 3 * swell)), 0.6))}"
+                    r = f"r{bucket_of(rng.lognormvariate(math.log(run_ms), 0.35))}"
+                    counts[w] = counts.get(w, 0) + max(1, n // 30)
+                    counts[r] = counts.get(r, 0) + max(1, n // 30)
+                for metric, c in counts.items():
+                    if c:
+                        fields[f"{ttype}|{metric}"] = c
+                        total[metric] = total.get(metric, 0) + c
+                        by_type[f"{ttype}|{metric}"] = by_type.get(f"{ttype}|{metric}", 0) + c
+            depth[queue] = int(max(0, rng.gauss(400 * swell, 60))) if queue == "emails" else rng.randint(0, 5)
+            depth["*"] += depth[queue]
+            if fields:
+                pipe.hset(f"{k.history(tags[queue])}m:{m}", mapping=fields)
+                pipe.pexpire(f"{k.history(tags[queue])}m:{m}", MINUTE_TTL_MS)
+        for scope, values in (("all", total), ("types", by_type), ("depth", depth)):
+            if not values:
+                continue
+            pipe.hset(f"{k.global_history(scope)}m:{m}", mapping=values)
+            pipe.pexpire(f"{k.global_history(scope)}m:{m}", MINUTE_TTL_MS)
+    pipe.execute()
 
 
 @pytest.fixture(autouse=True)
