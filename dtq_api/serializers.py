@@ -341,8 +341,24 @@ class WorkerSerializer(serializers.Serializer):
     heartbeat_age_s = serializers.FloatField()
     alive = serializers.BooleanField()
     leader = serializers.BooleanField()
-    state = serializers.CharField(help_text="starting, running, draining or stopped as the worker reports it; "
-                                            "lost when its heartbeat is older than the visibility timeout")
+    state = serializers.CharField(help_text="starting, running, quiet, draining or stopped as the worker reports "
+                                            "it; lost when its heartbeat is older than the visibility timeout")
+    rss_bytes = serializers.IntegerField(allow_null=True, help_text="resident memory at its last heartbeat")
+    cpu_seconds = serializers.FloatField(allow_null=True, help_text="CPU time of its process so far")
+    cpu_percent = serializers.FloatField(allow_null=True, help_text="its CPU use between its last two heartbeats "
+                                                                    "(100 = one core)")
+    control = serializers.CharField(allow_null=True, help_text="quiet or stop when an operator told it so")
+
+
+class WorkerDetailSerializer(WorkerSerializer):
+    running = serializers.ListField(child=serializers.DictField(), help_text="the tasks it runs now "
+                                    "(as GET /api/v1/tasks/running)")
+
+
+class WorkerControlSerializer(serializers.Serializer):
+    worker_id = serializers.CharField()
+    control = serializers.CharField(help_text="quiet or stop")
+    changed = serializers.BooleanField(help_text="false when it was told so already")
 
 
 class WorkerListSerializer(serializers.Serializer):

@@ -6,6 +6,7 @@ from . import schema, views  # noqa: F401  (schema registers the X-API-Key OpenA
 from .base import DocsView, SchemaView
 from .index import api_index
 from .stats import StatsView
+from .workers import WorkerDetailView, WorkerQuietView, WorkerStopView
 from .workflows import WorkflowCancelView, WorkflowDetailView, WorkflowListView
 
 V1 = "api/v1/"
@@ -34,6 +35,9 @@ urlpatterns = [
          name="dlq-entry-discard"),
     path(V1 + "audit", views.AuditListView.as_view(), name="audit-list"),
     path(V1 + "workers", views.WorkerListView.as_view(), name="worker-list"),
+    path(V1 + "workers/<str:worker_id>", WorkerDetailView.as_view(), name="worker-detail"),
+    path(V1 + "workers/<str:worker_id>/quiet", WorkerQuietView.as_view(), name="worker-quiet"),
+    path(V1 + "workers/<str:worker_id>/stop", WorkerStopView.as_view(), name="worker-stop"),
     path(V1 + "stats", StatsView.as_view(), name="stats"),
     path(V1 + "schedule", views.ScheduleListView.as_view(), name="schedule-list"),
     path(V1 + "periodic", views.PeriodicListView.as_view(), name="periodic-list"),

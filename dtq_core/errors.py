@@ -83,6 +83,13 @@ class QueueNotFound(DtqError, LookupError):
     http_status = 404
 
 
+class WorkerNotFound(DtqError, LookupError):
+    """No live worker of that id (its record expired, or it never ran)."""
+
+    code = "WORKER_NOT_FOUND"
+    http_status = 404
+
+
 class PeriodicNotFound(DtqError, LookupError):
     code = "PERIODIC_NOT_FOUND"
     http_status = 404

@@ -120,9 +120,11 @@ def _ms(value: float | None) -> float | None:
 
 
 def to_int(raw: object) -> int:
+    if isinstance(raw, int):
+        return raw
     try:
-        return int(raw)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+        return int(str(raw))
+    except ValueError:
         return 0
 
 

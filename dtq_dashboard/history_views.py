@@ -71,7 +71,8 @@ def history_context(range_: str, *, view: str, queue: str | None = None, ttype: 
             "rows": [("Latest sample", present[-1] if present else "—"), ("Peak", max(present) if present else "—")],
             "head": ("", f"Over {range_}"),
         })
-    params = {"range": range_, "view": view, **({"queue": queue} if queue else {}), **({"type": ttype} if ttype else {})}
+    params = {"range": range_, "view": view, **({"queue": queue} if queue else {}),
+              **({"type": ttype} if ttype else {})}
     return {"range": range_, "ranges": list(RANGES), "charts": found, "totals": totals, "per": per,
             "empty": not any(totals[key] for key, _, _ in charts.OUTCOME_LAYERS),
             "fragment_url": f"{reverse('dtq_dashboard:history-fragment')}?{urlencode(params)}",

@@ -21,6 +21,7 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "change_periodic": "Can create, change and delete periodic tasks",
     "change_queue_limits": "Can change queue limits",
     "enqueue_task": "Can enqueue tasks from the console",
+    "control_worker": "Can quiet and stop workers",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import history_views, views
+from . import history_views, views, worker_views
 
 app_name = "dtq_dashboard"
 
@@ -46,6 +46,9 @@ urlpatterns = [
     path("types/<str:name>/", history_views.task_type, name="type"),
     path("history/fragment", history_views.fragment, name="history-fragment"),
     path("workers/", views.workers, name="workers"),
+    path("workers/<str:worker_id>/", worker_views.worker, name="worker"),
+    path("workers/<str:worker_id>/quiet", worker_views.quiet, name="worker-quiet"),
+    path("workers/<str:worker_id>/stop", worker_views.stop, name="worker-stop"),
     path("audit/", views.audit, name="audit"),
     # The console's own template and landing page: a project's LOGIN_URL, LOGIN_REDIRECT_URL and
     # registration/login.html (if any) are its own, and may not be the console's.

@@ -17,7 +17,6 @@ from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
 from dtq_core.engine.reads import SCAN_BUDGET
 from dtq_core.engine.recent import ID_PREFIX_RE
-from dtq_core.keys import is_task_id
 from dtq_core.errors import (
     QueueFull,
     QueueLimitReached,
@@ -27,6 +26,7 @@ from dtq_core.errors import (
     ValidationError,
     error_body,
 )
+from dtq_core.keys import is_task_id
 from dtq_core.redis_errors import redis_trouble
 from dtq_core.task import TERMINAL
 

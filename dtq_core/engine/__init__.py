@@ -54,11 +54,11 @@ class Engine:
         self.queues = Queues(plumbing, self.audit, self.registry)
         self.dlq = DeadLetters(plumbing, self.audit, self.tasks, self.registry)
         self.schedule = Schedule(plumbing, self.registry)
-        self.workers = Workers(plumbing)
         self.periodic = Periodic(plumbing, self.audit, self.registry, self.tasks)
         self.limits = Limits(plumbing, self.audit, self.registry)
         self.workflows = Workflows(plumbing, self.audit, self.tasks)
         self.running = Running(plumbing, self.registry)
+        self.workers = Workers(plumbing, self.audit, self.running)
         self.history = History(plumbing, self.registry)
 
     # -- health -------------------------------------------------------------------------------

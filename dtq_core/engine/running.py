@@ -24,7 +24,7 @@ class Running(Noun):
         super().__init__(plumbing)
         self.registry = registry
 
-    def list(self, *, queue: str | None = None, limit: int = MAX_RUNNING) -> dict[str, Any]:
+    def list(self, *, queue: str | None = None, limit: int = MAX_RUNNING, worker: str | None = None) -> dict[str, Any]:
         """{"results": [task, ...] longest-running first, "total": RUNNING in all, "shown": n}."""
         layouts = self.registry.layouts(fresh=True)
         tags = [tag for name, layout in sorted(layouts.items()) if queue in (None, name) for tag in layout.all_tags]
@@ -42,8 +42,8 @@ class Running(Noun):
         rows: list[dict[str, Any]] = []
         for task_id, values in zip(ids, pipe.execute() if ids else [], strict=True):
             f = {name: v for name, v in zip(FIELDS, values, strict=True) if v is not None}
-            if f.get("status") != "RUNNING":
-                continue  # ended between the two reads
+            if f.get("status") != "RUNNING" or (worker is not None and f.get("worker_id") != worker):
+                continue  # ended between the two reads, or another worker's
             started = int(f["started_at"]) if f.get("started_at", "").isdigit() else None
             rows.append({"id": task_id, "type": f.get("type"), "queue": f.get("queue"),
                          "priority": f.get("priority") or "normal", "attempt": int(f.get("attempt") or 0),

@@ -1,4 +1,6 @@
-"""Workers: who is registered, their heartbeats, and which one leads the scheduler."""
+"""Workers: who is registered, their heartbeats and resources, which one leads the scheduler, and
+the controls an operator has over one (quiet: stop taking tasks; stop: drain and exit), both
+delivered through the worker's record and read with its next heartbeat (controlWorker-1.lua)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,54 @@ import builtins
 from typing import Any
 
 from ..clock import iso
+from ..errors import ValidationError, WorkerNotFound
 from ..replies import optional_text, scored
-from .plumbing import Noun
+from .audit import Actor, Audit
+from .plumbing import Noun, Plumbing
+from .running import Running
+
+CONTROLS = ("quiet", "stop")
+MAX_WORKER_ID = 200
 
 
 class Workers(Noun):
+    def __init__(self, plumbing: Plumbing, audit: Audit | None = None, running: Running | None = None) -> None:
+        super().__init__(plumbing)
+        self.audit = audit
+        self.running = running
+
+    def get(self, worker_id: str) -> dict[str, Any]:
+        """One registered worker, with the tasks it runs now; WorkerNotFound when none has that id."""
+        _check_id(worker_id)
+        row = next((w for w in self.list() if w["id"] == worker_id), None)
+        if row is None:
+            raise WorkerNotFound(f"worker {worker_id!r} not found", worker_id=worker_id)
+        row["running"] = self.running.list(worker=worker_id)["results"] if self.running else []
+        return row
+
+    def quiet(self, worker_id: str, actor: Actor) -> bool:
+        """Tell a worker to take no more tasks (it finishes what it runs and stays up, QUIET), at
+        its next heartbeat. Audited; False when it was told already."""
+        return self._control(worker_id, "quiet", actor)
+
+    def stop(self, worker_id: str, actor: Actor) -> bool:
+        """Tell a worker to drain and exit, as SIGTERM does, at its next heartbeat. Audited."""
+        return self._control(worker_id, "stop", actor)
+
+    def _control(self, worker_id: str, control: str, actor: Actor) -> bool:
+        _check_id(worker_id)
+        if not self.client.exists(self.keys.worker(worker_id)):
+            raise WorkerNotFound(f"worker {worker_id!r} not found", worker_id=worker_id)
+        assert self.audit is not None
+        with self.audit.operation(actor, f"worker.{control}", f"worker:{worker_id}", selected=1,
+                                  selection={"worker_id": worker_id}) as op:
+            told = int(self.scripts("controlWorker", keys=[self.keys.worker(worker_id)],
+                                    args=[control, actor.name, self.clock.now_ms()]))
+            if told == 0:  # its record expired in between
+                raise WorkerNotFound(f"worker {worker_id!r} not found", worker_id=worker_id)
+            op.done = 1 if told == 1 else 0
+        return told == 1
+
     def list(self) -> builtins.list[dict[str, Any]]:
         """Registered workers with heartbeat age, newest heartbeat first."""
         rows = scored(self.client.zrevrange(self.keys.workers(), 0, 999, withscores=True))
@@ -31,7 +76,8 @@ class Workers(Noun):
                 # peers are taking its entries.
                 "state": info.get("state", "running") if alive else "lost",
                 "hostname": None, "pid": None, "queues": None, "concurrency": None, "in_flight": None,
-                "processed": None, "started_at": None,
+                "processed": None, "started_at": None, "rss_bytes": None, "cpu_seconds": None,
+                "cpu_percent": None, "control": None,
             }
             if info:  # else its details expired: nothing is known but the last heartbeat
                 row.update({
@@ -39,9 +85,25 @@ class Workers(Noun):
                     "queues": [q for q in info.get("queues", "").split(",") if q],
                     "concurrency": int(info.get("concurrency") or 0), "in_flight": int(info.get("in_flight") or 0),
                     "processed": int(info.get("processed") or 0), "started_at": iso(info.get("started_at")),
+                    "rss_bytes": _number(info.get("rss_bytes"), int), "cpu_seconds": _number(info.get("cpu_s"), float),
+                    "cpu_percent": _number(info.get("cpu_percent"), float),
+                    "control": info.get("control") or None,
                 })
             out.append(row)
         return out
 
     def leader(self) -> str | None:
         return optional_text(self.client.get(self.keys.leader()))
+
+
+def _number(raw: Any, kind: type) -> Any:
+    try:
+        return kind(raw) if raw not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_id(worker_id: str) -> None:
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > MAX_WORKER_ID \
+            or any(c.isspace() for c in worker_id):
+        raise ValidationError(f"a worker id is 1-{MAX_WORKER_ID} characters without spaces", field="worker_id")

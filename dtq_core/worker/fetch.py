@@ -53,6 +53,19 @@ class FetchLoop(WorkerState):
         if paused and self._backlog:
             await self._return_paused_backlog(paused)
 
+    async def _go_quiet(self) -> None:
+        """Told to quiet (engine.workers.quiet): fetch nothing more, and hand the claimed rows not
+        started back to their streams, uncharged, for peers to run; what runs finishes."""
+        held = self._take_backlog()
+        if held:
+            try:
+                returned = await self.store.return_unstarted(held)
+            except Exception:
+                self._backlog.extend(held)
+                raise
+            logger.info("worker_id=%s quiet: %d claimed task(s) not started put back in their streams",
+                        self.worker_id, returned)
+
     async def _return_paused_backlog(self, paused: set[str]) -> None:
         """A paused queue runs nothing new: its claimed rows not started yet go back to their
         streams, uncharged, in their order (returnEntries); on failure they wait in the backlog
@@ -72,6 +85,9 @@ class FetchLoop(WorkerState):
 
     async def _consume(self) -> None:
         while not self._stopping:
+            if self.quiet:
+                await self._go_quiet()
+                return
             await self._refresh_queues()
             # Backlog rows start here, once per wake-up of this loop: attempts that end in the
             # same turn of the event loop free their slots together, and their successors'

@@ -146,7 +146,7 @@ class HistoryRoller:
                 await self.store.scripts("foldHistory", keys=[prefix],
                                          args=["m", hour * 60, 60, "h", hour, HOUR_TTL_MS, mode], client=pipe)
                 calls.append((name, hour))
-        progress: dict[str, int] = dict(fresh)
+        progress: dict[Any, Any] = dict(fresh)
         replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls else []
         for (name, hour), reply in zip(calls, replies, strict=True):
             if isinstance(reply, Exception):
@@ -184,7 +184,7 @@ class HistoryRoller:
                 await self.store.scripts("foldHistory", keys=[prefix],
                                          args=["h", day * 24, 24, "d", day, HOUR_TTL_MS, mode], client=pipe)
                 calls.append((day_name, day))
-        progress: dict[str, int] = dict(fresh)
+        progress: dict[Any, Any] = dict(fresh)
         replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls else []
         for (day_name, day), reply in zip(calls, replies, strict=True):
             if isinstance(reply, Exception):

@@ -66,8 +66,10 @@ class HeartbeatLoop(WorkerState):
     async def _heartbeat_loop(self) -> None:
         while True:  # beat first: restarted after a failure (see _supervise), it beats at once
             await self._align_clock()
-            await self.store.heartbeat(self._info(), self._in_flight_rows())
+            control = await self.store.heartbeat(self._info(), self._in_flight_rows())
             self.liveness.beat_done()
+            if control:
+                self._obey(control)
             if self._beat_failed:
                 # Wake every loop backing off after an error: this beat says Redis answers again.
                 self._beat_failed = False
@@ -76,6 +78,21 @@ class HeartbeatLoop(WorkerState):
                 recovered.set()
                 self.wake.retry_now()
             await asyncio.sleep(self.config.heartbeat_every_s)
+
+    def _obey(self, control: str) -> None:
+        """What an operator told this worker through its record (engine.workers): quiet takes no
+        more tasks (claimed ones not started go back; what runs finishes; the worker stays up and
+        keeps its other duties), stop drains and exits as SIGTERM does."""
+        if control == "stop":
+            if not self._stopping:
+                logger.warning("worker_id=%s told to stop by an operator", self.worker_id)
+            self.request_stop()
+        elif control == "quiet" and not self.quiet:
+            logger.warning("worker_id=%s told to quiet by an operator: taking no more tasks", self.worker_id)
+            self.quiet = True
+            if self.state == "running":
+                self.state = "quiet"
+            self._slot_freed.set()  # the consumer wakes to hand its backlog back
 
     async def _align_clock(self) -> None:
         """Measure this host's clock against Redis's. Every worker writing and comparing times on

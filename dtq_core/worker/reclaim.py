@@ -48,7 +48,8 @@ class ReaperLoop(WorkerState):
     async def _reap_once(self) -> None:
         """One round: claim entries idle past the visibility timeout, up to the free slots."""
         free = self._free_slots()
-        if free > 0 and self.liveness.may_reclaim():  # a draining worker takes no reclaimed work either
+        # A draining or quiet worker takes no reclaimed work either: its peers reclaim.
+        if free > 0 and not self.quiet and self.liveness.may_reclaim():
             rows = await self.store.reclaim(await self._reap_partitions(), free,
                                             ours=self._running.keys() | self._unacked.keys()
                                             | {row.entry_id for row in self._backlog},

@@ -37,6 +37,7 @@ from .leader import LeaderLoop
 from .liveness import HeartbeatLoop, Liveness
 from .progress import ProgressReporter
 from .reclaim import ReaperLoop
+from .resources import CpuMeter, rss_bytes
 from .store import Partition, WorkerStore
 from .threads import HandlerThreads
 from .wake import WakeSubscription
@@ -118,6 +119,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._sweep_at = 0  # where in the served partitions the reaper's next round-robin slices start
         self._running_sweep_at = 0
         self._stopping = False
+        self.quiet = False
+        self._cpu_meter = CpuMeter()
         self.liveness = Liveness(config, self.clock, self.worker_id)
         self._stop = asyncio.Event()
         self._beat_failed = False
@@ -285,10 +288,12 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         # partitions: where this worker holds entries now, so that peers' reapers look there as
         # soon as it falls silent (reclaim.py), however many partitions exist.
         partitions = sorted({row.partition_tag for row in self._in_flight_rows()})
+        cpu, cpu_share = self._cpu_meter.read()
         return {"queues": ",".join(self.fixed_queues or self._queues), "concurrency": self.concurrency,
                 "partitions": ",".join(partitions),
                 "in_flight": len(self._running) + len(self.threads.abandoned),  # with the drain's threads
                 "processed": self.processed, "state": self.state,
+                "rss_bytes": rss_bytes(), "cpu_s": f"{cpu:.2f}", "cpu_percent": f"{cpu_share:.1f}",
                 "started_at": getattr(self, "started_at", self.clock.now_ms()),
                 "leader": 1 if self.is_leader else 0}
 

@@ -62,6 +62,7 @@ class WorkerState:
     _sweep_at: int
     _running_sweep_at: int
     _stopping: bool
+    quiet: bool  # told to take no more tasks (engine.workers.quiet)
     _stop: asyncio.Event
     _beat_failed: bool
     _loading_said: bool

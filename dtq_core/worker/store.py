@@ -93,6 +93,7 @@ class WorkerStore:
         self.replication = Replication.of(config)  # what completions wait for (replication.py)
         self.deleted_seen = 0  # idle pending entries the reclaim found deleted (for the log)
         self.timeout_s = timeout_s  # for one hot-path exchange
+        self._controls_cleared = False
         self.fetch_path = HotPath(client, timeout_s=timeout_s)  # the consumer's fetches
         self.complete_path = HotPath(client, timeout_s=timeout_s)  # completions, written while it fetches
         self.served_types: list[str] = []  # registered at start, refreshed by heartbeats
@@ -487,9 +488,10 @@ class WorkerStore:
         score = await self.client.zscore(self.keys.workers(), worker_id)
         return None if score is None else (self.clock.now_ms() - score) / 1000
 
-    async def heartbeat(self, info: dict[str, Any], rows: Sequence[Row]) -> None:
+    async def heartbeat(self, info: dict[str, Any], rows: Sequence[Row]) -> str | None:
         """Record liveness and refresh the idle time of our in-flight entries (touchEntries, one per
-        partition), in one round trip."""
+        partition), in one round trip; returns what an operator told this worker (quiet, stop:
+        controlWorker-1.lua), or None."""
         now = self.clock.now_ms()
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
@@ -499,13 +501,21 @@ class WorkerStore:
         fields.update({"heartbeat_at": now, "hostname": socket.gethostname(), "pid": os.getpid()})
         pipe.hset(k.worker(self.worker_id), mapping=fields)
         pipe.pexpire(k.worker(self.worker_id), int(self.config.worker_record_ttl_s * 1000))
+        if not self._controls_cleared:
+            # A control left in the record by a previous run under this worker id is not ours.
+            pipe.hdel(k.worker(self.worker_id), "control", "control_by", "control_at")
+            self._controls_cleared = True
+        control_at = len(pipe)
+        pipe.hget(k.worker(self.worker_id), "control")
         if self.served_types and now - self._types_at >= TYPES_REFRESH_MS:
             await self._register_types(pipe, now)
         for tag, group in _by_tag(rows).items():
             flat = [part for row in group for part in (stream_suffix(row.stream), row.entry_id, row.task_id)]
             await self.scripts("touchEntries", keys=[k.partition(tag)], args=[Keys.GROUP, self.worker_id, now, *flat],
                                client=pipe)
-        await self.scripts.aexecute(pipe)
+        replies = await self.scripts.aexecute(pipe)
+        control = replies[control_at]
+        return control.decode() if isinstance(control, bytes) else control
 
     async def register_types(self, types: Sequence[str]) -> None:
         """Record the task types this worker serves, so submit accepts them (engine.tasks.check_type)."""

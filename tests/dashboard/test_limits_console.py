@@ -32,7 +32,7 @@ def test_the_queue_page_shows_the_limits_and_their_usage(live_engine: Engine, lo
     live_engine.tasks.enqueue("t.x", queue="work")
     live_engine.limits.set("work", {"concurrency": 3, "rate": {"limit": 5, "period_s": 0.5}}, actor=Actor.cli())
     html = login("viewer").get("/queues/work/").content.decode()
-    section = html[html.index('id="limits"'):html.index("Waiting tasks")]
+    section = html[html.index('id="limits"'):html.index("</section>", html.index('id="limits"'))]
     assert "0 running of 3" in section and "5 per 0.5 s" in section and "0 started in the window" in section
     assert "Throttled" in section and "an operator" in section
     assert 'id="limits-form"' not in section  # read-only: no form
@@ -149,5 +149,5 @@ def test_the_page_says_when_the_settings_set_them_and_when_partitions_split_them
     engine.tasks.enqueue("t.x", queue="work")
     engine.limits.sync_declared({"work": {"concurrency": 4}})
     html = login("viewer").get("/queues/work/").content.decode()
-    section = html[html.index('id="limits"'):html.index("Waiting tasks")]
+    section = html[html.index('id="limits"'):html.index("</section>", html.index('id="limits"'))]
     assert "DTQ_QUEUE_LIMITS" in section and "split over 2 partitions" in section and "0 running of 4" in section
