@@ -19,6 +19,7 @@ urlpatterns = [
     path(V1 + "tasks/running", views.RunningTasksView.as_view(), name="task-running"),
     path(V1 + "tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task-detail"),
     path(V1 + "tasks/<str:task_id>/cancel", views.TaskCancelView.as_view(), name="task-cancel"),
+    path(V1 + "tasks/<str:task_id>/run-now", views.TaskRunNowView.as_view(), name="task-run-now"),
     path(V1 + "queues", views.QueueListView.as_view(), name="queue-list"),
     path(V1 + "queues/<str:queue>", views.QueueDetailView.as_view(), name="queue-detail"),
     path(V1 + "queues/<str:queue>/limits", views.QueueLimitsView.as_view(), name="queue-limits"),

@@ -137,10 +137,34 @@ class RunningTasksView(APIView):
         return Response(get_engine().running.list(queue=queue))
 
 
-class TaskDetailView(APIView):
+class TaskDetailView(ChangingMethodsMixin, APIView):
+    permissions = {"DELETE": "cancel_task"}
+
     @extend_schema(operation_id="tasks_get", responses={200: s.TaskSerializer, **ERRORS})
     def get(self, request: Request, task_id: str) -> Response:
         return Response(get_engine().tasks.get(task_id))
+
+    @extend_schema(operation_id="tasks_delete", request=None,
+                   responses={204: None, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
+    def delete(self, request: Request, task_id: str) -> Response:
+        """Delete a task that waits (queued, delayed or a retry: cancelled first) or has ended: its
+        record, result and listing entry. 409 TASK_RUNNING for a running task (cancel it first)."""
+        get_engine().tasks.delete(task_id, actor_for(request))
+        return Response(status=204)
+
+
+class TaskRunNowView(DestructiveMixin, APIView):
+    """Make a delayed task or a waiting retry due now: the scheduler leader queues it in its next
+    round. 409 TASK_NOT_SCHEDULED when it is not waiting in the schedule, TASK_TERMINAL when ended."""
+
+    permission = "cancel_task"
+
+    @extend_schema(operation_id="tasks_run_now", request=None,
+                   responses={202: s.TaskSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
+    def post(self, request: Request, task_id: str) -> Response:
+        engine = get_engine()
+        engine.tasks.run_now(task_id, actor_for(request))
+        return Response(engine.tasks.get(task_id), status=202)
 
 
 class TaskCancelView(DestructiveMixin, APIView):

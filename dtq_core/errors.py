@@ -118,6 +118,20 @@ class TaskTerminal(DtqError):
     http_status = 409
 
 
+class TaskNotScheduled(DtqError):
+    """Run now asked of a task that is not waiting in the schedule (it is queued or running)."""
+
+    code = "TASK_NOT_SCHEDULED"
+    http_status = 409
+
+
+class TaskRunning(DtqError):
+    """Delete asked of a task that runs: cancel it, and delete it once it has ended."""
+
+    code = "TASK_RUNNING"
+    http_status = 409
+
+
 class WorkflowNotFound(DtqError, LookupError):
     code = "WORKFLOW_NOT_FOUND"
     http_status = 404

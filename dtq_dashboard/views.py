@@ -406,6 +406,24 @@ def cancel(request: HttpRequest, actor: Actor, back: str, task_id: str) -> HttpR
     return redirect(back)
 
 
+def _schedule_url(*_: Any, **__: Any) -> str:
+    return reverse("dtq_dashboard:schedule")
+
+
+@console_action("cancel_task", default_next=_schedule_url)
+def run_now(request: HttpRequest, actor: Actor, back: str, task_id: str) -> HttpResponse:
+    get_engine().tasks.run_now(task_id, actor)  # refusals (not scheduled, ended): a message, back
+    messages.success(request, f"Task {task_id} is due now: the scheduler queues it in its next round.")
+    return redirect(back)
+
+
+@console_action("cancel_task", default_next=_schedule_url)
+def delete_task(request: HttpRequest, actor: Actor, back: str, task_id: str) -> HttpResponse:
+    get_engine().tasks.delete(task_id, actor)
+    messages.success(request, f"Deleted task {task_id} (cancelled first if it was waiting).")
+    return redirect(back)
+
+
 def _workflow_url(workflow_id: str) -> str:
     return reverse("dtq_dashboard:workflow", args=[workflow_id])
 

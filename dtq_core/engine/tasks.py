@@ -19,6 +19,8 @@ from ..errors import (
     QueueFull,
     QueueLimitReached,
     TaskNotFound,
+    TaskNotScheduled,
+    TaskRunning,
     TaskTerminal,
     UnknownTaskType,
     ValidationError,
@@ -344,6 +346,46 @@ class Tasks(Noun):
             result = self._cancel(task_id)
             op.done = 1
         return result
+
+    def run_now(self, task_id: str, actor: Actor) -> str:
+        """Make a delayed task or a waiting retry due now: the scheduler leader queues it in its
+        next round (DTQ_SCHEDULER_INTERVAL_S). Audited as task.run_now; returns its status
+        (PENDING or RETRYING). TaskNotScheduled when it is not waiting in the schedule."""
+        if not is_task_id(task_id):
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
+        with self.audit.operation(actor, "task.run_now", f"task:{task_id}", selected=1,
+                                  selection={"task_ids": [task_id]}) as op:
+            code, *rest = self.scripts("runTaskNow", keys=[self.keys.partition(tag_of(task_id))],
+                                       args=[task_id, self.clock.now_ms()])
+            status = str(rest[0]) if rest else None
+            if raise_for_code(code, task_id=task_id, script="runTaskNow", status=status) is ErrorCode.EXISTING:
+                raise TaskNotScheduled(f"task {task_id} is {status}, not waiting in the schedule",
+                                       task_id=task_id, status=status)
+            op.done = 1
+        return str(status)
+
+    def delete(self, task_id: str, actor: Actor) -> None:
+        """Delete a task: cancelled first when it waits (queued, delayed or a retry; as a cancel,
+        so its queue, schedule and workflow move on), then its record, result and listing entry
+        removed. A running task is refused (TaskRunning: cancel it, delete it once ended). Audited
+        as task.delete."""
+        status = self.client.hget(self.keys.task(task_id), "status") if is_task_id(task_id) else None
+        if status is None:
+            raise TaskNotFound(f"task {task_id!r} not found", task_id=task_id)
+        if status == "RUNNING":
+            raise TaskRunning(f"task {task_id} is running: cancel it, and delete it once it has ended",
+                              task_id=task_id)
+        with self.audit.operation(actor, "task.delete", f"task:{task_id}", selected=1,
+                                  selection={"task_ids": [task_id]}) as op:
+            if status not in TERMINAL:
+                result = self._cancel(task_id)
+                if not result.cancelled:  # it started in between: the cancel reaches its worker
+                    raise TaskRunning(f"task {task_id} started meanwhile: its cancel is on the way; delete it "
+                                      "once it has ended", task_id=task_id)
+            code, *rest = self.scripts("deleteTask", keys=[self.keys.partition(tag_of(task_id))], args=[task_id])
+            if raise_for_code(code, task_id=task_id, script="deleteTask") is ErrorCode.EXISTING:
+                raise TaskRunning(f"task {task_id} is {rest[0] if rest else 'running'}", task_id=task_id)
+            op.done = 1
 
     def _cancel(self, task_id: str) -> CancelResult:
         """Cancel without an audit entry (cancel() records one around this)."""
