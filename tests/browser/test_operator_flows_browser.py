@@ -65,3 +65,26 @@ def test_delete_an_empty_queue_and_be_refused_one_with_work(page: Any, console: 
     assert "Deleted queue empty-soon" in page.locator(".messages").inner_text()
     wait_for(lambda: "empty-soon" not in console_engine.queues.names(), timeout=5)
     assert page.locator('tr[data-queue="empty-soon"]').count() == 0
+
+
+def test_worker_heartbeats_and_counts_move_without_a_reload(page: Any, console: ConsoleServer, console_engine: Engine,
+                                                            worker: Any) -> None:
+    wait_for(lambda: any(w["id"] == "browser-worker" for w in console_engine.workers.list()), timeout=20,
+             message=worker.output)
+    log_in(page, console, "admin", "/workers/")
+    row = page.locator('tr[data-worker="browser-worker"]')
+    row.wait_for()
+    page.evaluate("window.__notReloaded = true")
+    processed = row.locator("[data-f=processed]")
+    before = int((processed.text_content() or "0").replace(",", ""))
+    beat = row.locator("[data-f=heartbeat]").get_attribute("title")
+    ids = [console_engine.tasks.enqueue("dtq.echo", {"n": i}).id for i in range(3)]
+    wait_for(lambda: all(console_engine.tasks.get(t)["status"] == "SUCCEEDED" for t in ids), timeout=20)
+    wait_for(lambda: int((processed.text_content() or "0").replace(",", "")) >= before + 3, timeout=20,
+             interval=0.2, message=lambda: f"processed still {processed.text_content()}")
+    # A later heartbeat shown (its time is the cell's title; the age may read the same each time).
+    wait_for(lambda: row.locator("[data-f=heartbeat]").get_attribute("title") != beat, timeout=20, interval=0.2)
+    assert page.evaluate("window.__notReloaded") is True
+    row.get_by_role("link", name="browser-worker").click()
+    page.wait_for_url("**/workers/browser-worker/")
+    assert page.get_by_role("heading", level=1).inner_text().startswith("Worker browser-worker")

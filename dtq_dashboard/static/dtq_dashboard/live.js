@@ -120,6 +120,17 @@
       setText(totals.querySelector("[data-total=throughput]"), data.totals.finished_last_minute);
       setText(totals.querySelector("[data-total=workers]"), data.workers_alive);
     }
+    // Worker rows (overview, /workers/): heartbeat age and counts move without a reload.
+    (data.workers || []).forEach(function (w) {
+      document.querySelectorAll("[data-worker]").forEach(function (row) {
+        if (row.dataset.worker !== w.id) return;
+        var beat = row.querySelector("[data-f=heartbeat]");
+        if (beat) { beat.textContent = ageText(w.heartbeat_age_s) + " ago"; beat.title = w.heartbeat_at || ""; }
+        setText(row.querySelector("[data-f=in_flight]"), w.in_flight);
+        setText(row.querySelector("[data-f=processed]"), w.processed);
+        row.classList.toggle("stale", !w.alive);
+      });
+    });
     data.queues.forEach(function (q) {
       if (onlyQueue && q.name !== onlyQueue) return;
       document.querySelectorAll("[data-queue]").forEach(function (row) {
@@ -143,6 +154,14 @@
         }
       });
     });
+  }
+
+  // As the server's `seconds` filter writes a heartbeat age: "1.2s", then minutes and hours.
+  function ageText(s) {
+    s = Number(s || 0);
+    if (s < 60) return s.toFixed(1) + "s";
+    if (s < 3600) return Math.floor(s / 60) + " min";
+    return Math.floor(s / 3600) + " h " + Math.floor(s % 3600 / 60) + " min";
   }
 
   // Figures that could not be refreshed (Redis or the server down) are marked stale, not left
@@ -220,5 +239,5 @@
 
   if ("WebSocket" in window) { setState("connecting", "connecting…"); connect(); }
   // Events drive refreshes; this catches what publishes none (a worker dying on an idle cluster).
-  if (document.getElementById("totals")) setInterval(refreshState, 5000);
+  if (document.getElementById("totals") || document.querySelector("[data-worker]")) setInterval(refreshState, 5000);
 })();
