@@ -113,6 +113,7 @@ def queue(request: HttpRequest, name: str) -> HttpResponse:
     page = engine.queues.waiting(name, after=form.cleaned_data["cursor"] or None, limit=PAGE)
     return _render(request, "queue.html", {"queue": stats, "page": page, "limits": engine.limits.get(name),
                                            "cursor": form.cleaned_data["cursor"],
+                                           "max_depth": engine.config.max_queue_depth,
                                            "h": history_context(range_of(request), view="queue", queue=name)},
                    nav="overview")
 

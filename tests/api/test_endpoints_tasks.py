@@ -141,7 +141,8 @@ def test_batch_answers_503_when_redis_is_down(settings: Any) -> None:
 def test_batch_and_cancel_refuse_wrong_methods(api: APIClient) -> None:
     assert_error(api.get("/api/v1/tasks/batch"), 405, "METHOD_NOT_ALLOWED")
     assert_error(api.get("/api/v1/tasks/abc/cancel"), 405, "METHOD_NOT_ALLOWED")
-    assert_error(api.delete("/api/v1/tasks/abc"), 405, "METHOD_NOT_ALLOWED")
+    assert_error(api.put("/api/v1/tasks/abc"), 405, "METHOD_NOT_ALLOWED")
+    assert_error(api.patch("/api/v1/tasks/abc/run-now"), 405, "METHOD_NOT_ALLOWED")
 
 
 # -- cancel -----------------------------------------------------------------------------------

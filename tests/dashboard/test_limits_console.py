@@ -34,6 +34,9 @@ def test_the_queue_page_shows_the_limits_and_their_usage(live_engine: Engine, lo
     html = login("viewer").get("/queues/work/").content.decode()
     section = html[html.index('id="limits"'):html.index("</section>", html.index('id="limits"'))]
     assert "0 running of 3" in section and "5 per 0.5 s" in section and "0 started in the window" in section
+    # The depth limit every queue has (DTQ_MAX_QUEUE_DEPTH), with what this queue holds.
+    depth = section.split('data-limit="depth"', 1)[1].split("</tr>", 1)[0]
+    assert "100,000" in depth and "1 held" in depth
     assert "Throttled" in section and "an operator" in section
     assert 'id="limits-form"' not in section  # read-only: no form
     form_html = login("operator").get("/queues/work/").content.decode()
