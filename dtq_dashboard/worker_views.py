@@ -25,22 +25,24 @@ def worker(request: HttpRequest, worker_id: str) -> HttpResponse:
     return _render(request, "worker.html", {"w": get_engine().workers.get(worker_id)}, nav="workers")
 
 
-@console_action("control_worker", default_next=_worker_url)
-def quiet(request: HttpRequest, actor: Actor, back: str, worker_id: str) -> HttpResponse:
-    if get_engine().workers.quiet(worker_id, actor):
-        messages.success(request, f"Told worker {worker_id} to quiet: it takes no more tasks from its next "
-                                  "heartbeat and finishes what it runs.")
+DONE = {"quiet": "it takes no more tasks from its next heartbeat and finishes what it runs",
+        "stop": "from its next heartbeat it drains (running tasks get the drain timeout) and exits"}
+
+
+def _tell(request: HttpRequest, actor: Actor, back: str, worker_id: str, control: str) -> HttpResponse:
+    workers = get_engine().workers
+    if (workers.quiet if control == "quiet" else workers.stop)(worker_id, actor):
+        messages.success(request, f"Told worker {worker_id} to {control}: {DONE[control]}.")
     else:
         messages.info(request, f"Worker {worker_id} was told so already.")
     return redirect(back)
 
 
 @console_action("control_worker", default_next=_worker_url)
-def stop(request: HttpRequest, actor: Actor, back: str, worker_id: str) -> HttpResponse:
-    if get_engine().workers.stop(worker_id, actor):
-        messages.success(request, f"Told worker {worker_id} to stop: from its next heartbeat it drains "
-                                  "(running tasks get the drain timeout) and exits.")
-    else:
-        messages.info(request, f"Worker {worker_id} was told to stop already.")
-    return redirect(back)
+def quiet(request: HttpRequest, actor: Actor, back: str, worker_id: str) -> HttpResponse:
+    return _tell(request, actor, back, worker_id, "quiet")
 
+
+@console_action("control_worker", default_next=_worker_url)
+def stop(request: HttpRequest, actor: Actor, back: str, worker_id: str) -> HttpResponse:
+    return _tell(request, actor, back, worker_id, "stop")

@@ -56,23 +56,19 @@ class FetchLoop(WorkerState):
     async def _go_quiet(self) -> None:
         """Told to quiet (engine.workers.quiet): fetch nothing more, and hand the claimed rows not
         started back to their streams, uncharged, for peers to run; what runs finishes."""
-        held = self._take_backlog()
-        if held:
-            try:
-                returned = await self.store.return_unstarted(held)
-            except Exception:
-                self._backlog.extend(held)
-                raise
-            logger.info("worker_id=%s quiet: %d claimed task(s) not started put back in their streams",
-                        self.worker_id, returned)
+        await self._hand_back(self._take_backlog(), "quiet")
 
     async def _return_paused_backlog(self, paused: set[str]) -> None:
         """A paused queue runs nothing new: its claimed rows not started yet go back to their
         streams, uncharged, in their order (returnEntries); on failure they wait in the backlog
         for the next refresh."""
         rows = self._take_backlog()
-        held = [row for row in rows if row.queue in paused]
         self._backlog.extendleft(reversed([row for row in rows if row.queue not in paused]))
+        await self._hand_back([row for row in rows if row.queue in paused], "queue paused")
+
+    async def _hand_back(self, held: list[Row], why: str) -> None:
+        """Put claimed rows no handler started back in their streams (returnEntries); on failure
+        they wait in the backlog for the next try."""
         if not held:
             return
         try:
@@ -80,8 +76,8 @@ class FetchLoop(WorkerState):
         except Exception:
             self._backlog.extend(held)
             raise
-        logger.info("worker_id=%s queue paused: %d claimed task(s) not started put back in their streams",
-                    self.worker_id, returned)
+        logger.info("worker_id=%s %s: %d claimed task(s) not started put back in their streams",
+                    self.worker_id, why, returned)
 
     async def _consume(self) -> None:
         while not self._stopping:

@@ -146,24 +146,13 @@ class HistoryRoller:
                 await self.store.scripts("foldHistory", keys=[prefix],
                                          args=["m", hour * 60, 60, "h", hour, HOUR_TTL_MS, mode], client=pipe)
                 calls.append((name, hour))
-        progress: dict[Any, Any] = dict(fresh)
-        replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls else []
-        for (name, hour), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, Exception):
-                logger.warning("history: folding hour %d of %s failed (%s: %s); the next pass tries again",
-                               hour, name, type(reply).__name__, reply)
-                continue
-            if progress.get(name, hour - 1) == hour - 1:  # record only a run with no gap
-                progress[name] = hour
-        if progress:
-            await client.hset(k.history_folded(), mapping=progress)
+        progress = await self._settle(pipe, calls, fresh)
         await self._fold_days(scopes, {**folded, **progress})
         # Partitions no longer registered keep no entry here.
         live = {name for name, *_ in scopes} | {"day:" + name.partition(":")[2] for name, *_ in scopes} | {"minute"}
         stale = [name for name in folded if name not in live]
         if stale:
             await client.hdel(k.history_folded(), *stale)
-
 
     async def _fold_days(self, scopes: Sequence[tuple[str, str, str, int]], folded: Mapping[str, Any]) -> None:
         """Fold every day whose 24 hours are folded into a day hash (what the types page reads for
@@ -184,17 +173,24 @@ class HistoryRoller:
                 await self.store.scripts("foldHistory", keys=[prefix],
                                          args=["h", day * 24, 24, "d", day, HOUR_TTL_MS, mode], client=pipe)
                 calls.append((day_name, day))
+        await self._settle(pipe, calls, fresh)
+
+    async def _settle(self, pipe: Any, calls: Sequence[tuple[str, int]], fresh: Mapping[str, int]
+                      ) -> dict[str, int]:
+        """Run the pipelined folds and record, per scope, the last unit folded with no gap before it
+        (with the scopes starting fresh); a failed fold is logged and done again next pass."""
         progress: dict[Any, Any] = dict(fresh)
         replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls else []
-        for (day_name, day), reply in zip(calls, replies, strict=True):
+        for (name, unit), reply in zip(calls, replies, strict=True):
             if isinstance(reply, Exception):
-                logger.warning("history: folding day %d of %s failed (%s: %s); the next pass tries again",
-                               day, day_name, type(reply).__name__, reply)
+                logger.warning("history: folding %s %d failed (%s: %s); the next pass tries again",
+                               name, unit, type(reply).__name__, reply)
                 continue
-            if progress.get(day_name, day - 1) == day - 1:
-                progress[day_name] = day
+            if progress.get(name, unit - 1) == unit - 1:  # record only a run with no gap
+                progress[name] = unit
         if progress:
-            await client.hset(self.keys.history_folded(), mapping=progress)
+            await self.store.client.hset(self.keys.history_folded(), mapping=progress)
+        return progress
 
 
 def _cap_types(by_type: Mapping[str, int]) -> dict[str, int]:
