@@ -21,6 +21,7 @@ from typing import Any
 import django
 
 from . import dtq_bench as b
+from . import no_history
 from .common import RESULTS, ROOT, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
 
 # Owned by other modules; run when present.
@@ -39,7 +40,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--http-requests", type=int, default=2000)
     p.add_argument("--http-clients", type=int, default=16)
     p.add_argument("--redelivery-runs", type=int, default=3)
-    p.add_argument("--skip", default="", help="comma-separated: drain,limits,latency,redelivery,http,others")
+    p.add_argument("--skip", default="",
+                   help="comma-separated: drain,limits,history,latency,redelivery,http,others")
     p.add_argument("--compare", type=Path, default=None,
                    help="another dtq tree (e.g. an unpacked `git archive`); its drain and latency run "
                         "interleaved with this tree's and are reported as ratios")
@@ -107,6 +109,8 @@ def run_latency(rigs: dict[str, b.Rig], args: argparse.Namespace) -> dict[str, A
     out: dict[str, list[dict[str, Any]]] = {}
     for _ in range(2):
         for tree, rig in rigs.items():
+            if tree == "no-history":
+                continue  # its drain says what history costs; latency would only add minutes
             r = b.latency(rig, samples=args.latency_samples)
             out.setdefault(tree, []).append(r)
             log(f"{tree}: latency to the body p50 {r['body_p50_ms']:.2f} ms, to task.succeeded p50 "
@@ -188,6 +192,15 @@ def report(data: dict[str, Any]) -> str:
                                    "core_tasks_per_s": 1e6 / v["redis_cpu_us_per_task"]
                                    if v.get("redis_cpu_us_per_task") else None}
                                   for label, v in drains.items()]), ""]
+    with_history, without = drains.get("current/1w"), drains.get("no-history/1w")
+    if with_history and without:
+        lines += [f"Task history on the hot path (issue 24): the drain with history "
+                  f"{ratio(with_history.get('drain_per_s'), without.get('drain_per_s'))} × the same tree without it; "
+                  f"Redis commands per task {fmt(without.get('queue_commands_per_task'))} → "
+                  f"{fmt(with_history.get('queue_commands_per_task'))}, Redis CPU µs per task "
+                  f"{fmt(without.get('redis_cpu_us_per_task'))} → {fmt(with_history.get('redis_cpu_us_per_task'))}, "
+                  f"round trips per task {fmt(without.get('round_trips_per_task'))} → "
+                  f"{fmt(with_history.get('round_trips_per_task'))}.", ""]
     lat = data.get("latency", {})
     if lat:
         base = lat.get("current", {}).get("body_p50_ms")
@@ -230,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         rigs = {"current": b.Rig(server)}
         if args.compare:
             rigs["compare"] = b.Rig(server, root=args.compare.resolve())
+        if "history" not in skip and "drain" not in skip:
+            # The same tree without task history, drained beside it: what history costs (issue 24).
+            rigs["no-history"] = b.Rig(server, root=no_history.tree())
         if "drain" not in skip:
             data["drain"] = run_drains(rigs, args)
         if "latency" not in skip:

@@ -53,6 +53,9 @@ def test_it_runs_every_dtq_measurement_and_writes_results(tmp_path: Path) -> Non
     markdown = (tmp_path / "smoke-latest.md").read_text()
     assert "| floor (sync) |" in markdown
     assert "| current/1w |" in markdown and "Redelivery after SIGKILL" in markdown
+    # The same tree without task history, drained beside it: the history's cost, stated (issue 24).
+    assert data["drain"]["no-history/1w"]["body_round_trips_per_task"] == 1
+    assert "Task history on the hot path (issue 24)" in markdown
 
 
 def test_it_labels_round_trips_by_command_and_script() -> None:
