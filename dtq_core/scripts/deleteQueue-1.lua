@@ -49,12 +49,14 @@ if step == 'drop' then
         K.schedule .. ':counts', K.running, K.recent, K.dlq, K.dlq .. ':counts', K.event_seq,
         K.stats_tasks, K.stats_duration, K.stats_counters, K.retain_ok, K.retain_failed,
         K.limits, K.limits_rate, K.limits_held, K.limits_groups, K.limits_waiting, K.limits_gpause)
-  -- The partition's history (includes/history.lua): every minute and hour hash it may still hold.
+  -- The partition's history (includes/history.lua): every minute, hour and day hash it may still
+  -- hold (minutes live 25 h, hours and days 31 days).
   local now = tonumber((server_now()))
-  local minute, hour = math.floor(now / 60000), math.floor(now / 3600000)
+  local minute, hour, day = math.floor(now / 60000), math.floor(now / 3600000), math.floor(now / 86400000)
   local old = {K.hist_types}
   for m = minute - 1500, minute + 5 do old[#old + 1] = K.hist .. 'm:' .. m end
   for h = hour - 24 * 31, hour + 1 do old[#old + 1] = K.hist .. 'h:' .. h end
+  for d = day - 32, day + 1 do old[#old + 1] = K.hist .. 'd:' .. d end
   for i = 1, #old, 500 do rcall('UNLINK', unpack(old, i, math.min(i + 499, #old))) end
   rcall('SET', K.owner, tombstone, 'EX', tonumber(ARGV[4]))
   return {CODE.OK}

@@ -198,6 +198,10 @@ def test_deleting_a_queue_deletes_its_history(live_engine: Engine, redis_client:
     wait_for(lambda: engine.tasks.get(task_id)["status"] == "SUCCEEDED", timeout=20, message=worker.output)
     t = tag(engine, "gone")
     assert list(redis_client.scan_iter(match=f"{engine.keys.history(t)}*"))
+    # Folded hours and days, as the leader leaves them over 30 days.
+    now = time.time()
+    redis_client.hset(f"{engine.keys.history(t)}h:{int(now // 3600) - 200}", "hist.sleep|s", 3)
+    redis_client.hset(f"{engine.keys.history(t)}d:{int(now // 86400) - 29}", "hist.sleep|s", 30)
     worker.kill()
     engine.queues.delete("gone", _actor())
     assert list(redis_client.scan_iter(match=f"{engine.keys.history(t)}*")) == []
