@@ -156,7 +156,11 @@ def test_a_worker_held_back_by_a_limit_does_not_poll_and_serves_its_other_queues
     blocker = live.tasks.enqueue("limits.sleep", {"seconds": 4}, queue="slow").id
     waiting = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="slow").id for _ in range(3)]
     paced = [live.tasks.enqueue("limits.sleep", {"seconds": 0}, queue="paced").id for _ in range(2)]
-    workers = [start_worker("--name", f"w{i}", "--queues", "slow,paced,free", "--concurrency", "8", **ENV)
+    # A visibility timeout well above the blocker's 4 s: on a loaded machine a 2 s one let a peer
+    # reclaim the blocker from a worker whose heartbeats ran late, again and again, until its
+    # attempts ran out (the test is about polling while held back, not about reclaims).
+    env = {**ENV, "DTQ_VISIBILITY_TIMEOUT_S": 15}
+    workers = [start_worker("--name", f"w{i}", "--queues", "slow,paced,free", "--concurrency", "8", **env)
                for i in range(2)]
     wait_for(lambda: live.tasks.get(blocker)["status"] == "RUNNING", message=workers[0].output)
     wait_for(lambda: live.tasks.get(paced[0])["status"] == "SUCCEEDED", message=workers[0].output)
