@@ -128,6 +128,12 @@
         if (beat) { beat.textContent = ageText(w.heartbeat_age_s) + " ago"; beat.title = w.heartbeat_at || ""; }
         setText(row.querySelector("[data-f=in_flight]"), w.in_flight);
         setText(row.querySelector("[data-f=processed]"), w.processed);
+        // State: an operator's quiet or stop, a drain or a lost worker shows as it happens.
+        var badge = row.querySelector("[data-f=state] .badge");
+        if (badge) {
+          badge.textContent = w.alive ? w.state : "lost";
+          badge.className = "badge " + (!w.alive ? "st-failed" : w.state === "running" ? "st-succeeded" : "st-paused");
+        }
         row.classList.toggle("stale", !w.alive);
       });
     });
