@@ -37,7 +37,10 @@ TASK_ID = f"{TAG}-{'0' * 32}"
 _PARTITION_KEYS_PROBE = """
 -- #include common
 local K = partition_keys(KEYS[1])
-return cjson.encode(K)
+local names = {tag = K.tag}
+for name in pairs(PARTITION_SUFFIX) do names[name] = K[name] end
+for name in pairs(PARTITION_CHANNEL) do names[name] = K[name] end
+return cjson.encode(names)
 """
 
 

@@ -11,10 +11,9 @@
 -- ctx.started, when the caller sets it to a list, collects the claims' score/member pairs instead
 -- of one ZADD each; the caller writes them in one ZADD before it returns.
 -- A partition holds one queue, so the partition's pause flag is the queue's.
-local paused_memo = nil
 local function is_paused(ctx)
-  if paused_memo == nil then paused_memo = rcall('EXISTS', ctx.paused_key) == 1 end
-  return paused_memo
+  if ctx.paused == nil then ctx.paused = rcall('EXISTS', ctx.paused_key) == 1 end
+  return ctx.paused
 end
 
 local function count_outcome(ctx, queue, ttype, status)

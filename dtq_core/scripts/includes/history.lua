@@ -12,7 +12,7 @@ local HISTORY_MAX_TYPES = 100
 local HISTORY_OTHER = '(other)'
 local HISTORY_OUTCOME = {SUCCEEDED = 's', FAILED = 'f', RETRYING = 'r', DEAD_LETTERED = 'd', CANCELLED = 'c',
                          EXPIRED = 'e'}
-local HISTORY_LOG2X2 = 2 / math.log(2)
+local HISTORY_LOG2X2 = 2.8853900817779268  -- 2 / ln 2 (a literal: a Redis function library may not call math as it loads)
 local history_fields, history_names = {}, {}
 local history_batched = false
 

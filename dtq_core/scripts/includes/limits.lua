@@ -157,11 +157,11 @@ local function limits_release(K, task_id)
 end
 
 -- Tasks left RUNNING in this script: when the queue has a concurrency limit, a freed slot rings
--- the partition (a fetch that found it full cleared its ready flag). Once per script.
-local limits_rung = false
+-- the partition (a fetch that found it full cleared its ready flag). Once per script call (the
+-- mark is on the call's K, not a variable of the script: a Redis function's persist across calls).
 local function limits_freed(K)
-  if limits_rung then return end
-  limits_rung = true
+  if rawget(K, 'limits_rung') then return end
+  K.limits_rung = true
   if rcall('HEXISTS', K.limits, 'conc') == 1 then ring(K) end
 end
 

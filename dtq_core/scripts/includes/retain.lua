@@ -34,17 +34,25 @@ local RETAIN_FIELDS = {'type', 'queue', 'priority', 'attempt', 'created_at', 'st
                        'scheduled_for', 'workflow_id', 'workflow_step', 'progress_done', 'progress_total',
                        'progress_message', 'progress_at', 'headers'}
 local DJANGO_TYPES = {['django.task'] = true, ['django.atask'] = true}  -- queued before per-function types
-local RETAIN_FIELD = {}
-for _, name in ipairs(RETAIN_FIELDS) do RETAIN_FIELD[name] = true end
+-- RETAIN_FIELDS as a set (a constructor: a fill loop cost every call of every script a µs).
+local RETAIN_FIELD = {type = true, queue = true, priority = true, attempt = true, created_at = true,
+                      started_at = true, worker_id = true, result_truncated = true, result_null = true,
+                      last_error = true, errors = true, handler = true, periodic_name = true,
+                      scheduled_for = true, workflow_id = true, workflow_step = true, progress_done = true,
+                      progress_total = true, progress_message = true, progress_at = true, headers = true}
 local RETAIN_TRIM_MAX = 1000  -- ids trimmed per script call at most: a lowered count catches up over calls
 
 local function retention_policy(arg)
-  local parts = {}
-  for part in string.gmatch(tostring(arg), '[^:]+') do parts[#parts + 1] = part end
-  local task_ms = tonumber(parts[1])
+  local task_ms, ok_ms, ok_count, failed_count, keep = string.match(tostring(arg), '^(%d+):(%d+):(%d+):(%d+):(.+)$')
+  if not task_ms then  -- the plain "<task ms>" form, or a shorter one
+    local parts = {}
+    for part in string.gmatch(tostring(arg), '[^:]+') do parts[#parts + 1] = part end
+    task_ms, ok_ms, ok_count, failed_count, keep = parts[1], parts[2], parts[3], parts[4], parts[5]
+  end
+  task_ms = tonumber(task_ms)
   if not task_ms then return error('not a retention argument: ' .. tostring(arg), 0) end
-  return {task_ms = task_ms, ok_ms = tonumber(parts[2]) or task_ms, ok_count = tonumber(parts[3]) or 0,
-          failed_count = tonumber(parts[4]) or 0, keep_payload = parts[5] or 'all',
+  return {task_ms = task_ms, ok_ms = tonumber(ok_ms) or task_ms, ok_count = tonumber(ok_count) or 0,
+          failed_count = tonumber(failed_count) or 0, keep_payload = keep or 'all',
           ok_ids = {}, failed_args = {}}
 end
 
