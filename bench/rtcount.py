@@ -33,6 +33,8 @@ def _label(command: Any, shas: dict[bytes, str]) -> str:
     name = parts[2].upper() if len(parts) > 2 else b"?"
     if name == b"EVALSHA" and len(parts) > 4:
         return "EVALSHA " + shas.get(parts[4], parts[4][:8].decode())
+    if name == b"FCALL" and len(parts) > 4:  # dtq_<script>_<hash> (dtq_core/scripts/library.py)
+        return "FCALL " + parts[4].decode(errors="replace").split("_")[1 if parts[4].startswith(b"dtq_") else 0]
     return name.decode(errors="replace")
 
 
@@ -47,7 +49,7 @@ def install() -> None:
     async def counted(self: Any, command: Any, check_health: bool = True) -> None:
         label = _label(command, shas)
         COUNTS[label] += 1
-        if not CPU_AT_FIRST_FETCH and label == "EVALSHA fetchTasks":
+        if not CPU_AT_FIRST_FETCH and label in ("EVALSHA fetchTasks", "FCALL fetchTasks"):
             CPU_AT_FIRST_FETCH.append(_cpu_s())
         await original(self, command, check_health)
 

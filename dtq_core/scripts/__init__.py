@@ -15,12 +15,14 @@ from importlib.resources import files
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 from redis.crc import key_slot
 
 from ..replication import NO_WAIT, Replication
 from ..routing import Routed, exchange_routed, is_cluster
 from ..wire import pack
+from .library import FUNCTION_SCRIPTS, Library, build, is_unknown
 
 _INCLUDE = re.compile(r"^-- #include (\w+)$", re.MULTILINE)
 _ROOT = files(__package__)
@@ -38,6 +40,9 @@ def _split(filename: str) -> tuple[str, int]:
 
 _FILES = sorted(p.name for p in _ROOT.iterdir() if p.name.endswith(".lua"))
 SOURCES: dict[str, str] = {_split(f)[0]: _expand((_ROOT / f).read_text()) for f in _FILES}
+#: The hot-path scripts also as Redis function libraries (library.py): what Scripts.command sends.
+LIBRARIES: dict[str, Library] = {_split(f)[0]: build(_split(f)[0], (_ROOT / f).read_text(), _expand)
+                                 for f in _FILES if _split(f)[0] in FUNCTION_SCRIPTS}
 #: Each script's number of KEYS, from the `-N` suffix of its file name.
 NUMKEYS: dict[str, int] = dict(_split(f) for f in _FILES)
 
@@ -58,6 +63,23 @@ def check_keys(name: str, keys: Sequence[str]) -> None:
         raise ScriptKeyCountError(f"script {name}-{NUMKEYS[name]} takes {NUMKEYS[name]} keys, got {len(keys)}")
     if len(keys) > 1 and len({key_slot(str(k).encode()) for k in keys}) > 1:
         raise CrossSlotKeys(f"script {name} called with keys in different hash slots: {list(keys)}")
+
+
+def load(client: Any, name: str) -> Any:
+    """Load script `name` where `client` points (on a cluster, every master): its function
+    library when it has one, and its EVAL source (redis-py's Script objects call that). For an
+    asyncio client, await the result."""
+    if name not in LIBRARIES:
+        return client.script_load(SOURCES[name])
+    if isinstance(client, (aioredis.Redis, aiocluster.RedisCluster)):
+        return _aload_with_library(client, name)
+    client.function_load(LIBRARIES[name].source, replace=True)
+    return client.script_load(SOURCES[name])
+
+
+async def _aload_with_library(client: Any, name: str) -> Any:
+    await client.function_load(LIBRARIES[name].source, replace=True)
+    return await client.script_load(SOURCES[name])
 
 
 async def _awaitable(value: Any) -> Any:
@@ -100,7 +122,7 @@ class Scripts:
         and send that call again, alone."""
         stack = _queued_commands(pipe)
         replies = pipe.execute(raise_on_error=False)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        missing = [i for i, reply in enumerate(replies) if is_unknown(reply)]
         if missing:
             self.load_all()
             for i in missing:
@@ -118,10 +140,10 @@ class Scripts:
         """execute() for asyncio clients."""
         stack = _queued_commands(pipe)
         replies = await pipe.execute(raise_on_error=False)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        missing = [i for i, reply in enumerate(replies) if is_unknown(reply)]
         if missing:
-            for source in SOURCES.values():
-                await self._client.script_load(source)
+            for name in SOURCES:
+                await load(self._client, name)
             for i in missing:
                 try:
                     replies[i] = await self._client.execute_command(*stack[i])
@@ -134,14 +156,18 @@ class Scripts:
         return list(replies)
 
     def load_all(self) -> None:
-        """Load every script (on a cluster, on every master)."""
-        for source in SOURCES.values():
-            self._client.script_load(source)
+        """Load every script and function library (on a cluster, on every master)."""
+        for name in SOURCES:
+            load(self._client, name)
 
     def command(self, name: str, *, keys: Sequence[str], args: Sequence[object]) -> bytes:
-        """One EVALSHA packed by hiredis, for callers that pipeline their own commands (the
-        caller handles NOSCRIPT, e.g. by loading the script and sending again)."""
+        """One EVALSHA packed by hiredis (an FCALL for a script of LIBRARIES), for callers that
+        pipeline their own commands (the caller handles a reply that says the node lacks it,
+        library.is_unknown, by loading it and sending again)."""
         check_keys(name, keys)
+        library = LIBRARIES.get(name)
+        if library is not None:
+            return pack(["FCALL", library.function, len(keys), *keys, *args])
         return pack(["EVALSHA", self._fns[name].sha, len(keys), *keys, *args])
 
     def routed(self, name: str, *, keys: Sequence[str], args: Sequence[object]) -> Routed:
@@ -167,10 +193,10 @@ class Scripts:
         error reply as its exception."""
         commands = [self.routed(name, keys=keys, args=args) for name, keys, args in calls]
         replies, acked = self._exchange_with_waits(commands)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
-        if missing:  # Redis restarted, failed over or SCRIPT FLUSH: those calls did not run
+        missing = [i for i, reply in enumerate(replies) if is_unknown(reply)]
+        if missing:  # Redis restarted, failed over, SCRIPT or FUNCTION FLUSH: those calls did not run
             for name in {calls[i][0] for i in missing}:
-                self._client.script_load(SOURCES[name])
+                load(self._client, name)
             again, acked_again = self._exchange_with_waits([commands[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 import redis.asyncio as aioredis
 
 from ..routing import Routed, RoutedLines
-from ..scripts import SOURCES, Scripts
+from ..scripts import Scripts, load
+from ..scripts.library import is_unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +52,10 @@ class HotPath:
             return []
         timeout_s = self.timeout_s + wait_s
         replies = await self.lines.exchange([(c.key, c.command) for c in calls] + list(tail), timeout_s)
-        unknown = [i for i, reply in enumerate(replies[:len(calls)])
-                   if isinstance(reply, redis.exceptions.NoScriptError)]
+        unknown = [i for i, reply in enumerate(replies[:len(calls)]) if is_unknown(reply)]
         if unknown:
             for name in sorted({calls[i].script for i in unknown}):
-                await self.client.script_load(SOURCES[name])
+                await load(self.client, name)
             again = await self.lines.exchange([(calls[i].key, calls[i].command) for i in unknown] + list(tail),
                                               timeout_s)
             for i, reply in zip(unknown, again, strict=False):

@@ -40,7 +40,7 @@ def test_it_runs_every_dtq_measurement_and_writes_results(tmp_path: Path) -> Non
         assert one[field] > 0, field
     assert one["tasks"] == 200
     assert one["body_round_trips_per_task"] == 1  # exactly one INCR per task ran: none lost, none twice
-    assert "EVALSHA completeTasks" in one["round_trips"]
+    assert "FCALL completeTasks" in one["round_trips"]
     assert data["drain"]["current/2w"]["workers"] == 2
     assert data["latency"]["current"]["samples"] == 20
     current = data["latency"]["current"]
@@ -61,6 +61,8 @@ def test_it_runs_every_dtq_measurement_and_writes_results(tmp_path: Path) -> Non
 def test_it_labels_round_trips_by_command_and_script() -> None:
     shas = {b"abc123": "fetchTasks"}
     assert _label([b"*3\r\n$7\r\nEVALSHA\r\n$6\r\nabc123\r\n$1\r\n0\r\n"], shas) == "EVALSHA fetchTasks"
+    fcall = b"*3\r\n$5\r\nFCALL\r\n$34\r\ndtq_completeTasks_0123456789abcdef\r\n$1\r\n1\r\n"
+    assert _label([fcall], shas) == "FCALL completeTasks"
     assert _label(b"*2\r\n$4\r\nincr\r\n$1\r\nk\r\n", shas) == "INCR"
 
 

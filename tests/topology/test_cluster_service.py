@@ -225,8 +225,9 @@ def test_a_cluster_failover_mid_run(fresh_cluster: ClusterSetup, prefix: str, tm
     waits = sum(int(reader.get_redis_connection(node).info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
                 for node in reader.get_primaries())
     assert (waits > 0) == bool(min_replicas), waits
-    # The promoted replica had none of dtq's scripts (Redis does not replicate SCRIPT LOAD): the
-    # first calls there answered NOSCRIPT, and dtq loaded them and sent those calls again.
+    # The promoted replica had none of dtq's scripts (Redis does not replicate SCRIPT LOAD; it does
+    # replicate FUNCTION LOAD, so the hot path's functions were there): the first EVALSHAs there
+    # answered NOSCRIPT, and dtq loaded the scripts and sent those calls again.
     assert int(client(promoted[0].port).info("commandstats").get("cmdstat_script|load", {}).get("calls", 0)) > 0
     if min_replicas:
         assert gone + left == 0, f"{gone + left} acknowledged tasks lost although replicas confirmed them"

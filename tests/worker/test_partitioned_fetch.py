@@ -17,7 +17,7 @@ from redis.asyncio.connection import AbstractConnection
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.keys import tag_of
-from dtq_core.scripts import SOURCES
+from dtq_core.scripts import load
 from dtq_core.wire import pack
 from dtq_core.worker.fairness import share
 
@@ -82,7 +82,7 @@ def test_one_fetch_round_asks_every_partition_in_one_write_high_before_low_in_ea
             # (NOSCRIPT on a fresh Redis) is counted, nor the events gate's read of the listener key
             # (at most once a second, dtq_core/events.py).
             await worker_store.fetch_path.lines.exchange([("", pack(["PING"]))], 5)
-            await worker_store.client.script_load(SOURCES["fetchTasks"])
+            await load(worker_store.client, "fetchTasks")
             await worker_store.events.aflag(worker_store.client)
             monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
             return (await worker_store.fetch([(p, 2) for p in served])).rows

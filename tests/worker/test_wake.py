@@ -300,8 +300,10 @@ def test_a_flushed_script_cache_or_a_broken_partition_does_not_stop_the_fetch(
 
     async def scenario() -> tuple[list[str], list[str], dict[str, str]]:
         try:
-            # Redis restarted without its script cache: the pipelined EVALSHA fails, the fetch loads it.
+            # Redis restarted without its script cache and functions: the pipelined FCALL fails
+            # ("Function not found"), the fetch loads the library and sends it again.
             await worker_store.client.script_flush()
+            await worker_store.client.function_flush()
             first = [r.payload for r in await fetch(worker_store, [odd], 10)]
             # One partition's stream overwritten by hand: its call fails alone, the others run.
             await asyncio.to_thread(engine.tasks.enqueue, "dtq.echo", {"n": 3}, queue="odd")

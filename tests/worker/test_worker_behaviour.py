@@ -25,7 +25,7 @@ from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq import DlqSelection
 from dtq_core.keys import Keys
-from dtq_core.scripts import SOURCES, Scripts
+from dtq_core.scripts import LIBRARIES, Scripts
 from dtq_core.worker import Worker
 from dtq_core.worker.executor import Row
 
@@ -290,8 +290,9 @@ def test_a_completion_resent_after_a_lost_reply_is_recognised_not_fenced(
     # nothing is counted as fenced or logged as discarded, and nothing is written twice.
     engine, cfg = make_engine(config)
     task_id = engine.tasks.enqueue("dtq.fail", {"message": "bad input"}).id
-    sha = redis_client.script_load(SOURCES["completeTasks"])  # so the first send runs it (no NOSCRIPT)
-    proxy = LosesOneReply(cfg.redis_url, sha.encode())
+    library = LIBRARIES["completeTasks"]  # the completion is an FCALL of its function
+    redis_client.function_load(library.source, replace=True)  # so the first send runs it
+    proxy = LosesOneReply(cfg.redis_url, library.function.encode())
 
     async def scenario() -> None:
         await proxy.start()

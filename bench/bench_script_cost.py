@@ -1,0 +1,140 @@
+"""`python -m bench.bench_script_cost [--compare DIR]`: what a hot-path script costs Redis per call
+(issue 20, goal 4), apart from the tasks it handles.
+
+Each case is a child process, in this tree or the one given by --compare, that calls one script
+`--calls` times on one throwaway Redis (command stats reset after 300 unmeasured calls) and
+reports Redis's own time per call (`cmdstat_evalsha` and `cmdstat_fcall` usec over the calls):
+- `fetchTasks` of a queue partition with nothing to read (what an idle or lightly loaded worker
+  pays per fetch);
+- `completeTasks` with an empty batch (the fixed part of every completion call);
+- a submit (`enqueueTask`) of one task, its whole cost (the fixed part and the task);
+- a fetch and a completion of one task each (fetch one, complete it: a worker that runs one task
+  at a time, as on the latency path);
+- `EVALSHA` of `return 1`: the floor of any script call.
+Rounds take turns, so the load of the moment weighs on all alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from .common import ROOT, start_redis
+
+CHILD = r'''
+import json, os, sys, time, uuid
+sys.path.insert(0, os.getcwd())
+import redis
+from dtq_core.clock import iso
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from dtq_core.keys import Keys
+from dtq_core.partitions import parse_registry
+from dtq_core.scripts import SOURCES
+from dtq_core.worker.store import stream_suffix
+url, case, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+config = DtqConfig(redis_url=url, key_prefix="b" + uuid.uuid4().hex[:8], max_queue_depth=0)
+engine = Engine(config)
+r = redis.Redis.from_url(url, decode_responses=True)
+keys = Keys(config.key_prefix)
+engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+layout = parse_registry(r.hgetall(keys.queues()))["bench"]
+tag = layout.all_tags[0]
+pkey = keys.partition(tag)
+streams = [f"bench:{p}" for p in ("high", "normal", "low")]
+try:  # a tree with the hot-path scripts as Redis functions calls those
+    from dtq_core.scripts import LIBRARIES
+except ImportError:
+    LIBRARIES = {}
+sha = {name: r.script_load(SOURCES[name]) for name in ("fetchTasks", "completeTasks")}
+head = {name: ["EVALSHA", sha[name]] for name in sha}
+for name in sha:
+    if name in LIBRARIES:
+        r.function_load(LIBRARIES[name].source, replace=True)
+        head[name] = ["FCALL", LIBRARIES[name].function]
+one = r.script_load("return 1")
+group = Keys.GROUP
+
+def claim(now):
+    return [group, "w1", now, iso(now), config.retention_arg, 1, config.dlq_maxlen]
+
+def fetch(n):
+    now = int(time.time() * 1000)
+    return r.execute_command(*head["fetchTasks"], 1, pkey, *claim(now), n, layout.owner, 0, *streams)
+
+def complete(rows):
+    now = int(time.time() * 1000)
+    records = [[row[3], str(row[4]), row[1], stream_suffix(row[2]), "ok", "null", "0", "", "", "", "0",
+                "0.001", "0.005"] for row in rows]
+    return r.execute_command(*head["completeTasks"], 1, pkey, group, now, iso(now), config.retention_arg,
+                             config.result_retention_s * 1000, 1, config.dlq_maxlen, json.dumps(records), 0)
+
+fetch(1000)  # the first task: claimed and dropped
+def run_case():
+    if case == "fetch-empty":
+        fetch(10)
+    elif case == "complete-empty":
+        complete([])
+    elif case == "return1":
+        r.evalsha(one, 0)
+    elif case == "submit":
+        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+    elif case == "one-task":
+        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+        drained, rows = fetch(1)[:2]
+        assert len(rows) == 1 and rows[0][0] == "run", rows
+        statuses = complete(rows)
+        assert statuses == ["SUCCEEDED"], statuses
+
+for _ in range(300):
+    run_case()
+r.config_resetstat()
+for _ in range(calls):
+    run_case()
+stats = r.info("commandstats")
+scripts = [stats.get(name, {}) for name in ("cmdstat_evalsha", "cmdstat_fcall")]
+print(json.dumps({"calls": sum(s.get("calls", 0) for s in scripts), "usec": sum(s.get("usec", 0) for s in scripts)}))
+'''
+
+CASES = ("return1", "fetch-empty", "complete-empty", "submit", "one-task")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_script_cost", description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=3000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--compare", type=Path, default=None, help="another dtq tree, measured as 'before'")
+    args = p.parse_args(argv)
+    trees = [("this tree", ROOT)] + ([("before", args.compare)] if args.compare is not None else [])
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {(c, t): [] for c in CASES for t, _ in trees}
+    server = start_redis("script-cost")
+    try:
+        for _ in range(args.rounds):
+            for case in CASES:
+                for tree, cwd in trees:
+                    out = subprocess.run([sys.executable, "-c", CHILD, server.url, case, str(args.calls)], cwd=cwd,
+                                         capture_output=True, text=True, check=True)
+                    runs[(case, tree)].append(json.loads(out.stdout))
+    finally:
+        server.stop()
+    print(f"{args.calls} calls per case x {args.rounds} rounds, taking turns; Redis µs per call "
+          "(cmdstat_evalsha + cmdstat_fcall, median of rounds)")
+    head = " | ".join(t for t, _ in trees)
+    print(f"| case | {head} |\n|---|{'---|' * len(trees)}")
+    for case in CASES:
+        cells = []
+        for tree, _ in trees:
+            results = runs[(case, tree)]
+            total = statistics.median(r["usec"] / args.calls for r in results)
+            cells.append(f"{total:.1f}")
+        print(f"| {case} | {' | '.join(cells)} |")
+    print("(one-task: a submit, a fetch of it and its completion: three calls, µs per task)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

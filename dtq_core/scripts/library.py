@@ -1,0 +1,73 @@
+"""The hot-path scripts as Redis functions (FUNCTION LOAD, FCALL): their includes load once.
+
+An EVALSHA runs the whole expanded script on every call, so every call of a hot-path script
+first re-created the ~80 helpers and tables of its includes (common, claim, limits, retain,
+history): 10-13 µs of Redis CPU a call, about half of what an empty fetch or completion costs
+(docs/performance.md, issue 20 goal 4). A Redis function library runs its top level once, at
+FUNCTION LOAD; a call runs only the function. So each hot-path script is also a library of
+its own: the script's includes at the library's top level, its body as the function.
+
+What that asks of the includes (tests/core/test_script_library.py loads every library):
+- Nothing may run at load but definitions: a library's top level has no `redis`, `math`,
+  `string`, `ipairs`... (Redis 7.0 gives the loader none of them). Constants are literals, and
+  `local rcall = redis.call` becomes `local rcall`, set as each call begins.
+- KEYS and ARGV are the function's arguments: the library declares them as locals at its top,
+  and each call sets them, so the helpers read them as in a script.
+- A variable of an include outlives a call: call_begin (includes/common.lua) sets the per-call
+  ones back; per-call marks live on the call's own tables (K, ctx).
+
+The library's name, and its function's, carry a hash of its source: two dtq versions on one
+Redis (a rolling deploy) call their own code. A node that lacks the function (restarted without
+persistence, a new replica, FUNCTION FLUSH) answers "Function not found" and the caller loads
+the library and sends the call again, as for NOSCRIPT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import redis
+
+#: The scripts called as Redis functions (the packed calls of Scripts.command). Every other
+#: script, and every call through redis-py's Script objects, stays an EVALSHA.
+FUNCTION_SCRIPTS = frozenset({"enqueueTask", "fetchTasks", "completeTasks"})
+
+_LAST_INCLUDE = re.compile(r"^-- #include \w+$", re.MULTILINE)
+_RCALL = "local rcall = redis.call\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    """One script as a function library: its FUNCTION LOAD source and its function's name."""
+
+    function: str
+    source: str
+
+
+def build(name: str, raw: str, expand: object) -> Library:
+    """The library of script `name` from its file's text (raw, includes not expanded yet)."""
+    includes_end = max((m.end() for m in _LAST_INCLUDE.finditer(raw)), default=0)
+    if not includes_end:
+        raise ValueError(f"script {name} has no includes: it gains nothing as a function")
+    top = expand(raw[:includes_end])  # type: ignore[operator]
+    if top.count(_RCALL) != 1:
+        raise ValueError(f"script {name}: expected one `{_RCALL.strip()}` in its includes")
+    top = top.replace(_RCALL, "local rcall\nlocal KEYS, ARGV\n")
+    body = expand(raw[includes_end:])  # type: ignore[operator]
+    digest = hashlib.sha1(f"{top}\n{body}".encode()).hexdigest()[:16]
+    function = f"dtq_{name}_{digest}"
+    source = (f"#!lua name={function}\n{top}\n"
+              f"redis.register_function('{function}', function(keys, args)\n"
+              "KEYS, ARGV, rcall = keys, args, redis.call\n"
+              "call_begin()\n"
+              f"{body}\nend)\n")
+    return Library(function, source)
+
+
+def is_unknown(reply: object) -> bool:
+    """Whether a reply says the node lacks the script or function (the call did not run)."""
+    if isinstance(reply, redis.exceptions.NoScriptError):
+        return True
+    return isinstance(reply, redis.exceptions.ResponseError) and str(reply).startswith("Function not found")

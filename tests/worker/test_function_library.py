@@ -1,0 +1,119 @@
+"""The hot-path scripts run as Redis functions (dtq_core/scripts/library.py): each library loads,
+submits, fetches and completions are FCALLs, a node that lacks the functions gets them again on
+the next call, and nothing one call leaves in a library's variables reaches the next call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis
+import redis.cluster
+
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.scripts import LIBRARIES
+from dtq_core.scripts.library import FUNCTION_SCRIPTS
+from dtq_core.task import Outcome
+from dtq_core.worker.executor import Completion, Row
+
+from .support import fetch, partitions, store
+
+OPERATOR = Actor.cli()
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    """Calls of a command so far, on every master of a cluster."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        per_node = list(client.info("commandstats", target_nodes=redis.cluster.RedisCluster.PRIMARIES).values())
+    else:
+        per_node = [client.info("commandstats")]
+    return sum(int(info.get(f"cmdstat_{command}", {}).get("calls", 0)) for info in per_node)
+
+
+def test_every_hot_path_library_loads_and_names_its_script_and_source(redis_client: redis.Redis) -> None:
+    assert set(LIBRARIES) == FUNCTION_SCRIPTS == {"enqueueTask", "fetchTasks", "completeTasks"}
+    for name, library in LIBRARIES.items():
+        redis_client.function_load(library.source, replace=True)  # raises if its top level runs anything
+        assert library.function.startswith(f"dtq_{name}_") and len(library.function) == len(f"dtq_{name}_") + 16
+    assert len({lib.function for lib in LIBRARIES.values()}) == 3
+
+
+def _succeeded(rows: list[Row]) -> list[Completion]:
+    return [Completion(r, Outcome.SUCCEEDED, result_json="null") for r in rows]
+
+
+def test_a_task_is_submitted_fetched_and_completed_by_fcall_even_after_a_function_flush(
+        engine: Engine, config: DtqConfig, redis_client: redis.Redis) -> None:
+    served = partitions(engine, "fn")
+    worker_store = store(config)
+    redis_client.function_flush()  # a Redis restarted without persistence, or a new replica
+
+    async def scenario() -> tuple[list[str], list[object]]:
+        try:
+            rows = await fetch(worker_store, served, 10)
+            statuses = await worker_store.complete(_succeeded(rows))
+            return [r.task_id for r in rows], statuses
+        finally:
+            await worker_store.aclose()
+
+    fcalls, evalshas = _calls(redis_client, "fcall"), _calls(redis_client, "evalsha")
+    task_id = engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="fn").id  # reloads the submit's library
+    ran, statuses = asyncio.run(scenario())
+    assert ran == [task_id] and statuses == ["SUCCEEDED"]
+    assert redis_client.hget(engine.keys.task(task_id), "status") == "SUCCEEDED"
+    # The submit, the fetch and the completion each an FCALL that failed (no function) and one
+    # that ran; none fell back to an EVALSHA.
+    assert _calls(redis_client, "fcall") - fcalls >= 3
+    assert _calls(redis_client, "evalsha") == evalshas
+
+
+def test_a_pause_seen_by_one_fetch_is_not_remembered_by_the_next(engine: Engine, config: DtqConfig) -> None:
+    # claim.lua remembers a partition's pause for the rest of its call: in a function library a
+    # variable of the include would outlive the call and keep a resumed queue paused.
+    served = partitions(engine, "pz")
+    task_id = engine.tasks.enqueue("dtq.echo", queue="pz").id
+    worker_store = store(config)
+
+    async def fetch_twice() -> tuple[list[str], list[str]]:
+        try:
+            engine.queues.pause("pz", OPERATOR)
+            paused = [r.task_id for r in await fetch(worker_store, served, 10)]
+            engine.queues.resume("pz", OPERATOR)
+            return paused, [r.task_id for r in await fetch(worker_store, served, 10)]
+        finally:
+            await worker_store.aclose()
+
+    assert asyncio.run(fetch_twice()) == ([], [task_id])
+
+
+def test_an_expiry_after_a_batched_completion_still_writes_its_history(engine: Engine, config: DtqConfig,
+                                                                       redis_client: redis.Redis) -> None:
+    # completeTasks batches its history writes (history_batched) and flushes them at its end; a
+    # fetch that expires a task writes at once. A flag left set by the completion would make the
+    # fetch count the expiry and never write it.
+    (served,) = partitions(engine, "hx")
+    worker_store = store(config)
+    first = engine.tasks.enqueue("dtq.echo", queue="hx").id
+
+    async def complete_then_expire() -> tuple[list[object], list[Row]]:
+        try:
+            rows = await fetch(worker_store, [served], 10)
+            statuses = await worker_store.complete(_succeeded(rows))
+            doomed = engine.tasks.enqueue("dtq.echo", queue="hx", ttl_seconds=0.05)
+            expires_at = int(redis_client.hget(engine.keys.task(doomed.id), "expires_at"))
+            while time.time() * 1000 <= expires_at + 5:  # until the clock has passed its expiry
+                await asyncio.sleep(0.01)
+            return statuses, await fetch(worker_store, [served], 10)
+        finally:
+            await worker_store.aclose()
+
+    statuses, later = asyncio.run(complete_then_expire())
+    assert statuses == ["SUCCEEDED"] and later == [] and first
+    minute_keys = redis_client.keys(f"{engine.keys.history(served.tag)}m:*")
+    counts: dict[str, int] = {}
+    for key in minute_keys:
+        for name, n in redis_client.hgetall(key).items():
+            counts[name] = counts.get(name, 0) + int(n)
+    assert counts.get("dtq.echo|s") == 1 and counts.get("dtq.echo|e") == 1
