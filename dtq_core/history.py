@@ -12,7 +12,7 @@ the merged buckets, so they are estimates within a bucket's width (about 41 %, i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 MINUTE_S = 60
@@ -145,11 +145,9 @@ def tally_fields(fields: Mapping[str, object], ttype: str | None = None) -> Tall
     return tally
 
 
-def tally_by_type(hashes: Iterable[Mapping[str, object]]) -> dict[str, Tally]:
-    out: dict[str, Tally] = {}
-    for fields in hashes:
-        for name, raw in fields.items():
-            ttype, metric = split_field(name)
-            if ttype:
-                out.setdefault(ttype, Tally.empty()).add_metric(metric, to_int(raw))
-    return out
+def add_by_type(by_type: dict[str, Tally], fields: Mapping[str, object]) -> None:
+    """Add a history hash's fields to the tallies of their task types."""
+    for name, raw in fields.items():
+        ttype, metric = split_field(name)
+        if ttype:
+            by_type.setdefault(ttype, Tally.empty()).add_metric(metric, to_int(raw))

@@ -24,8 +24,8 @@ from ..history import (
     PERCENTILES,
     RANGES,
     Tally,
+    add_by_type,
     percentile,
-    split_field,
     tally_fields,
     to_int,
 )
@@ -66,10 +66,7 @@ class History(Noun):
             points[index].merge(tally)
             total.merge(tally)
             if types and ttype is None:
-                for name, raw in fields.items():
-                    field_type, metric = split_field(name)
-                    if field_type:
-                        by_type.setdefault(field_type, Tally.empty()).add_metric(metric, to_int(raw))
+                add_by_type(by_type, fields)
         series: dict[str, Any] = {"time": [iso((start_s + i * step) * 1000) for i in range(count)]}
         for letter, name in OUTCOMES.items():
             series[name] = [p.outcomes.get(letter, 0) for p in points]
@@ -81,9 +78,7 @@ class History(Noun):
                                "start": iso(start_s * 1000), "end": iso(end_s * 1000),
                                "queue": queue, "type": ttype, "totals": total.summary(), "series": series}
         if ttype is None and types:
-            rows = [{"type": name, **tally.summary()} for name, tally in by_type.items()]
-            rows.sort(key=lambda r: (-(r["run_ms"]["p95"] or 0), r["type"]))  # type: ignore[index]
-            out["types"] = rows[:MAX_TYPES_SHOWN]
+            out["types"] = _types_table(by_type)
         return out
 
     def _scopes(self, queue: str | None, by_type: bool) -> list[tuple[str, str]]:
@@ -149,14 +144,9 @@ class History(Noun):
         by_type: dict[str, Tally] = {}
         total = Tally.empty()
         for _, fields in self._read(self._scopes(queue, True), start_s, end_s, resolution, days=True):
-            for name, raw in fields.items():
-                field_type, metric = split_field(name)
-                n = to_int(raw)
-                by_type.setdefault(field_type, Tally.empty()).add_metric(metric, n)
-                total.add_metric(metric, n)
-        rows = [{"type": name, **tally.summary()} for name, tally in by_type.items() if name]
-        rows.sort(key=lambda r: (-(r["run_ms"]["p95"] or 0), r["type"]))  # type: ignore[index]
-        return {"range": range_, "queue": queue, "totals": total.summary(), "types": rows[:MAX_TYPES_SHOWN]}
+            add_by_type(by_type, fields)
+            total.merge(tally_fields(fields, None))
+        return {"range": range_, "queue": queue, "totals": total.summary(), "types": _types_table(by_type)}
 
     def _depth(self, queue: str, start_s: int, end_s: int, resolution: int, step: int, count: int
                ) -> list[int | None]:
@@ -186,6 +176,13 @@ def _check(range_: str, queue: str | None, ttype: str | None, step: int | None) 
         if span // step > MAX_POINTS:
             raise ValidationError(f"step gives more than {MAX_POINTS} points", field="step")
     return span, resolution, default_step
+
+
+def _types_table(by_type: dict[str, Tally]) -> list[dict[str, Any]]:
+    """The types table: a row per type, the slowest (by p95 run time) first, at most MAX_TYPES_SHOWN."""
+    rows = [{"type": name, **tally.summary()} for name, tally in by_type.items()]
+    rows.sort(key=lambda r: (-(r["run_ms"]["p95"] or 0), r["type"]))  # type: ignore[index]
+    return rows[:MAX_TYPES_SHOWN]
 
 
 def _round(value: float | None) -> float | None:
