@@ -22,7 +22,7 @@ from redis.crc import key_slot
 from ..replication import NO_WAIT, Replication
 from ..routing import Routed, exchange_routed, is_cluster
 from ..wire import pack
-from .library import FUNCTION_SCRIPTS, Library, build, is_unknown
+from .library import FUNCTION_SCRIPTS, Library, build, functions_refused, is_unknown, refuse_functions
 
 _INCLUDE = re.compile(r"^-- #include (\w+)$", re.MULTILINE)
 _ROOT = files(__package__)
@@ -67,18 +67,24 @@ def check_keys(name: str, keys: Sequence[str]) -> None:
 
 def load(client: Any, name: str) -> Any:
     """Load script `name` where `client` points (on a cluster, every master): its function
-    library when it has one, and its EVAL source (redis-py's Script objects call that). For an
-    asyncio client, await the result."""
-    if name not in LIBRARIES:
+    library when it has one (unless this client's Redis refuses functions: library.py), and its
+    EVAL source (redis-py's Script objects call that). For an asyncio client, await the result."""
+    if name not in LIBRARIES or functions_refused(client):
         return client.script_load(SOURCES[name])
     if isinstance(client, (aioredis.Redis, aiocluster.RedisCluster)):
         return _aload_with_library(client, name)
-    client.function_load(LIBRARIES[name].source, replace=True)
+    try:
+        client.function_load(LIBRARIES[name].source, replace=True)
+    except redis.exceptions.ResponseError as exc:
+        refuse_functions(client, exc)
     return client.script_load(SOURCES[name])
 
 
 async def _aload_with_library(client: Any, name: str) -> Any:
-    await client.function_load(LIBRARIES[name].source, replace=True)
+    try:
+        await client.function_load(LIBRARIES[name].source, replace=True)
+    except redis.exceptions.ResponseError as exc:
+        refuse_functions(client, exc)
     return await client.script_load(SOURCES[name])
 
 
@@ -166,7 +172,7 @@ class Scripts:
         library.is_unknown, by loading it and sending again)."""
         check_keys(name, keys)
         library = LIBRARIES.get(name)
-        if library is not None:
+        if library is not None and not functions_refused(self._client):
             return pack(["FCALL", library.function, len(keys), *keys, *args])
         return pack(["EVALSHA", self._fns[name].sha, len(keys), *keys, *args])
 
@@ -197,7 +203,9 @@ class Scripts:
         if missing:  # Redis restarted, failed over, SCRIPT or FUNCTION FLUSH: those calls did not run
             for name in {calls[i][0] for i in missing}:
                 load(self._client, name)
-            again, acked_again = self._exchange_with_waits([commands[i] for i in missing])
+            # Packed again: an FCALL is an EVALSHA now if the load found functions refused.
+            resent = [self.routed(name, keys=keys, args=args) for name, keys, args in (calls[i] for i in missing)]
+            again, acked_again = self._exchange_with_waits(resent)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
             acked += acked_again

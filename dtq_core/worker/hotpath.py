@@ -21,16 +21,24 @@ from ..scripts.library import is_unknown
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One packed script call: its script (to load it after NOSCRIPT) and its KEYS[1] (routing)."""
+    """One packed script call: its script and arguments (to load it and pack it again after a
+    reply that says the node lacks it) and its KEYS[1] (routing)."""
 
     script: str
     key: str
     command: bytes
+    scripts: Scripts
+    keys: tuple[str, ...]
+    args: tuple[object, ...]
 
     @classmethod
     def of(cls, scripts: Scripts, name: str, *, keys: Sequence[str], args: Sequence[object]) -> Call:
         key, command = scripts.routed(name, keys=keys, args=args)
-        return cls(name, key, command)
+        return cls(name, key, command, scripts, tuple(keys), tuple(args))
+
+    def packed_again(self) -> bytes:
+        """The call packed anew: an FCALL becomes an EVALSHA once its Redis refused functions."""
+        return self.scripts.command(self.script, keys=self.keys, args=self.args)
 
 
 class HotPath:
@@ -56,8 +64,8 @@ class HotPath:
         if unknown:
             for name in sorted({calls[i].script for i in unknown}):
                 await load(self.client, name)
-            again = await self.lines.exchange([(calls[i].key, calls[i].command) for i in unknown] + list(tail),
-                                              timeout_s)
+            again = await self.lines.exchange([(calls[i].key, calls[i].packed_again()) for i in unknown]
+                                              + list(tail), timeout_s)
             for i, reply in zip(unknown, again, strict=False):
                 replies[i] = reply
             if tail:

@@ -5,8 +5,12 @@ the next call, and nothing one call leaves in a library's variables reaches the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import time
+import uuid
 
+import pytest
 import redis
 import redis.cluster
 
@@ -14,9 +18,10 @@ from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.scripts import LIBRARIES
-from dtq_core.scripts.library import FUNCTION_SCRIPTS
+from dtq_core.scripts.library import _REFUSED, FUNCTION_SCRIPTS, functions_refused, refuse_functions
 from dtq_core.task import Outcome
 from dtq_core.worker.executor import Completion, Row
+from tests.redis_server import RedisServer
 
 from .support import fetch, partitions, store
 
@@ -117,3 +122,51 @@ def test_an_expiry_after_a_batched_completion_still_writes_its_history(engine: E
         for name, n in redis_client.hgetall(key).items():
             counts[name] = counts.get(name, 0) + int(n)
     assert counts.get("dtq.echo|s") == 1 and counts.get("dtq.echo|e") == 1
+
+
+@pytest.mark.single_node
+def test_a_redis_that_refuses_functions_gets_evalsha_and_says_so_once_per_client(
+        redis_server: RedisServer, config: DtqConfig, redis_client: redis.Redis,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # An ACL user without FUNCTION and FCALL (as some managed Redis services set them): submits,
+    # fetches and completions still work, as EVALSHAs, and the log says why once per client.
+    user = f"nofunctions-{uuid.uuid4().hex[:8]}"
+    redis_client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
+                                 "-function", "-fcall", "-fcall_ro")
+    try:
+        limited = dataclasses.replace(config, redis_url=redis_server.url.replace("redis://", f"redis://{user}:pw@"))
+        engine = Engine(limited)
+        served = partitions(engine, "acl")
+        worker_store = store(limited)
+
+        async def run() -> tuple[list[str], list[object]]:
+            try:
+                rows = await fetch(worker_store, served, 10)
+                return [r.task_id for r in rows], await worker_store.complete(_succeeded(rows))
+            finally:
+                await worker_store.aclose()
+
+        with caplog.at_level(logging.WARNING, logger="dtq"):
+            task_id = engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="acl").id
+            again = engine.tasks.enqueue("dtq.echo", {"n": 2}, queue="acl").id
+            ran, statuses = asyncio.run(run())
+        assert sorted(ran) == sorted([task_id, again]) and statuses == ["SUCCEEDED", "SUCCEEDED"]
+        warnings = [r.getMessage() for r in caplog.records if "refuses FUNCTION LOAD" in r.getMessage()]
+        # The engine's client and the worker's: each told once, whatever the calls that followed.
+        assert len(warnings) == 2 and all("no permissions" in w for w in warnings), warnings
+    finally:
+        redis_client.execute_command("ACL", "DELUSER", user)
+
+
+def test_a_library_that_does_not_load_is_an_error_not_a_refusal(redis_client: redis.Redis) -> None:
+    # Only a refusal (no permission, an unknown command) turns functions off; a library Redis
+    # cannot load is dtq's bug, raised where it is loaded.
+    broken = redis.exceptions.ResponseError("Error registering functions: user_function:2: nonexistent global")
+    with pytest.raises(redis.exceptions.ResponseError, match="Error registering functions"):
+        refuse_functions(redis_client, broken)
+    assert not functions_refused(redis_client)
+    try:
+        refuse_functions(redis_client, redis.exceptions.ResponseError("ERR unknown command 'FUNCTION'"))
+        assert functions_refused(redis_client)
+    finally:
+        _REFUSED.discard(redis_client)  # the session's client: the other tests call functions
