@@ -10,6 +10,8 @@ reports Redis's own time per call (`cmdstat_evalsha` and `cmdstat_fcall` usec ov
 - a submit (`enqueueTask`) of one task, its whole cost (the fixed part and the task);
 - a fetch and a completion of one task each (fetch one, complete it: a worker that runs one task
   at a time, as on the latency path);
+- a fetch of 10 tasks and their completion in one call (what a busy worker's batches cost: the
+  fixed part shared by 10 tasks), per pair of calls;
 - `EVALSHA` of `return 1`: the floor of any script call.
 Rounds take turns, so the load of the moment weighs on all alike.
 """
@@ -74,6 +76,9 @@ def complete(rows):
                              config.result_retention_s * 1000, 1, config.dlq_maxlen, json.dumps(records), 0)
 
 fetch(1000)  # the first task: claimed and dropped
+if case == "batch-10":  # the tasks its fetches claim, submitted before the counted calls
+    for _ in range((calls + 300) * 10):
+        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
 def run_case():
     if case == "fetch-empty":
         fetch(10)
@@ -89,6 +94,10 @@ def run_case():
         assert len(rows) == 1 and rows[0][0] == "run", rows
         statuses = complete(rows)
         assert statuses == ["SUCCEEDED"], statuses
+    elif case == "batch-10":
+        rows = fetch(10)[1]
+        assert len(rows) == 10, rows
+        assert complete(rows) == ["SUCCEEDED"] * 10
 
 for _ in range(300):
     run_case()
@@ -100,12 +109,12 @@ scripts = [stats.get(name, {}) for name in ("cmdstat_evalsha", "cmdstat_fcall")]
 print(json.dumps({"calls": sum(s.get("calls", 0) for s in scripts), "usec": sum(s.get("usec", 0) for s in scripts)}))
 '''
 
-CASES = ("return1", "fetch-empty", "complete-empty", "submit", "one-task")
+CASES = ("return1", "fetch-empty", "complete-empty", "submit", "one-task", "batch-10")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_script_cost", description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=3000)
+    p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--compare", type=Path, default=None, help="another dtq tree, measured as 'before'")
     args = p.parse_args(argv)
@@ -132,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             total = statistics.median(r["usec"] / args.calls for r in results)
             cells.append(f"{total:.1f}")
         print(f"| {case} | {' | '.join(cells)} |")
-    print("(one-task: a submit, a fetch of it and its completion: three calls, µs per task)")
+    print("(one-task: a submit, a fetch of it and its completion: three calls, µs per task; "
+          "batch-10: a fetch of 10 and their completion, µs per pair of calls, 10 tasks)")
     return 0
 
 
