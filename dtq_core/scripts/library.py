@@ -7,7 +7,7 @@ history): 10-13 µs of Redis CPU a call, about half of what an empty fetch or co
 FUNCTION LOAD; a call runs only the function. So each hot-path script is also a library of
 its own: the script's includes at the library's top level, its body as the function.
 
-What that asks of the includes (tests/core/test_script_library.py loads every library):
+What that asks of the includes (tests/worker/test_function_library.py loads every library):
 - Nothing may run at load but definitions: a library's top level has no `redis`, `math`,
   `string`, `ipairs`... (Redis 7.0 gives the loader none of them). Constants are literals, and
   `local rcall = redis.call` becomes `local rcall`, set as each call begins.
@@ -32,6 +32,7 @@ import hashlib
 import logging
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,16 +56,17 @@ class Library:
     source: str
 
 
-def build(name: str, raw: str, expand: object) -> Library:
-    """The library of script `name` from its file's text (raw, includes not expanded yet)."""
+def build(name: str, raw: str, expand: Callable[[str], str]) -> Library:
+    """The library of script `name` from its file's text (raw: `-- #include` lines not expanded
+    yet; expand inlines them)."""
     includes_end = max((m.end() for m in _LAST_INCLUDE.finditer(raw)), default=0)
     if not includes_end:
         raise ValueError(f"script {name} has no includes: it gains nothing as a function")
-    top = expand(raw[:includes_end])  # type: ignore[operator]
+    top = expand(raw[:includes_end])
     if top.count(_RCALL) != 1:
         raise ValueError(f"script {name}: expected one `{_RCALL.strip()}` in its includes")
     top = top.replace(_RCALL, "local rcall\nlocal KEYS, ARGV\n")
-    body = expand(raw[includes_end:])  # type: ignore[operator]
+    body = expand(raw[includes_end:])
     digest = hashlib.sha1(f"{top}\n{body}".encode()).hexdigest()[:16]
     function = f"dtq_{name}_{digest}"
     source = (f"#!lua name={function}\n{top}\n"

@@ -17,7 +17,7 @@ import redis.cluster
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
-from dtq_core.scripts import LIBRARIES
+from dtq_core.scripts import _ROOT, LIBRARIES, _expand
 from dtq_core.scripts.library import _REFUSED, FUNCTION_SCRIPTS, functions_refused, refuse_functions
 from dtq_core.task import Outcome
 from dtq_core.worker.executor import Completion, Row
@@ -172,3 +172,19 @@ def test_a_library_that_does_not_load_is_an_error_not_a_refusal(redis_client: re
         assert functions_refused(redis_client)
     finally:
         _REFUSED.discard(redis_client)  # the session's client: the other tests call functions
+
+
+def test_the_compact_record_field_set_lists_the_same_fields_as_its_list(redis_client: redis.Redis) -> None:
+    # RETAIN_FIELD (a literal set, built by no loop a library's loader could not run) must name
+    # exactly RETAIN_FIELDS: a field missing from it would be dropped from a compact record.
+    probe = (_ROOT / "includes" / "common.lua").read_text() + """
+local listed, in_set = 0, 0
+for _, name in ipairs(RETAIN_FIELDS) do
+  listed = listed + 1
+  if not RETAIN_FIELD[name] then return 'missing from the set: ' .. name end
+end
+for _ in pairs(RETAIN_FIELD) do in_set = in_set + 1 end
+return listed .. ' ' .. in_set
+"""
+    listed, in_set = str(redis_client.eval(_expand(probe), 1, "dtq:{probe}:")).split()
+    assert listed == in_set and int(listed) >= 20
