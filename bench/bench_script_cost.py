@@ -12,7 +12,9 @@ reports Redis's own time per call (`cmdstat_evalsha` and `cmdstat_fcall` usec ov
   at a time, as on the latency path);
 - a fetch of 10 tasks and their completion in one call (what a busy worker's batches cost: the
   fixed part shared by 10 tasks), per pair of calls;
-- `EVALSHA` of `return 1`: the floor of any script call.
+- `EVALSHA` of `return 1`: the floor of any script call;
+- the empty fetch and completion sent as `EVALSHA` of this tree's scripts (what a Redis that
+  refuses functions gets: dtq_core/scripts/library.py).
 Rounds take turns, so the load of the moment weighs on all alike.
 """
 
@@ -64,6 +66,9 @@ group = Keys.GROUP
 def claim(now):
     return [group, "w1", now, iso(now), config.retention_arg, 1, config.dlq_maxlen]
 
+if case.endswith("-evalsha"):  # this tree's scripts sent as EVALSHA: a Redis that refuses functions
+    head = {name: ["EVALSHA", sha[name]] for name in sha}
+
 def fetch(n):
     now = int(time.time() * 1000)
     return r.execute_command(*head["fetchTasks"], 1, pkey, *claim(now), n, layout.owner, 0, *streams)
@@ -80,9 +85,9 @@ if case == "batch-10":  # the tasks its fetches claim, submitted before the coun
     for _ in range((calls + 300) * 10):
         engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
 def run_case():
-    if case == "fetch-empty":
+    if case in ("fetch-empty", "fetch-empty-evalsha"):
         fetch(10)
-    elif case == "complete-empty":
+    elif case in ("complete-empty", "complete-empty-evalsha"):
         complete([])
     elif case == "return1":
         r.evalsha(one, 0)
@@ -109,7 +114,8 @@ scripts = [stats.get(name, {}) for name in ("cmdstat_evalsha", "cmdstat_fcall")]
 print(json.dumps({"calls": sum(s.get("calls", 0) for s in scripts), "usec": sum(s.get("usec", 0) for s in scripts)}))
 '''
 
-CASES = ("return1", "fetch-empty", "complete-empty", "submit", "one-task", "batch-10")
+CASES = ("return1", "fetch-empty", "complete-empty", "submit", "one-task", "batch-10", "fetch-empty-evalsha",
+         "complete-empty-evalsha")
 
 
 def main(argv: list[str] | None = None) -> int:
