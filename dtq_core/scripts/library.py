@@ -2,7 +2,7 @@
 
 An EVALSHA runs the whole expanded script on every call, so every call of a hot-path script
 first re-created the ~80 helpers and tables of its includes (common, claim, limits, retain,
-history): 10-13 µs of Redis CPU a call, about half of what an empty fetch or completion costs
+history): about 10 µs of Redis CPU a call, a third to a half of an empty fetch or completion
 (docs/performance.md, issue 20 goal 4). A Redis function library runs its top level once, at
 FUNCTION LOAD; a call runs only the function. So each hot-path script is also a library of
 its own: the script's includes at the library's top level, its body as the function.
@@ -23,7 +23,7 @@ the library and sends the call again, as for NOSCRIPT.
 
 A Redis that refuses functions (an ACL user without FUNCTION or FCALL, a managed Redis that
 blocks them) is told once, in the log, and its client goes on with EVALSHA as before: the calls
-cost the 10-13 µs a call again, nothing else changes.
+cost 9-12 µs more a call again (bench/bench_script_cost.py), nothing else changes.
 """
 
 from __future__ import annotations
@@ -110,4 +110,4 @@ def refuse_functions(client: Any, exc: redis.exceptions.ResponseError) -> None:
     if client not in _REFUSED:
         _REFUSED.add(client)
         logger.warning("Redis refuses FUNCTION LOAD (%s): the hot-path scripts are sent with EVALSHA "
-                       "instead, about 12 µs more Redis CPU a call (docs/deployment.md, Redis ACLs)", text)
+                       "instead, 9-12 µs more Redis CPU a call (docs/deployment.md, Redis ACLs)", text)
