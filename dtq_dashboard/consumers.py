@@ -15,6 +15,9 @@ from .permissions import can_view_console
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4008
 SEND_CHUNK = 32  # events written per look at the socket: at most this many land past its high-water mark
+# The handshake waits at most this long for the process's subscription (daphne's own handshake
+# timeout is 5 s): the page's "live" and its REST re-read then come after events reach it.
+SUBSCRIBE_WAIT_S = 3.0
 
 
 class NoRouteConsumer(AsyncWebsocketConsumer):
@@ -34,13 +37,15 @@ class EventsConsumer(AsyncWebsocketConsumer):
         if not can_view_console(self.scope.get("user")):
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        # Registered before the subscription exists, so nothing published after it is missed.
+        self.hub = get_hub()
+        self.buffer = self.hub.register()
+        await self.hub.ready(SUBSCRIBE_WAIT_S)
         await self.accept()
         # Under daphne: open while the client's socket takes data (see backpressure.py).
         self.gate = self.scope.get(SCOPE_KEY)
         if self.gate is not None:
             self.gate.start()
-        self.hub = get_hub()
-        self.buffer = self.hub.register()
         self.pump = asyncio.get_running_loop().create_task(self._pump())
 
     async def disconnect(self, code: int) -> None:

@@ -114,6 +114,7 @@ class EventHub:
         self.received_total = 0  # events read from Redis by this process
         self.dropped_total = 0  # process-wide count of dropped events
         self.subscribed = asyncio.Event()
+        self.in_trouble = asyncio.Event()  # the last attempt to subscribe failed (Redis unreachable)
         self._pending_drops = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -123,6 +124,19 @@ class EventHub:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="dtq-events-subscription")
         return client
+
+    async def ready(self, timeout: float) -> None:
+        """Return once the subscription is live, or Redis is known to be unreachable (the hub's
+        feed.status is then in the client's buffer), or after `timeout` seconds.
+
+        A page that hears "open" before the subscription exists would show "live" and re-read state
+        over REST while events still go nowhere: whatever moved in between would never reach it."""
+        waits = [asyncio.ensure_future(self.subscribed.wait()), asyncio.ensure_future(self.in_trouble.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def unregister(self, client: ClientBuffer) -> None:
         self.clients.discard(client)
@@ -169,6 +183,7 @@ class EventHub:
                 await pubsub.subscribe(self.keys.events())
                 await client.publish(self.keys.wake(), LISTENER_JOINED)  # workers read the key again now
                 next_announce = loop.time() + LISTENER_REFRESH_S
+                self.in_trouble.clear()
                 self.subscribed.set()
                 if failed:
                     # Events published while we were away are gone: tell pages to re-derive state.
@@ -190,6 +205,7 @@ class EventHub:
                 raise
             except Exception as exc:  # noqa: BLE001 - any Redis trouble: log, back off, subscribe again
                 self.subscribed.clear()
+                self.in_trouble.set()
                 if not failed:
                     logger.warning("events subscription lost: %s; retrying", exc)
                     self.broadcast_control({"type": "feed.status", "state": "disconnected"})

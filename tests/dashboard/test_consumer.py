@@ -72,6 +72,23 @@ def test_it_forwards_real_task_events(live_engine: Engine) -> None:
     assert set(message) == {"event_id", "type", "task_id", "queue", "status", "attempt", "ts"}
 
 
+def test_the_socket_opens_only_once_the_subscription_is_live(live_engine: Engine) -> None:
+    # A page shows "live" and re-reads state over REST when its socket opens: an event published
+    # right after that must reach it (it did not while the handshake ran ahead of the SUBSCRIBE).
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        ws = communicator()
+        assert (await ws.connect())[0]
+        listening = subscribers(live_engine)
+        await asyncio.to_thread(live_engine.client.publish, live_engine.keys.events(), event(1))
+        message = json.loads(await ws.receive_from(timeout=3))
+        await ws.disconnect()
+        return listening, message
+
+    listening, message = asyncio.run(scenario())
+    assert listening == 1
+    assert message["event_id"] == "9-1"
+
+
 def test_one_subscription_per_process_however_many_clients(live_engine: Engine) -> None:
     async def scenario() -> None:
         clients = [communicator() for _ in range(5)]
@@ -165,14 +182,18 @@ def test_a_slow_client_drops_non_terminal_events_counts_them_and_keeps_every_ter
 
 def test_redis_down_keeps_the_socket_open_and_says_so(settings: Any) -> None:
     # No redis fixture: the settings point at a dead port.
-    async def scenario() -> dict[str, Any]:
+    async def scenario() -> tuple[dict[str, Any], float]:
         ws = communicator()
+        started = asyncio.get_running_loop().time()
         assert (await ws.connect())[0]
+        opened_after = asyncio.get_running_loop().time() - started
         message = json.loads(await ws.receive_from(timeout=5))
         await ws.disconnect()
-        return message
+        return message, opened_after
 
-    assert asyncio.run(scenario()) == {"type": "feed.status", "state": "disconnected"}
+    message, opened_after = asyncio.run(scenario())
+    assert message == {"type": "feed.status", "state": "disconnected"}
+    assert opened_after < 2  # refused at once: the handshake does not wait out the subscribe timeout
 
 
 def test_the_subscription_comes_back_after_a_redis_restart_and_asks_pages_to_resync(
