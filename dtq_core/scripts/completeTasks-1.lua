@@ -67,11 +67,16 @@ local function add(t, field, n) t[field] = (t[field] or 0) + n end
 local function complete_one(r)
   local task_id, attempt, entry_id, stream, outcome = r[1], r[2], r[3], K.stream_prefix .. r[4], r[5]
   local tkey = task_prefix .. task_id
-  -- The fields a compact record keeps are read here too: one HMGET for both.
-  local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
-                     'completed', 'priority', 'created_at', 'started_at', 'worker_id', 'result_truncated',
-                     'last_error', 'handler', 'periodic_name', 'scheduled_for',
-                     'workflow_id', 'progress_at', 'headers')
+  -- The fields a compact record keeps are read here too: one HMGET for both. A table
+  -- constructor, not read_task's fill loop: it is sized once instead of growing four times.
+  local v = rcall('HMGET', tkey, 'status', 'attempt', 'entry_id', 'queue', 'type', 'errors', 'cancel_requested',
+                  'completed', 'priority', 'created_at', 'started_at', 'worker_id', 'result_truncated',
+                  'last_error', 'handler', 'periodic_name', 'scheduled_for', 'workflow_id', 'progress_at', 'headers')
+  local t = {status = v[1], attempt = v[2], entry_id = v[3], queue = v[4], type = v[5], errors = v[6],
+             cancel_requested = v[7], completed = v[8], priority = v[9], created_at = v[10], started_at = v[11],
+             worker_id = v[12], result_truncated = v[13], last_error = v[14], handler = v[15],
+             periodic_name = v[16], scheduled_for = v[17], workflow_id = v[18], progress_at = v[19],
+             headers = v[20]}
   local mark = attempt .. '@' .. entry_id
   if t.status ~= 'RUNNING' or t.attempt ~= attempt or t.entry_id ~= entry_id then
     -- Applied by an earlier send whose reply was lost. A compact record (includes/retain.lua)

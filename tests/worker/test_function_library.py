@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import time
 import uuid
 
@@ -188,3 +189,28 @@ return listed .. ' ' .. in_set
 """
     listed, in_set = str(redis_client.eval(_expand(probe), 1, "dtq:{probe}:")).split()
     assert listed == in_set and int(listed) >= 20
+
+
+def _hmget_into_table(source: str) -> tuple[list[str], list[tuple[str, int]]]:
+    """The field names of the `local v = rcall('HMGET', tkey, ...)` in source, and the
+    `name = v[i]` pairs of the table constructor after it."""
+    match = re.search(r"local v = rcall\('HMGET', tkey, (.*?)\)\s*local t = \{(.*?)\}", source, re.S)
+    assert match, "no HMGET read into a table constructor"
+    names = re.findall(r"'([a-z_]+)'", match.group(1))
+    pairs = [(name, int(i)) for name, i in re.findall(r"([a-z_]+) = v\[(\d+)\]", match.group(2))]
+    return names, pairs
+
+
+@pytest.mark.parametrize("script", ["completeTasks-1.lua", "includes/claim.lua"])
+def test_a_record_read_by_position_names_each_field_as_it_was_read(script: str) -> None:
+    # The hot-path reads build their table with a constructor from the HMGET's positions: a
+    # field added to one list and not the other would be read as another field's value.
+    names, pairs = _hmget_into_table((_ROOT / script).read_text())
+    assert pairs == [(name, i) for i, name in enumerate(names, start=1)]
+
+
+def test_a_claim_reads_the_task_fields_the_other_claim_readers_read() -> None:
+    source = (_ROOT / "includes" / "claim.lua").read_text()
+    listed = re.search(r"local TASK_FIELDS = \{(.*?)\}", source, re.S)
+    assert listed
+    assert _hmget_into_table(source)[0] == re.findall(r"'([a-z_]+)'", listed.group(1))

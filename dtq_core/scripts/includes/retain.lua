@@ -40,6 +40,8 @@ local RETAIN_FIELD = {type = true, queue = true, priority = true, attempt = true
                       last_error = true, errors = true, handler = true, periodic_name = true,
                       scheduled_for = true, workflow_id = true, workflow_step = true, progress_done = true,
                       progress_total = true, progress_message = true, progress_at = true, headers = true}
+-- A kept field at the value the API reads when the field is missing: not written.
+local RETAIN_DEFAULT = {result_truncated = '0', errors = '[]', priority = 'normal'}
 local RETAIN_TRIM_MAX = 1000  -- ids trimmed per script call at most: a lowered count catches up over calls
 
 local function retention_policy(arg)
@@ -156,24 +158,39 @@ local function retain_finish(R, K, task_id, status, now_ms, t, writes)
   if wid == nil then wid = rcall('HGET', tkey, 'workflow_id') end
   local wstep = wid and ((t and t.workflow_step) or rcall('HGET', tkey, 'workflow_step'))
   if compact then
-    local v = {}
-    for _, name in ipairs(RETAIN_FIELDS) do v[name] = t[name] end
+    -- What the record keeps: the caller's writes over what it read (t), without building a third
+    -- table of every kept field (a per-task table that grew four times as it filled).
+    local over = nil
+    for i = 1, #(writes or {}), 2 do
+      if RETAIN_FIELD[writes[i]] then
+        over = over or {}
+        over[writes[i]] = writes[i + 1]
+      end
+    end
     if t.progress_at and not t.progress_done then
       -- The caller read progress_at alone (completeTasks: one field, not four, for the tasks
       -- that never reported progress): the rest of the progress only for those that did.
-      v.progress_done, v.progress_total, v.progress_message =
-        unpack(rcall('HMGET', tkey, 'progress_done', 'progress_total', 'progress_message'))
+      local done, total, message = unpack(rcall('HMGET', tkey, 'progress_done', 'progress_total', 'progress_message'))
+      over = over or {}
+      if over.progress_done == nil then over.progress_done = done end
+      if over.progress_total == nil then over.progress_total = total end
+      if over.progress_message == nil then over.progress_message = message end
     end
-    if wid and not v.workflow_step then v.workflow_step = wstep end  -- read above (the caller did not)
-    for i = 1, #(writes or {}), 2 do
-      if RETAIN_FIELD[writes[i]] then v[writes[i]] = writes[i + 1] end
+    if wid and not t.workflow_step then  -- read above (the caller did not)
+      over = over or {}
+      if over.workflow_step == nil then over.workflow_step = wstep end
     end
-    if v.result_truncated == '0' then v.result_truncated = nil end  -- the API reads a missing flag as 0
-    if v.errors == '[]' then v.errors = nil end
-    if v.priority == 'normal' then v.priority = nil end  -- the default, as the API reads a compact record
     local f = {'status', status, 'finished_at', now_ms}
+    local n = 4
     for _, name in ipairs(RETAIN_FIELDS) do
-      if v[name] and v[name] ~= '' then f[#f + 1], f[#f + 2] = name, v[name] end
+      local value = over and over[name]
+      if value == nil then value = t[name] end
+      -- Left out: empty, and what the API reads as the default when missing (a result_truncated
+      -- of 0, no errors, the normal priority).
+      if value and value ~= '' and RETAIN_DEFAULT[name] ~= value then
+        f[n + 1], f[n + 2] = name, value
+        n = n + 2
+      end
     end
     -- DEL and a new HSET, not HDEL: a hash that a long payload made a hashtable stays one.
     rcall('DEL', tkey)
