@@ -22,6 +22,7 @@ from ..replication import Replication
 from ..scripts import Scripts
 from .audit import Audit
 from .dlq import DeadLetters
+from .functions import Functions
 from .history import History
 from .limits import Limits
 from .periodic import Periodic
@@ -58,6 +59,7 @@ class Engine:
         self.limits = Limits(plumbing, self.audit, self.registry)
         self.workflows = Workflows(plumbing, self.audit, self.tasks)
         self.running = Running(plumbing, self.registry)
+        self.functions = Functions(plumbing, self.audit)
         self.workers = Workers(plumbing, self.audit, self.running)
         self.history = History(plumbing, self.registry)
 
