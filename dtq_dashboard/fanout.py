@@ -122,6 +122,9 @@ class EventHub:
         client = client or ClientBuffer()
         self.clients.add(client)
         if self._task is None or self._task.done():
+            # A new subscription: what the last one said (live, or Redis unreachable) holds no more.
+            self.subscribed.clear()
+            self.in_trouble.clear()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="dtq-events-subscription")
         return client
 

@@ -89,6 +89,25 @@ def test_the_socket_opens_only_once_the_subscription_is_live(live_engine: Engine
     assert message["event_id"] == "9-1"
 
 
+def test_a_page_opened_after_the_last_one_closed_waits_for_the_new_subscription(live_engine: Engine) -> None:
+    # The last page leaving drops the subscription; the next one must not be let in on the word
+    # of the old one.
+    async def scenario() -> list[int]:
+        first = communicator()
+        assert (await first.connect())[0]
+        await first.disconnect()
+        await until(lambda: subscribers(live_engine) == 0)
+        second = communicator()
+        assert (await second.connect())[0]
+        listening = subscribers(live_engine)
+        await asyncio.to_thread(live_engine.client.publish, live_engine.keys.events(), event(2))
+        received = json.loads(await second.receive_from(timeout=3))["event_id"]
+        await second.disconnect()
+        return [listening, int(received.split("-")[1])]
+
+    assert asyncio.run(scenario()) == [1, 2]
+
+
 def test_one_subscription_per_process_however_many_clients(live_engine: Engine) -> None:
     async def scenario() -> None:
         clients = [communicator() for _ in range(5)]
