@@ -98,6 +98,11 @@ class Operation:
             pass  # progress is a hint; the action itself goes on (or fails on its next call)
 
 
+def audit_selection(selection: dict[str, Any] | None) -> str:
+    """A selection as an audit entry stores it (an operation's block may name what it made)."""
+    return _selection_json(selection)
+
+
 def _selection_json(selection: dict[str, Any] | None) -> str:
     return json.dumps(selection, separators=(",", ":"), sort_keys=True) if selection else ""
 

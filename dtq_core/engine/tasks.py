@@ -33,7 +33,7 @@ from ..partitions import Layout
 from ..replies import text_list
 from ..submit import Submission, validate
 from ..task import TASK_TYPE_RE, TERMINAL
-from .audit import Actor, Audit
+from .audit import Actor, Audit, audit_selection
 from .plumbing import Noun, Plumbing
 from .reads import Page, page_limit, queue_filter, type_filter
 from .recent import RecentTasks, make_search, parse_cursor
@@ -139,6 +139,8 @@ class Tasks(Noun):
         with self.audit.operation(actor, "task.enqueue", f"queue:{queue}", selected=1,
                                   selection={"type": type, "queue": queue}) as op:
             enqueued = self.enqueue(type, payload, request_id=actor.request_id or None, **options)
+            # The outcome entry names the task, so the trail leads to what the operator made.
+            op.selection = audit_selection({"type": type, "queue": queue, "task_id": enqueued.id})
             op.done = 1
         return enqueued
 

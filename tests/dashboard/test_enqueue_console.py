@@ -49,6 +49,7 @@ def test_an_operator_enqueues_a_task_and_it_is_audited(enqueuer: Client, live_en
     entry = next(e for e in live_engine.audit.list(limit=20).items if e["action"] == "task.enqueue")
     assert entry["actor"] == "user:enqueuer" and entry["source"] == "console" and entry["target"] == "queue:ops"
     assert entry["outcome"] == "finished"
+    assert entry["selection"] == {"type": "dtq.echo", "queue": "ops", "task_id": task_id}  # the trail leads to it
 
 
 @pytest.mark.parametrize("values,status,message", [
