@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from dtq_core.engine import Engine
 from dtq_core.history import bucket_bounds, bucket_of, percentile
-from dtq_core.worker.history import HistoryRoller
+from dtq_core.worker.history import HOUR_GRACE_MIN, HistoryRoller
 from dtq_core.worker.store import WorkerStore
 
 from ..conftest import WorkerProcess, wait_for
@@ -124,7 +124,9 @@ def test_the_leader_folds_complete_hours_and_long_ranges_read_them(
     folded = redis_client.hgetall(f"{engine.keys.history(t)}h:{hour}")
     assert folded == {"job|s": "10", "job|r12": "10", "job|f": "2"}
     assert 0 < redis_client.pttl(f"{engine.keys.history(t)}h:{hour}") <= 31 * 86400 * 1000
-    assert int(redis_client.hget(engine.keys.history_folded(), f"hour:{t}")) == int(now // 3600) - 1
+    # Up to the last hour that ended HOUR_GRACE_MIN ago: in the first minutes of an hour, the one before last.
+    last_complete = (int(now * 1000) // 60000 - HOUR_GRACE_MIN) // 60 - 1
+    assert int(redis_client.hget(engine.keys.history_folded(), f"hour:{t}")) == last_complete
     # Folding again (a second leader, a retry) gives the same hash.
     redis_client.hset(engine.keys.history_folded(), mapping={f"hour:{t}": hour - 1})
     _roll(engine, now)
