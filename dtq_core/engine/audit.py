@@ -100,10 +100,6 @@ class Operation:
 
 def audit_selection(selection: dict[str, Any] | None) -> str:
     """A selection as an audit entry stores it (an operation's block may name what it made)."""
-    return _selection_json(selection)
-
-
-def _selection_json(selection: dict[str, Any] | None) -> str:
     return json.dumps(selection, separators=(",", ":"), sort_keys=True) if selection else ""
 
 
@@ -153,7 +149,7 @@ class Audit(Noun):
         """Write the intent entry (nothing has changed yet) and open the operation."""
         now = self.clock.now_ms()
         op = Operation(op_id=uuid.uuid4().hex[:16], actor=actor, action=action, target=target, started_ms=now,
-                       selected=selected, selection=_selection_json(selection), recorder=self)
+                       selected=selected, selection=audit_selection(selection), recorder=self)
         op.start_id = str(self.scripts("startAudit", keys=[self.keys.audit(), self.keys.audit_open()],
                                        args=[self.config.audit_maxlen, op.op_id, now, "ts", now, "phase", "start",
                                              "count", 0, *self._entry_fields(op)]))

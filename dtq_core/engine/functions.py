@@ -36,23 +36,18 @@ class Functions(Noun):
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every dtq library loaded (on a cluster, on any master): name, whether this version calls
         it, and on how many masters it is."""
-        current = {library.function for library in LIBRARIES.values()}
-        found: dict[str, int] = {}
-        for names in self._per_master().values():
-            for name in names:
-                found[name] = found.get(name, 0) + 1
-        return [{"name": name, "current": name in current, "masters": masters}
-                for name, masters in sorted(found.items(), key=lambda item: (item[0] not in current, item[0]))]
+        return _listing(self._per_master())
 
     def prune(self, actor: Actor, *, dry_run: bool = False) -> builtins.list[str]:
         """Delete every dtq library this version does not call (audited as functions.prune);
         return their names. dry_run: only name them."""
-        stale = [item["name"] for item in self.list() if not item["current"]]
+        per_master = self._per_master()
+        stale = [item["name"] for item in _listing(per_master) if not item["current"]]
         if dry_run or not stale:
             return stale
         with self.audit.operation(actor, "functions.prune", "functions", selected=len(stale),
                                   selection={"libraries": stale}) as op:
-            for node, names in self._per_master().items():
+            for node, names in per_master.items():
                 for name in names:
                     if name in stale:
                         self._delete(node, name)
@@ -79,6 +74,17 @@ class Functions(Noun):
         except redis.exceptions.ResponseError as exc:
             if "not found" not in str(exc).lower():  # deleted meanwhile (another prune): the same end
                 raise
+
+
+def _listing(per_master: dict[Any, builtins.list[str]]) -> builtins.list[dict[str, Any]]:
+    """Each library once: this version's first, then the others, by name."""
+    current = {library.function for library in LIBRARIES.values()}
+    found: dict[str, int] = {}
+    for names in per_master.values():
+        for name in names:
+            found[name] = found.get(name, 0) + 1
+    return [{"name": name, "current": name in current, "masters": masters}
+            for name, masters in sorted(found.items(), key=lambda item: (item[0] not in current, item[0]))]
 
 
 def _names(reply: Any) -> builtins.list[str]:
