@@ -37,7 +37,7 @@ run: bootstrap
 TOPOLOGY_TESTS = tests/core/test_enqueue.py tests/core/test_scans.py tests/core/test_partitions.py \
 	tests/core/test_lua_states.py tests/api/test_submit.py tests/api/test_endpoints_tasks.py \
 	tests/api/test_endpoints_queues.py tests/api/test_endpoints_dlq.py tests/worker/test_worker_behaviour.py \
-	tests/worker/test_partitioned_fetch.py tests/worker/test_drain.py tests/failure/test_worker_crash.py \
+	tests/worker/test_partitioned_fetch.py tests/worker/test_wake_list.py tests/worker/test_drain.py tests/failure/test_worker_crash.py \
 	tests/failure/test_scheduler.py tests/failure/test_cancel.py tests/periodic/test_engine.py \
 	tests/api/test_endpoints_periodic.py tests/limits/test_engine_limits.py tests/limits/test_limits_workers.py \
 	tests/core/test_unique.py tests/api/test_endpoints_limits.py tests/workflows/test_workflows.py \

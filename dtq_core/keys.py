@@ -164,6 +164,18 @@ class Keys:
         by a fetch that reads the partition's streams to their end."""
         return f"{self.partition(tag)}ready"
 
+    def wake_list(self, tag: str) -> str:
+        """List of at most one token, pushed with the wake message when the partition becomes
+        ready: an idle worker serving this partition alone waits on it with BLPOP, its fetch
+        queued behind, and so claims a new task in the round trip that wakes it."""
+        return f"{self.partition(tag)}wake"
+
+    def wake_self(self, tag: str, worker_id: str) -> str:
+        """List a worker blocked on the partition's wake list pushes to itself (from another
+        connection) to end its wait early: a wake message for the partition, a stop request.
+        Same slot as the wake list, so one BLPOP waits on both."""
+        return f"{self.partition(tag)}wake:{worker_id}"
+
     def paused(self, tag: str) -> str:
         """String JSON {"by": actor, "at": ms}: the queue is paused (every partition carries it,
         and the fetch script checks it in the same script as the read)."""

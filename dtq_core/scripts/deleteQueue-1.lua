@@ -45,7 +45,7 @@ end
 
 if step == 'drop' then
   if current ~= tombstone then return {CODE.PARTITION_CLOSED} end
-  rcall('DEL', streams[1], streams[2], streams[3], K.ready, K.paused, K.schedule, K.schedule_claims,
+  rcall('DEL', streams[1], streams[2], streams[3], K.ready, K.wake_list, K.paused, K.schedule, K.schedule_claims,
         K.schedule .. ':counts', K.running, K.recent, K.dlq, K.dlq .. ':counts', K.event_seq,
         K.stats_tasks, K.stats_duration, K.stats_counters, K.retain_ok, K.retain_failed,
         K.limits, K.limits_rate, K.limits_held, K.limits_groups, K.limits_waiting, K.limits_gpause)

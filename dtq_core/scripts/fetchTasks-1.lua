@@ -17,9 +17,12 @@
     ARGV[11..] the partition's streams after its stream key prefix ("queue:priority"), in the
                order they are served (high, normal, low)
   Output:
-    {drained, rows[, wait_ms]}: drained 1 when the ready flag was cleared, 0 when more may wait;
-    wait_ms (only when the queue's limits let nothing start, includes/limits.lua): ms until a
-    rate token frees or a handler's pause ends, 0 when a freed slot will ring the partition; rows:
+    {drained, rows}, {drained, rows, wait_ms} or {drained, rows, 0, claimed_ms}: drained 1 when
+    the ready flag was cleared, 0 when more may wait; wait_ms (only when the queue's limits let
+    nothing start, includes/limits.lua):
+    ms until a rate token frees or a handler's pause ends, 0 when a freed slot will ring the
+    partition; claimed_ms (only when the call took Redis's clock, an empty now: a fetch queued
+    behind a wait) the time of the claims; rows:
     runnable ones {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload,
     timeout_s, queue, priority, handler ('' = the type's own), headers, workflow context
     ('' or "<workflow id>|<step>|<input JSON>": includes/claim.lua)}, and for the worker's log
@@ -114,9 +117,13 @@ end
 if #ctx.started > 0 then rcall('ZADD', K.running, unpack(ctx.started)) end
 if lim then limits_started(K, lim, ctx.lim_started, lim_now) end
 emit_flush(K)
+local drained = 0
 if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
   rcall('DEL', K.ready)
-  return {1, rows}
+  drained = 1
 end
-return {0, rows}
+-- Queued behind a wait, the claims took Redis's clock: say when, so the worker can tell a claim
+-- it reads long after it was made (it was frozen meanwhile) from a fresh one.
+if ctx.server_clock then return {drained, rows, 0, ctx.now_ms} end
+return {drained, rows}

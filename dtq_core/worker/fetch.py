@@ -18,12 +18,15 @@ import logging
 from .executor import Row
 from .fairness import share
 from .state import WorkerState
-from .store import Partition
+from .store import Fetched, Partition
+from .wake import Ticket
 
 logger = logging.getLogger("dtq.worker")
 
 BLOCK_MS = 1000  # longest idle wait on the subscription; bounds how long a stop request waits for the consumer
 QUEUE_REFRESH_S = 1.0
+UNBLOCK_GRACE_S = 0.002  # a wake-up heard while blocked on the wake list: how long its own reply may take
+LIST_WAIT_BACKOFF_S = 5.0  # after a failed wait on a wake list, the channel alone serves this long
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
 
 
@@ -131,6 +134,9 @@ class FetchLoop(WorkerState):
         if self.wake.ready:
             return await self._fetch_ready(free)
         if not self.burst:
+            partition = self._list_wait_partition()
+            if partition is not None:
+                return await self._wait_on_list(partition, free)
             await self.wake.wait(BLOCK_MS / 1000)
             return []
         # The scheduler may have queued due work since: when nothing else can come, look at every
@@ -145,6 +151,58 @@ class FetchLoop(WorkerState):
         await self.wake.wait(0.05)
         return []
 
+    def _list_wait_partition(self) -> Partition | None:
+        """The partition an idle worker waits on with BLPOP (_wait_on_list): its only fetchable
+        one, unless a wait failed lately. A worker of several partitions waits on the channel:
+        one BLPOP cannot span slots on a cluster, nor one pipelined fetch many partitions cheaply."""
+        if len(self._fetchable) != 1 or self._stopping or self.clock.monotonic() < self._list_wait_off_until:
+            if self._list_waited is not None:
+                # Wake-ups that came while it waited on the list were left to the list's token
+                # (below); the channel cannot see that token: fetch the partition once.
+                self.wake.mark_ready([self._list_waited])
+                self._list_waited = None
+            return None
+        return next(iter(self._fetchable.values()))
+
+    async def _wait_on_list(self, partition: Partition, free: int) -> list[Row]:
+        """Idle, serving one partition: block on its wake list with the fetch queued behind the
+        BLPOP (store.wait_and_fetch), so a submit's ring wakes this worker with the task already
+        claimed: one round trip from the submit to the claimed row, where the channel takes a
+        message and then a fetch. The channel still runs beside it: a wake-up it brings (another
+        worker took the token and more is ready, a resumed queue, a limit's timer, a resubscribe)
+        or a stop request ends the wait early through this worker's own list (store.unblock),
+        and the queued fetch then runs at once. At most BLOCK_MS, so the queue refresh stays on
+        time. On any failure the worker waits on the channel alone for LIST_WAIT_BACKOFF_S."""
+        tag = partition.tag
+        self._list_waited = tag
+        waiting = asyncio.ensure_future(self.store.wait_and_fetch(partition, free, BLOCK_MS / 1000))
+        try:
+            if await self.wake.changed_before(waiting):
+                # Most often the message of the very ring whose token this wait took: the fetch's
+                # reply is on its way. Only a wait still blocked after a moment is ended.
+                await asyncio.wait((waiting,), timeout=UNBLOCK_GRACE_S)
+                if not waiting.done():
+                    await self.store.unblock(partition)
+            fetched = await waiting
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Redis away, a wake list overwritten: the channel serves
+            self._list_wait_off_until = self.clock.monotonic() + LIST_WAIT_BACKOFF_S
+            self.wake.mark_ready([tag])  # the queued fetch may not have run: sweep the partition
+            logger.debug("worker_id=%s wait on the wake list of partition %s failed (%s: %s); waiting on the "
+                         "channel for %gs", self.worker_id, tag, type(exc).__name__, exc, LIST_WAIT_BACKOFF_S)
+            return []
+        finally:
+            if not waiting.done():
+                waiting.cancel()  # the line is closed mid-exchange: Redis drops the queued fetch
+        # The ticket is taken now, not when the wait went out: a wake-up of this partition heard
+        # during the wait came from a ring that the fetch either followed (it read that entry) or
+        # preceded, and then that ring's token waits on the list for the next wait, or, if the
+        # next idle wait is on the channel, _list_wait_partition marks the partition ready.
+        if tag not in fetched.drained and tag not in fetched.failed:
+            self.wake.mark_ready([tag])  # it read what it could take and more may wait
+        return self._took(fetched, {tag: self.wake.ticket(tag)})
+
     async def _fetch_ready(self, free: int) -> list[Row]:
         """One fetch round: every ready partition asked for its share of the free slots."""
         tags = sorted(self.wake.ready)
@@ -152,7 +210,10 @@ class FetchLoop(WorkerState):
         self._fetch_offset += free % len(tags)  # the remainder goes to the next ones next time
         asks = [(self._fetchable[tag], n) for tag, n in shares]
         tickets = {tag: self.wake.ticket(tag) for tag, _ in shares}
-        fetched = await self.store.fetch(asks)
+        return self._took(await self.store.fetch(asks), tickets)
+
+    def _took(self, fetched: Fetched, tickets: dict[str, Ticket]) -> list[Row]:
+        """Apply a fetch round to the ready set (tickets: taken as each partition's fetch went out)."""
         for tag in fetched.drained:
             self.wake.drained(tag, tickets[tag])
             self._fetch_errors.pop(tag, None)

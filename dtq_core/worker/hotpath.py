@@ -50,16 +50,19 @@ class HotPath:
         self.timeout_s = timeout_s  # for one exchange
         self.lines = RoutedLines(client)
 
-    async def exchange(self, calls: Sequence[Call], tail: Sequence[Routed] = (), wait_s: float = 0.0) -> list[Any]:
-        """Send the calls, then `tail` (commands that must follow them on their node's connection,
-        such as a WAIT), and return every reply, the tail's last. A script Redis does not know
-        (restarted, failed over, or SCRIPT FLUSH) did not run: load it and send those calls again,
-        together, with the tail again (a WAIT counts only the writes made before it). wait_s: how
-        long a blocking command of the tail may wait, on top of the usual timeout."""
+    async def exchange(self, calls: Sequence[Call], tail: Sequence[Routed] = (), wait_s: float = 0.0,
+                       head: Sequence[Routed] = ()) -> list[Any]:
+        """Send `head` (commands the calls must wait for on their node's connection, such as a
+        BLPOP), the calls, then `tail` (commands that must follow them, such as a WAIT), and
+        return every reply in that order. A script Redis does not know (restarted, failed over,
+        or SCRIPT FLUSH) did not run: load it and send those calls again, together, with the
+        tail again (a WAIT counts only the writes made before it), not the head. wait_s: how
+        long a blocking command of the head or tail may wait, on top of the usual timeout."""
         if not calls:
             return []
         timeout_s = self.timeout_s + wait_s
-        replies = await self.lines.exchange([(c.key, c.command) for c in calls] + list(tail), timeout_s)
+        sent = await self.lines.exchange([*head, *((c.key, c.command) for c in calls), *tail], timeout_s)
+        heads, replies = sent[:len(head)], sent[len(head):]
         unknown = [i for i, reply in enumerate(replies[:len(calls)]) if is_unknown(reply)]
         if unknown:
             for name in sorted({calls[i].script for i in unknown}):
@@ -70,7 +73,7 @@ class HotPath:
                 replies[i] = reply
             if tail:
                 replies[len(calls):] = again[len(unknown):]
-        return replies
+        return heads + replies if head else replies
 
     async def close(self) -> None:
         await self.lines.close()

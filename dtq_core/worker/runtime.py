@@ -115,6 +115,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._fetch_errors: dict[str, str] = {}  # the last error of each, logged once
         self._limit_timers: dict[str, asyncio.TimerHandle] = {}  # partitions a rate limit holds back (fetch.py)
         self._fetch_offset = 0  # rotates which ready partitions get the remainder of the free slots
+        self._list_wait_off_until = 0.0  # monotonic: no wait on a wake list before (fetch.py)
+        self._list_waited: str | None = None  # the partition of the last wait on a wake list
         self._refreshed_at = -1e9
         self._sweep_at = 0  # where in the served partitions the reaper's next round-robin slices start
         self._running_sweep_at = 0

@@ -58,6 +58,8 @@ class WorkerState:
     _fetch_errors: dict[str, str]
     _limit_timers: dict[str, asyncio.TimerHandle]
     _fetch_offset: int
+    _list_wait_off_until: float
+    _list_waited: str | None
     _refreshed_at: float
     _sweep_at: int
     _running_sweep_at: int

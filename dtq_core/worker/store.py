@@ -33,11 +33,13 @@ from ..replication import Replication
 from ..replies import text_list
 from ..routing import Routed, is_cluster
 from ..scripts import Scripts
+from ..wire import pack
 from .executor import Completion, Row
 from .fairness import share
 from .hotpath import Call, HotPath
 
 COMPLETE_BATCH = 500
+WAKE_SELF_TTL_MS = 60_000  # a push to a worker's own wake list outlives no wait by much
 REWAITS = 5  # times a worker asks replicas again for completions they did not confirm
 logger = logging.getLogger("dtq.worker")
 
@@ -166,22 +168,55 @@ class WorkerStore:
         """Read and claim up to `count` new entries of each partition asked (non-blocking), highest
         priority first within each: one fetchTasks call per partition, all pipelined (one write
         per node). A paused partition gives nothing."""
-        fetched = Fetched()
         asks = [(p, n) for p, n in asks if n > 0]
         if not asks:
-            return fetched
+            return Fetched()
         claim = self._claim_args()
         events = await self.events.aflag(self.client)
         calls = [Call.of(self.scripts, "fetchTasks", keys=[self.keys.partition(p.tag)],
                          args=[*claim, count, p.owner, events, *p.streams]) for p, count in asks]
-        replies = await self.fetch_path.exchange(calls)
+        return self._fetched(asks, await self.fetch_path.exchange(calls))
+
+    async def wait_and_fetch(self, partition: Partition, count: int, block_s: float) -> Fetched:
+        """Wait up to block_s for a token on the partition's wake list (or on this worker's own,
+        wake_self), then fetch as `fetch` does: the BLPOP and the fetchTasks call go out in one
+        write on the consumer's line, so Redis runs the fetch as soon as the wait ends, in the
+        round trip that woke it. The fetch runs whatever ended the wait (a token, this worker's
+        own push, the timeout), and takes Redis's clock: it runs up to block_s after the call."""
+        tag = partition.tag
+        wake_list = self.keys.wake_list(tag)
+        blpop = pack(("BLPOP", wake_list, self.keys.wake_self(tag, self.worker_id), max(block_s, 0.01)))
+        claim = self._claim_args()
+        claim[2:4] = ["", ""]  # now (ms, ISO): Redis's clock when the fetch runs
+        events = await self.events.aflag(self.client)
+        call = Call.of(self.scripts, "fetchTasks", keys=[self.keys.partition(tag)],
+                       args=[*claim, count, partition.owner, events, *partition.streams])
+        replies = await self.fetch_path.exchange([call], head=[(wake_list, blpop)], wait_s=block_s)
+        if isinstance(replies[0], Exception):  # the wake list is not a list (overwritten by hand)
+            raise replies[0]
+        return self._fetched([(partition, count)], replies[1:])
+
+    async def unblock(self, partition: Partition) -> None:
+        """End this worker's BLPOP on the partition's wake list now (wait_and_fetch): a push to its
+        own list, which expires if the wait had ended already and no later wait takes it."""
+        key = self.keys.wake_self(partition.tag, self.worker_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(key, 1)
+        pipe.pexpire(key, WAKE_SELF_TTL_MS)
+        await pipe.execute()
+
+    def _fetched(self, asks: Sequence[tuple[Partition, int]], replies: list[Any]) -> Fetched:
+        fetched = Fetched()
         received_at = self.clock.monotonic()
         for (partition, _), reply in zip(asks, replies, strict=True):
             if isinstance(reply, Exception):
                 fetched.failed[partition.tag] = reply
                 continue
             drained, rows = reply[0], reply[1]
-            fetched.rows += self._runnable(rows, partition.tag, received_at)
+            claimed_at = received_at
+            if len(reply) > 3:  # claimed on Redis's clock (wait_and_fetch): as old as that says
+                claimed_at -= max(0.0, (self.clock.now_ms() - int(reply[3])) / 1000)
+            fetched.rows += self._runnable(rows, partition.tag, claimed_at)
             if int(drained):
                 fetched.drained.append(partition.tag)
             if len(reply) > 2 and int(reply[2]) > 0:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -112,6 +113,20 @@ class WakeSubscription:
         except TimeoutError:
             pass
         return bool(self.ready)
+
+    async def changed_before(self, waiting: asyncio.Future[Any]) -> bool:
+        """Wait for `waiting`, unless a tag becomes ready (or poke) first: True then."""
+        if waiting.done():
+            return False
+        if self.ready:
+            return True
+        self._changed.clear()
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait((waiting, changed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        return not waiting.done()
 
     def retry_now(self) -> None:
         """Redis answers again (a heartbeat landed): end a backoff before subscribing again."""

@@ -177,10 +177,11 @@ end
 local function claim_context(argv_offset)
   local K = partition_keys(KEYS[1])
   local now_ms, now_iso = ARGV[argv_offset + 2], ARGV[argv_offset + 3]
-  if now_ms == '' then now_ms, now_iso = server_now() end
+  local server_clock = now_ms == ''
+  if server_clock then now_ms, now_iso = server_now() end
   local R = retention_policy(ARGV[argv_offset + 4])
   return {K = K, group = ARGV[argv_offset], worker_id = ARGV[argv_offset + 1], now_ms = now_ms,
-          now_iso = now_iso, retention_ms = R.task_ms, R = R,
+          now_iso = now_iso, server_clock = server_clock, retention_ms = R.task_ms, R = R,
           dlq_enabled = ARGV[argv_offset + 5], dlq_maxlen = ARGV[argv_offset + 6],
           paused_key = K.paused, dlq_key = K.dlq, counters_key = K.stats_counters, running_key = K.running,
           outcomes_key = K.stats_tasks, task_prefix = K.task_prefix}

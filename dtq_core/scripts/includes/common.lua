@@ -58,7 +58,7 @@ local PARTITION_SUFFIX = {
   owner = 'queue', task_prefix = 'task:', result_prefix = 'result:', idem_prefix = 'idem:',
   unique_prefix = 'unique:', stream_prefix = 'stream:', schedule = 'schedule',
   schedule_claims = 'schedule:claims', lock = 'lock', dlq = 'dlq', running = 'running', recent = 'recent',
-  ready = 'ready', paused = 'paused', stats_tasks = 'stats:tasks', stats_duration = 'stats:duration',
+  ready = 'ready', wake_list = 'wake', paused = 'paused', stats_tasks = 'stats:tasks', stats_duration = 'stats:duration',
   stats_counters = 'stats:counters', throughput_prefix = 'stats:done:', event_seq = 'events:seq',
   periodic_prefix = 'periodic:', periodic_index = 'periodic', periodic_tick_prefix = 'periodic-tick:',
   retain_ok = 'retain:ok', retain_failed = 'retain:failed', limits = 'limits', limits_rate = 'limits:rate',
@@ -169,10 +169,18 @@ end
 -- stays ready, so a burst publishes once; a fetch that reads the partition to its end clears
 -- the flag in the same script, and the next entry publishes again. A lost message (a worker
 -- reconnecting) costs that worker a full sweep, never a task: see dtq_core/worker/wake.py.
+-- The same moment pushes a token on the partition's wake list (kept to one): an idle worker
+-- that serves this partition alone waits there with BLPOP and its fetch queued behind it, so it
+-- claims the entry in the round trip that wakes it (dtq_core/worker/fetch.py, _wait_on_list).
 local function ring(K)
   -- pcall: a ready key overwritten by hand must not fail the submit (workers then sweep).
   local set = redis.pcall('SET', K.ready, '1', 'NX')
-  if set and type(set) == 'table' and set.ok then rcall('PUBLISH', K.wake_channel, K.tag) end
+  if set and type(set) == 'table' and set.ok then
+    rcall('PUBLISH', K.wake_channel, K.tag)
+    -- pcall: nor a wake list overwritten by hand (the worker then falls back to the channel).
+    redis.pcall('RPUSH', K.wake_list, '1')
+    redis.pcall('LTRIM', K.wake_list, -1, -1)
+  end
 end
 
 -- The field of the per-outcome task counts (dtq_tasks_total): "queue|type|status".

@@ -1,0 +1,164 @@
+"""An idle worker that serves one partition waits on the partition's wake list with its fetch
+queued behind the BLPOP (dtq_core/worker/fetch.py, _wait_on_list): a submit's ring hands it the
+task already claimed, in the round trip that wakes it. The wake channel still runs beside it, and
+a wake-up it brings, or a stop, ends the wait early through the worker's own list."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.worker import fetch as fetch_module
+from dtq_core.worker.runtime import Worker
+from dtq_core.worker.store import Fetched, WorkerStore
+
+from .support import tag
+from .test_worker_behaviour import make_engine, run_burst, running_worker, status_once
+
+
+class Waits:
+    """Every worker's waits on a wake list, and what each brought back (a spy on the store's
+    method, installed before the workers start: the calls still go to Redis)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.started: dict[str, int] = {}
+        self.waiting: set[str] = set()  # worker ids in a wait now
+        self.claimed: dict[str, list[str]] = {}  # task ids the waits' fetches claimed, per worker
+        real: Callable[..., Any] = WorkerStore.wait_and_fetch
+        waits = self
+
+        async def wait_and_fetch(store: WorkerStore, *args: Any, **kwargs: Any) -> Fetched:
+            me = store.worker_id
+            waits.started[me] = waits.started.get(me, 0) + 1
+            waits.waiting.add(me)
+            try:
+                fetched: Fetched = await real(store, *args, **kwargs)
+            finally:
+                waits.waiting.discard(me)
+            waits.claimed.setdefault(me, []).extend(row.task_id for row in fetched.rows)
+            return fetched
+
+        monkeypatch.setattr(WorkerStore, "wait_and_fetch", wait_and_fetch)
+
+    async def blocked(self, worker: Worker, timeout: float = 10) -> None:
+        """Until the worker is in a wait on its partition's list."""
+        deadline = time.monotonic() + timeout
+        while worker.worker_id not in self.waiting:
+            assert time.monotonic() < deadline, "the idle worker never waited on its wake list"
+            await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
+    return Waits(monkeypatch)
+
+
+@pytest.fixture
+def long_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waits that would outlast the test unless something ends them early."""
+    monkeypatch.setattr(fetch_module, "BLOCK_MS", 60_000)
+
+
+def test_a_ring_leaves_one_token_however_many_submits_arrive(engine: Engine) -> None:
+    for _ in range(5):
+        engine.tasks.enqueue("dtq.echo", queue="mail")
+    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue="mail") for _ in range(50)])
+    assert engine.client.lrange(engine.keys.wake_list(tag(engine, "mail")), 0, -1) == ["1"]
+
+
+def test_an_idle_worker_gets_the_task_claimed_in_the_wait_that_a_submit_ends(config: DtqConfig, waits: Waits,
+                                                                            long_waits: None) -> None:
+    engine, cfg = make_engine(config)
+    wake_list = engine.keys.wake_list(tag(engine, "mail"))
+
+    async def scenario() -> None:
+        async with running_worker(cfg, queues=["mail"]) as worker:
+            await waits.blocked(worker)
+            task_id = engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="mail").id
+            assert await status_once(engine, task_id, lambda s: s == "SUCCEEDED") == "SUCCEEDED"
+            # Claimed by the wait's own fetch (no wait here lasts less than a minute unless a
+            # token or a wake-up ends it), and the token it took is gone.
+            assert waits.claimed[worker.worker_id] == [task_id]
+            assert engine.client.llen(wake_list) == 0
+            # And it waits on the list again for the next one.
+            await waits.blocked(worker)
+            second = engine.tasks.enqueue("dtq.echo", {"n": 2}, queue="mail").id
+            assert await status_once(engine, second, lambda s: s == "SUCCEEDED") == "SUCCEEDED"
+            assert waits.claimed[worker.worker_id] == [task_id, second]
+
+    asyncio.run(scenario())
+
+
+def test_a_worker_whose_peer_took_the_token_joins_when_the_channel_says_more_is_ready(
+        config: DtqConfig, waits: Waits, long_waits: None) -> None:
+    engine, cfg = make_engine(config)
+
+    async def scenario() -> None:
+        async with running_worker(cfg, queues=["mail"], concurrency=2) as first, \
+                running_worker(cfg, queues=["mail"], concurrency=2) as second:
+            await waits.blocked(first)
+            await waits.blocked(second)
+            # One ring, one token: one worker's wait takes it and claims 2 of the 8; the other
+            # hears the wake message, ends its own wait and claims too. Without that it would
+            # sit in its minute-long wait while 0.3 s tasks queue.
+            ids = [t.id for t in engine.tasks.enqueue_many(
+                [engine.tasks.validate("dtq.sleep", {"seconds": 0.3}, queue="mail") for _ in range(8)])]
+            for task_id in ids:
+                assert await status_once(engine, task_id, lambda s: s == "SUCCEEDED", timeout=20) == "SUCCEEDED"
+            ran_on = {engine.tasks.get(task_id)["worker_id"] for task_id in ids}
+            assert ran_on == {first.worker_id, second.worker_id}
+
+    asyncio.run(scenario())
+
+
+def test_a_stop_ends_a_wait_on_the_wake_list_at_once(config: DtqConfig, waits: Waits, long_waits: None) -> None:
+    engine, cfg = make_engine(config)
+
+    async def scenario() -> float:
+        worker = Worker(cfg, queues=["mail"], name="stopper")
+        run = asyncio.create_task(worker.run())
+        await waits.blocked(worker)
+        asked = time.monotonic()
+        worker.request_stop()
+        await asyncio.wait_for(run, 30)
+        return time.monotonic() - asked
+
+    # Well under the drain's own bound for a consumer that does not return (1 s + 2 s).
+    assert asyncio.run(scenario()) < 2.5
+    # The push that ended the wait was taken by it: no key of the worker's is left behind.
+    assert not engine.client.exists(engine.keys.wake_self(tag(engine, "mail"), "stopper"))
+
+
+def test_a_wake_list_overwritten_by_hand_fails_no_submit_and_the_channel_serves(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    engine, cfg = make_engine(config)
+    wake_list = engine.keys.wake_list(tag(engine, "mail"))
+    engine.client.set(wake_list, "not a list")
+
+    async def scenario() -> None:
+        async with running_worker(cfg, queues=["mail"]):
+            await asyncio.sleep(0.3)  # its first idle wait fails on the key and falls back
+            ids = [engine.tasks.enqueue("dtq.echo", {"n": n}, queue="mail").id for n in range(3)]
+            for task_id in ids:
+                assert await status_once(engine, task_id, lambda s: s == "SUCCEEDED") == "SUCCEEDED"
+
+    asyncio.run(scenario())
+    assert engine.client.get(wake_list) == "not a list"  # left as it was: a submit's ring pcalls
+
+
+def test_deleting_a_queue_deletes_its_wake_list(config: DtqConfig) -> None:
+    engine, cfg = make_engine(config)
+    engine.tasks.enqueue("dtq.echo", queue="gone")
+    wake_list = engine.keys.wake_list(tag(engine, "gone"))
+    assert engine.client.exists(wake_list)
+    run_burst(cfg)  # empties it: only an empty queue can be deleted
+    engine.queues.delete("gone", actor=Actor(name="test", source="cli"))
+    assert not engine.client.exists(wake_list)
