@@ -25,6 +25,10 @@ logger = logging.getLogger("dtq.worker")
 
 BLOCK_MS = 1000  # longest idle wait on the subscription; bounds how long a stop request waits for the consumer
 QUEUE_REFRESH_S = 1.0
+# An idle worker's wait on its wake list starts once the sync attempt it just handed over has
+# its thread: checked every THREAD_START_S, at most THREAD_START_CHECKS times (1 ms).
+THREAD_START_S = 0.00005
+THREAD_START_CHECKS = 20
 UNBLOCK_GRACE_S = 0.002  # a wake-up heard while blocked on the wake list: how long its own reply may take
 LIST_WAIT_BACKOFF_S = 5.0  # after a failed wait on a wake list, the channel alone serves this long
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
@@ -173,8 +177,15 @@ class FetchLoop(WorkerState):
         or a stop request ends the wait early through this worker's own list (store.unblock),
         and the queued fetch then runs at once. At most BLOCK_MS, so the queue refresh stays on
         time. On any failure the worker waits on the channel alone for LIST_WAIT_BACKOFF_S."""
+        for _ in range(THREAD_START_CHECKS):
+            # A sync attempt just handed over waits for its thread, which needs the GIL that
+            # setting up the wait would hold: let it start first (its body then waits on I/O).
+            if not self.threads.untaken():
+                break
+            await asyncio.sleep(THREAD_START_S)
         tag = partition.tag
         self._list_waited = tag
+        sent_at = self.wake.ticket(tag)
         waiting = asyncio.ensure_future(self.store.wait_and_fetch(partition, free, BLOCK_MS / 1000))
         try:
             if await self.wake.changed_before(waiting):
@@ -199,6 +210,11 @@ class FetchLoop(WorkerState):
         # during the wait came from a ring that the fetch either followed (it read that entry) or
         # preceded, and then that ring's token waits on the list for the next wait, or, if the
         # next idle wait is on the channel, _list_wait_partition marks the partition ready.
+        if fetched.token and self.wake.ticket(tag) == sent_at:
+            # The ring's message has not come yet; it will, and the fetch has read that ring's
+            # entries: without this, every task an idle worker took this way would cost a
+            # second, empty fetch, and the next task would find the worker in it, not waiting.
+            self.wake.covered(tag)
         if tag not in fetched.drained and tag not in fetched.failed:
             self.wake.mark_ready([tag])  # it read what it could take and more may wait
         return self._took(fetched, {tag: self.wake.ticket(tag)})

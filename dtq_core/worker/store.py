@@ -81,6 +81,7 @@ class Fetched:
     failed: dict[str, Exception] = field(default_factory=dict)
     # Partitions whose limits let nothing start, with the seconds until a token frees (issue 22).
     waits: dict[str, float] = field(default_factory=dict)
+    token: bool = False  # wait_and_fetch: its wait ended on a ring's token (not its own push, not the time)
 
 
 class WorkerStore:
@@ -192,9 +193,12 @@ class WorkerStore:
         call = Call.of(self.scripts, "fetchTasks", keys=[self.keys.partition(tag)],
                        args=[*claim, count, partition.owner, events, *partition.streams])
         replies = await self.fetch_path.exchange([call], head=[(wake_list, blpop)], wait_s=block_s)
-        if isinstance(replies[0], Exception):  # the wake list is not a list (overwritten by hand)
-            raise replies[0]
-        return self._fetched([(partition, count)], replies[1:])
+        popped = replies[0]
+        if isinstance(popped, Exception):  # the wake list is not a list (overwritten by hand)
+            raise popped
+        fetched = self._fetched([(partition, count)], replies[1:])
+        fetched.token = bool(popped) and str(popped[0]) == wake_list
+        return fetched
 
     async def unblock(self, partition: Partition) -> None:
         """End this worker's BLPOP on the partition's wake list now (wait_and_fetch): a push to its

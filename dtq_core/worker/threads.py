@@ -69,6 +69,10 @@ class HandlerThreads:
         """Whether a sync handler has run here (the threads start with the first)."""
         return self._loop is not None
 
+    def untaken(self) -> bool:
+        """Whether an attempt handed over waits for a thread to take it."""
+        return not self._queue.empty()
+
     def submit(self, ex: Execution) -> None:
         if self._loop is None:  # started on first use: a worker of async handlers has none
             self._loop = asyncio.get_running_loop()

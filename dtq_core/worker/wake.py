@@ -56,6 +56,7 @@ class WakeSubscription:
         self.ready: set[str] = set()
         self._served: frozenset[str] = frozenset()
         self._woken: dict[str, int] = {}  # per served tag: wake-ups (messages and marks) so far
+        self._covered: set[str] = set()  # tags whose next message is for a ring a fetch already read
         self._epoch = 0  # subscriptions so far: a resubscribe marks every tag at once
         self._changed = asyncio.Event()  # a tag became ready
         self._task: asyncio.Task[None] | None = None
@@ -79,6 +80,7 @@ class WakeSubscription:
         for tag in list(self._woken):
             if tag not in served:
                 del self._woken[tag]
+        self._covered &= served
         self.mark_ready(new)
 
     def mark_ready(self, tags: Iterable[str]) -> None:
@@ -91,6 +93,13 @@ class WakeSubscription:
                 added = True
         if added:
             self._changed.set()
+
+    def covered(self, tag: str) -> None:
+        """The tag's next message is for the ring whose token a wait on its wake list took, and
+        whose entries the fetch queued behind that wait read (fetch.py, _wait_on_list): hearing
+        it must not send the worker to fetch again. Were it another ring's message, that ring
+        left its token on the list, where this worker's next idle wait (or a peer's) takes it."""
+        self._covered.add(tag)
 
     def ticket(self, tag: str) -> Ticket:
         """Where the tag's wake-ups stand, taken as a fetch of it goes out."""
@@ -138,11 +147,15 @@ class WakeSubscription:
 
     def _resubscribed(self) -> None:
         self._epoch += 1
+        self._covered.clear()
         if self._served:
             self.ready = set(self._served)
             self._changed.set()
 
     def _woke(self, tag: str) -> None:
+        if tag in self._covered:
+            self._covered.discard(tag)
+            return
         if tag in self._served:
             self._woken[tag] = self._woken.get(tag, 0) + 1
             if tag not in self.ready:

@@ -14,11 +14,13 @@ import pytest
 import redis
 
 from dtq_core.config import DtqConfig
+from dtq_core.connection import async_client
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.worker import fetch as fetch_module
 from dtq_core.worker.runtime import Worker
 from dtq_core.worker.store import Fetched, WorkerStore
+from dtq_core.worker.wake import WakeSubscription
 
 from .support import tag
 from .test_worker_behaviour import make_engine, run_burst, running_worker, status_once
@@ -32,8 +34,15 @@ class Waits:
         self.started: dict[str, int] = {}
         self.waiting: set[str] = set()  # worker ids in a wait now
         self.claimed: dict[str, list[str]] = {}  # task ids the waits' fetches claimed, per worker
+        self.fetches: dict[str, int] = {}  # the other fetches (of ready partitions), per worker
         real: Callable[..., Any] = WorkerStore.wait_and_fetch
+        real_fetch: Callable[..., Any] = WorkerStore.fetch
         waits = self
+
+        async def fetch(store: WorkerStore, *args: Any, **kwargs: Any) -> Fetched:
+            waits.fetches[store.worker_id] = waits.fetches.get(store.worker_id, 0) + 1
+            fetched: Fetched = await real_fetch(store, *args, **kwargs)
+            return fetched
 
         async def wait_and_fetch(store: WorkerStore, *args: Any, **kwargs: Any) -> Fetched:
             me = store.worker_id
@@ -47,6 +56,7 @@ class Waits:
             return fetched
 
         monkeypatch.setattr(WorkerStore, "wait_and_fetch", wait_and_fetch)
+        monkeypatch.setattr(WorkerStore, "fetch", fetch)
 
     async def blocked(self, worker: Worker, timeout: float = 10) -> None:
         """Until the worker is in a wait on its partition's list."""
@@ -82,6 +92,7 @@ def test_an_idle_worker_gets_the_task_claimed_in_the_wait_that_a_submit_ends(con
     async def scenario() -> None:
         async with running_worker(cfg, queues=["mail"]) as worker:
             await waits.blocked(worker)
+            fetches = waits.fetches.get(worker.worker_id, 0)
             task_id = engine.tasks.enqueue("dtq.echo", {"n": 1}, queue="mail").id
             assert await status_once(engine, task_id, lambda s: s == "SUCCEEDED") == "SUCCEEDED"
             # Claimed by the wait's own fetch (no wait here lasts less than a minute unless a
@@ -93,6 +104,10 @@ def test_an_idle_worker_gets_the_task_claimed_in_the_wait_that_a_submit_ends(con
             second = engine.tasks.enqueue("dtq.echo", {"n": 2}, queue="mail").id
             assert await status_once(engine, second, lambda s: s == "SUCCEEDED") == "SUCCEEDED"
             assert waits.claimed[worker.worker_id] == [task_id, second]
+            # The wake message each submit also published sent the worker to no second fetch:
+            # it read that ring's entries already.
+            await waits.blocked(worker)
+            assert waits.fetches.get(worker.worker_id, 0) == fetches
 
     asyncio.run(scenario())
 
@@ -162,3 +177,29 @@ def test_deleting_a_queue_deletes_its_wake_list(config: DtqConfig) -> None:
     run_burst(cfg)  # empties it: only an empty queue can be deleted
     engine.queues.delete("gone", actor=Actor(name="test", source="cli"))
     assert not engine.client.exists(wake_list)
+
+
+def test_the_message_of_a_ring_a_wait_already_read_is_passed_over_once(config: DtqConfig) -> None:
+    # A wait's fetch read the ring's entries before the ring's message came: that message must
+    # not send the worker to fetch again; the next one (a later ring) must.
+    engine, _ = make_engine(config)
+
+    async def scenario() -> None:
+        sub = WakeSubscription(async_client(config, read_timeout_s=10), engine.keys.wake(), "w")
+        sub.start()
+        try:
+            sub.serve(["t"])
+            while not sub.subscribed:
+                await asyncio.sleep(0.01)
+            sub.drained("t", sub.ticket("t"))  # the resubscribe's sweep found it drained
+            assert not sub.ready
+            sub.covered("t")
+            engine.client.publish(engine.keys.wake(), "t")
+            engine.client.publish(engine.keys.wake(), "other")  # not served: ignored
+            assert not await sub.wait(0.3)
+            engine.client.publish(engine.keys.wake(), "t")
+            assert await sub.wait(5) and sub.ready == {"t"}
+        finally:
+            await sub.close()
+
+    asyncio.run(scenario())
