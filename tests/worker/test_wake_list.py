@@ -185,7 +185,9 @@ def test_the_message_of_a_ring_a_wait_already_read_is_passed_over_once(config: D
     engine, _ = make_engine(config)
 
     async def scenario() -> None:
-        sub = WakeSubscription(async_client(config, read_timeout_s=10), engine.keys.wake(), "w")
+        client = async_client(config, read_timeout_s=10)
+        await client.ping()  # on a cluster, the slot map the subscription is routed by
+        sub = WakeSubscription(client, engine.keys.wake(), "w")
         sub.start()
         try:
             sub.serve(["t"])
@@ -201,5 +203,6 @@ def test_the_message_of_a_ring_a_wait_already_read_is_passed_over_once(config: D
             assert await sub.wait(5) and sub.ready == {"t"}
         finally:
             await sub.close()
+            await client.aclose()
 
     asyncio.run(scenario())
