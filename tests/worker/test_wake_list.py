@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 
+from dtq_core.clock import FakeClock
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
 from dtq_core.engine import Engine
@@ -121,11 +122,15 @@ def test_a_worker_whose_peer_took_the_token_joins_when_the_channel_says_more_is_
                 running_worker(cfg, queues=["mail"], concurrency=2) as second:
             await waits.blocked(first)
             await waits.blocked(second)
-            # One ring, one token: one worker's wait takes it and claims 2 of the 8; the other
-            # hears the wake message, ends its own wait and claims too. Without that it would
-            # sit in its minute-long wait while 0.3 s tasks queue.
-            ids = [t.id for t in engine.tasks.enqueue_many(
-                [engine.tasks.validate("dtq.sleep", {"seconds": 0.3}, queue="mail") for _ in range(8)])]
+            # Delayed, the 8 tasks reach the stream together, moved by the scheduler's one script:
+            # one ring, one token. One worker's wait takes it and claims 2; the other hears the
+            # wake message, ends its own wait and claims too. Without that it would sit in its
+            # minute-long wait while 0.3 s tasks queue. (Submitted one by one, each of a batch's
+            # scripts could ring anew for whichever worker is waiting at that moment.)
+            # (A clock held still gives the 8 the same due time: one scheduler pass moves them.)
+            held = Engine(cfg, clock=FakeClock(start_ms=int(time.time() * 1000)))
+            ids = [held.tasks.enqueue("dtq.sleep", {"seconds": 0.3}, queue="mail", delay_seconds=1).id
+                   for _ in range(8)]
             for task_id in ids:
                 assert await status_once(engine, task_id, lambda s: s == "SUCCEEDED", timeout=20) == "SUCCEEDED"
             ran_on = {engine.tasks.get(task_id)["worker_id"] for task_id in ids}
