@@ -19,10 +19,9 @@
   Output:
     {drained, rows}, {drained, rows, wait_ms} or {drained, rows, 0, claimed_ms}: drained 1 when
     the ready flag was cleared, 0 when more may wait; wait_ms (only when the queue's limits let
-    nothing start, includes/limits.lua):
-    ms until a rate token frees or a handler's pause ends, 0 when a freed slot will ring the
-    partition; claimed_ms (only when the call took Redis's clock, an empty now: a fetch queued
-    behind a wait) the time of the claims; rows:
+    nothing start, includes/limits.lua): ms until a rate token frees or a handler's pause ends,
+    0 when a freed slot will ring the partition; claimed_ms (only when the call took Redis's
+    clock, an empty now: a fetch queued behind a wait): the time of the claims; rows:
     runnable ones {'run', entry_id, stream, task_id, attempt, max_attempts, type, payload,
     timeout_s, queue, priority, handler ('' = the type's own), headers, workflow context
     ('' or "<workflow id>|<step>|<input JSON>": includes/claim.lua)}, and for the worker's log
