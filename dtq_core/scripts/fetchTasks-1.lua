@@ -121,6 +121,10 @@ if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
   rcall('DEL', K.ready)
   drained = 1
+elseif redis.pcall('EXISTS', K.wake_list) == 0 then
+  -- More may wait: pass a token on to an idle worker blocked on the wake list, so idle workers
+  -- join a backlog one after another, each in its turn (pcall: a list overwritten by hand).
+  redis.pcall('RPUSH', K.wake_list, '1')
 end
 -- Queued behind a wait, the claims took Redis's clock: say when, so the worker can tell a claim
 -- it reads long after it was made (it was frozen meanwhile) from a fresh one.

@@ -172,11 +172,11 @@ class FetchLoop(WorkerState):
         """Idle, serving one partition: block on its wake list with the fetch queued behind the
         BLPOP (store.wait_and_fetch), so a submit's ring wakes this worker with the task already
         claimed: one round trip from the submit to the claimed row, where the channel takes a
-        message and then a fetch. The channel still runs beside it: a wake-up it brings (another
-        worker took the token and more is ready, a resumed queue, a limit's timer, a resubscribe)
-        or a stop request ends the wait early through this worker's own list (store.unblock),
-        and the queued fetch then runs at once. At most BLOCK_MS, so the queue refresh stays on
-        time. On any failure the worker waits on the channel alone for LIST_WAIT_BACKOFF_S."""
+        message and then a fetch. A fetch that leaves work behind passes a token on, so idle
+        peers join a backlog in turn. Other wake-ups (a limit's timer, a resubscribe) or a stop
+        request end the wait early through this worker's own list (store.unblock), and the
+        queued fetch then runs at once. At most BLOCK_MS, so the queue refresh stays on time.
+        On any failure the worker waits on the channel alone for LIST_WAIT_BACKOFF_S."""
         for _ in range(THREAD_START_CHECKS):
             # A sync attempt just handed over waits for its thread, which needs the GIL that
             # setting up the wait would hold: let it start first (its body then waits on I/O).
@@ -187,10 +187,11 @@ class FetchLoop(WorkerState):
         self._list_waited = tag
         sent_at = self.wake.ticket(tag)
         waiting = asyncio.ensure_future(self.store.wait_and_fetch(partition, free, BLOCK_MS / 1000))
+        self.wake.holding = tag
         try:
             if await self.wake.changed_before(waiting):
-                # Most often the message of the very ring whose token this wait took: the fetch's
-                # reply is on its way. Only a wait still blocked after a moment is ended.
+                # Not a message of this partition (the wait's token stands for those): a stop, a
+                # limit's timer, a resubscribe. The fetch's reply may be on its way already.
                 await asyncio.wait((waiting,), timeout=UNBLOCK_GRACE_S)
                 if not waiting.done():
                     await self.store.unblock(partition)
@@ -204,6 +205,7 @@ class FetchLoop(WorkerState):
                          "channel for %gs", self.worker_id, tag, type(exc).__name__, exc, LIST_WAIT_BACKOFF_S)
             return []
         finally:
+            self.wake.holding = None
             if not waiting.done():
                 waiting.cancel()  # the line is closed mid-exchange: Redis drops the queued fetch
         # The ticket is taken now, not when the wait went out: a wake-up of this partition heard

@@ -57,6 +57,7 @@ class WakeSubscription:
         self._served: frozenset[str] = frozenset()
         self._woken: dict[str, int] = {}  # per served tag: wake-ups (messages and marks) so far
         self._covered: set[str] = set()  # tags whose next message is for a ring a fetch already read
+        self.holding: str | None = None  # the tag whose wake list this worker waits on now (fetch.py)
         self._epoch = 0  # subscriptions so far: a resubscribe marks every tag at once
         self._changed = asyncio.Event()  # a tag became ready
         self._task: asyncio.Task[None] | None = None
@@ -155,6 +156,13 @@ class WakeSubscription:
     def _woke(self, tag: str) -> None:
         if tag in self._covered:
             self._covered.discard(tag)
+            return
+        if tag == self.holding:
+            # Waiting on that partition's wake list: the ring left its token there, for this
+            # wait or a peer's, whose fetch passes a token on when more is left. Ending this
+            # wait would only put this worker behind the one that took the token (Redis serves
+            # blocked workers in turn), so the same worker would win every ring.
+            self._woken[tag] = self._woken.get(tag, 0) + 1
             return
         if tag in self._served:
             self._woken[tag] = self._woken.get(tag, 0) + 1

@@ -113,7 +113,7 @@ def test_an_idle_worker_gets_the_task_claimed_in_the_wait_that_a_submit_ends(con
     asyncio.run(scenario())
 
 
-def test_a_worker_whose_peer_took_the_token_joins_when_the_channel_says_more_is_ready(
+def test_a_worker_whose_peer_took_the_token_joins_through_the_token_its_fetch_passes_on(
         config: DtqConfig, waits: Waits, long_waits: None) -> None:
     engine, cfg = make_engine(config)
 
@@ -123,10 +123,10 @@ def test_a_worker_whose_peer_took_the_token_joins_when_the_channel_says_more_is_
             await waits.blocked(first)
             await waits.blocked(second)
             # Delayed, the 8 tasks reach the stream together, moved by the scheduler's one script:
-            # one ring, one token. One worker's wait takes it and claims 2; the other hears the
-            # wake message, ends its own wait and claims too. Without that it would sit in its
-            # minute-long wait while 0.3 s tasks queue. (Submitted one by one, each of a batch's
-            # scripts could ring anew for whichever worker is waiting at that moment.)
+            # one ring, one token. One worker's wait takes it and claims 2; its fetch leaves 6 and
+            # passes a token on, which ends the other's wait. Without that the other would sit in
+            # its minute-long wait while 0.3 s tasks queue. (Submitted one by one, each of a
+            # batch's scripts could ring anew for whichever worker is waiting at that moment.)
             # (A clock held still gives the 8 the same due time: one scheduler pass moves them.)
             held = Engine(cfg, clock=FakeClock(start_ms=int(time.time() * 1000)))
             ids = [held.tasks.enqueue("dtq.sleep", {"seconds": 0.3}, queue="mail", delay_seconds=1).id
