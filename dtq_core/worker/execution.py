@@ -99,6 +99,7 @@ class ExecutionLoops(WorkerState):
 
     def _ended(self, ex: Execution, completion: Completion | None) -> None:
         self._running.pop(ex.row.entry_id, None)
+        self._turnover.ended(1, self.clock.monotonic())
         self.progress.forget(ex.row.task_id)
         if completion is not None:
             self._unacked[ex.row.entry_id] = ex.row
@@ -130,6 +131,7 @@ class ExecutionLoops(WorkerState):
                 unacked[ex.row.entry_id] = ex.row
                 completions.append(completion)
         if finished:
+            self._turnover.ended(len(finished), self.clock.monotonic())
             self._flush_wanted.set()
         self._slot_freed.set()
 

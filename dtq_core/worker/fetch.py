@@ -118,14 +118,12 @@ class FetchLoop(WorkerState):
             await asyncio.sleep(0)
 
     def _fetch_room(self) -> int:
-        """How many rows a fetch may claim: the free slots, plus, once sync handlers run here,
-        room in the backlog, which holds up to `concurrency` claimed rows for the slots that
-        free next (started by the handler thread that frees the slot, else by this loop).
-        Async handlers alone gain nothing from it (measured: slower): their slots refill from
-        the fetch as before."""
-        if not self.threads.started:
-            return self._free_slots()
-        return self._free_slots() + self.concurrency - len(self._backlog)
+        """How many rows a fetch may claim: the free slots, plus room in the backlog, which holds
+        claimed rows for the slots that free next (started by the handler thread that frees the
+        slot, else by this loop): at most as many as attempts ended lately (turnover.py), at most
+        `concurrency`."""
+        ahead = min(self.concurrency, self._turnover.lately(self.clock.monotonic())) - len(self._backlog)
+        return self._free_slots() + max(0, ahead)
 
     def _worth_fetching(self, room: int) -> bool:
         """While the backlog still feeds the slots, wait for room for half a batch: a fetch per

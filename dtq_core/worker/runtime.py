@@ -40,6 +40,7 @@ from .reclaim import ReaperLoop
 from .resources import CpuMeter, rss_bytes
 from .store import Partition, WorkerStore
 from .threads import HandlerThreads
+from .turnover import Turnover
 from .wake import WakeSubscription
 
 logger = logging.getLogger("dtq.worker")
@@ -104,6 +105,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._unacked: dict[str, Row] = {}
         # Claimed rows waiting for a slot (fetch.py's prefetch; handler threads take sync ones).
         self._backlog: deque[Row] = deque()
+        self._turnover = Turnover()
         self._completions: list[Completion] = []
         self._queues: list[str] = []
         # The partitions served (tag -> Partition): every one of the served queues, for the reaper

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .progress import ProgressReporter
     from .store import Partition, WorkerStore
     from .threads import Finished, HandlerThreads
+    from .turnover import Turnover
     from .wake import WakeSubscription
 
 
@@ -49,6 +50,7 @@ class WorkerState:
     _running: dict[str, Execution]
     _unacked: dict[str, Row]
     _backlog: deque[Row]
+    _turnover: Turnover
     _completions: list[Completion]
     _queues: list[str]
     _served: dict[str, Partition]

@@ -19,13 +19,36 @@ from .support import env, execs, pending, started, status, statuses
 pytestmark = pytest.mark.slow
 
 
+def turn_over(engine: Engine, queue: str) -> None:
+    """Quick tasks ahead of a test's own: a worker claims rows ahead of a busy slot only while its
+    slots turn over (dtq_core/worker/turnover.py), as they do while it runs these."""
+    for _ in range(3):
+        engine.tasks.enqueue("failure.work", {"seconds": 0}, queue=queue)
+
+
+def test_a_worker_busy_with_a_long_task_claims_nothing_ahead_of_it(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Rows claimed behind a slot that stays busy would wait there while an idle peer could run
+    # them: a worker whose slots stopped turning over keeps no backlog.
+    keys = engine.keys
+    a = start_worker("--name", "a", "--queues", "long", "--concurrency", "1", **env())
+    long = engine.tasks.enqueue("failure.work", {"seconds": 6}, queue="long").id
+    wait_for(lambda: started(redis_client, keys, long), message=a.output())  # no attempt of a's has ended
+    nxt = engine.tasks.enqueue("failure.work", {"seconds": 0}, queue="long").id
+    b = start_worker("--name", "b", "--queues", "long", **env())
+    wait_for(lambda: status(redis_client, keys, nxt) == "SUCCEEDED", timeout=4, message=lambda: a.output() + b.output())
+    assert engine.tasks.get(nxt)["worker_id"] == "b"
+    assert status(redis_client, keys, long) == "RUNNING"  # a was busy throughout
+
+
 def test_a_drain_hands_back_claimed_rows_it_never_started(
         engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
     keys = engine.keys
-    a = start_worker("--name", "a", "--queues", "ahead", "--concurrency", "1", **env(DTQ_DRAIN_TIMEOUT_S=10))
+    turn_over(engine, "ahead")
     running = engine.tasks.enqueue("failure.work", {"seconds": 1.5}, queue="ahead").id
-    wait_for(lambda: started(redis_client, keys, running), message=a.output())
     waiting = engine.tasks.enqueue("failure.work", {"seconds": 0}, queue="ahead").id
+    a = start_worker("--name", "a", "--queues", "ahead", "--concurrency", "1", **env(DTQ_DRAIN_TIMEOUT_S=10))
+    wait_for(lambda: started(redis_client, keys, running), message=a.output())
     # Claimed into the backlog (one slot, busy): the fetch made it RUNNING, no handler ran it.
     wait_for(lambda: status(redis_client, keys, waiting) == "RUNNING", message=a.output())
     a.proc.send_signal(signal.SIGTERM)
@@ -46,10 +69,11 @@ def test_a_drain_hands_back_claimed_rows_it_never_started(
 def test_a_paused_queue_puts_back_claimed_rows_it_never_started(
         engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
     keys = engine.keys
-    a = start_worker("--name", "a", "--queues", "held", "--concurrency", "1", **env())
+    turn_over(engine, "held")
     running = engine.tasks.enqueue("failure.work", {"seconds": 2}, queue="held").id
-    wait_for(lambda: started(redis_client, keys, running), message=a.output())
     waiting = engine.tasks.enqueue("failure.work", {"seconds": 0}, queue="held").id
+    a = start_worker("--name", "a", "--queues", "held", "--concurrency", "1", **env())
+    wait_for(lambda: started(redis_client, keys, running), message=a.output())
     wait_for(lambda: status(redis_client, keys, waiting) == "RUNNING", message=a.output())  # in the backlog
     engine.queues.pause("held", Actor.cli())
     wait_for(lambda: status(redis_client, keys, waiting) == "QUEUED", timeout=10, message=a.output())
@@ -66,6 +90,7 @@ def test_a_short_timeout_fires_on_an_attempt_a_thread_started_from_the_backlog(
         engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
     keys = engine.keys
     # One slot: the second task waits in the backlog and starts in the first one's thread.
+    turn_over(engine, "chain")
     first = engine.tasks.enqueue("failure.work", {"seconds": 0.3}, queue="chain").id
     stuck = engine.tasks.enqueue("failure.work", {"seconds": 3}, queue="chain", timeout_seconds=0.2,
                                  max_attempts=1).id
