@@ -83,6 +83,11 @@ def test_a_ring_leaves_one_token_however_many_submits_arrive(engine: Engine) -> 
         engine.tasks.enqueue("dtq.echo", queue="mail")
     engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue="mail") for _ in range(50)])
     assert engine.client.lrange(engine.keys.wake_list(tag(engine, "mail")), 0, -1) == ["1"]
+    # A fetch that read the partition to its end clears the ready flag; with no worker waiting the
+    # token stays, and the next submit's ring finds it: still one token.
+    engine.client.delete(engine.keys.ready(tag(engine, "mail")))
+    engine.tasks.enqueue("dtq.echo", queue="mail")
+    assert engine.client.lrange(engine.keys.wake_list(tag(engine, "mail")), 0, -1) == ["1"]
 
 
 def test_an_idle_worker_gets_the_task_claimed_in_the_wait_that_a_submit_ends(config: DtqConfig, waits: Waits,

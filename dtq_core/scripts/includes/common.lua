@@ -179,8 +179,9 @@ local function ring(K)
   if set and type(set) == 'table' and set.ok then
     rcall('PUBLISH', K.wake_channel, K.tag)
     -- pcall: nor a wake list overwritten by hand (the worker then falls back to the channel).
-    redis.pcall('RPUSH', K.wake_list, '1')
-    redis.pcall('LTRIM', K.wake_list, -1, -1)
+    -- Trimmed only when a token was there already (no idle worker took it): one command usually.
+    local tokens = redis.pcall('RPUSH', K.wake_list, '1')
+    if type(tokens) == 'number' and tokens > 1 then redis.pcall('LTRIM', K.wake_list, -1, -1) end
   end
 end
 
