@@ -112,6 +112,8 @@ class FetchLoop(WorkerState):
             if rows is None:
                 return
             self._backlog.extend(rows)
+            if self.quiet:  # told while the fetch was out (a wait's queued fetch runs anyway): hand back
+                continue
             self._start_backlog()
             # Let the attempts just started reach their first await (their handler's I/O goes
             # out now) before this loop's next fetch: shorter latency on an idle worker.

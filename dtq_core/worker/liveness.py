@@ -93,6 +93,8 @@ class HeartbeatLoop(WorkerState):
             if self.state == "running":
                 self.state = "quiet"
             self._slot_freed.set()  # the consumer wakes to hand its backlog back
+            if hasattr(self, "wake"):
+                self.wake.poke()  # and ends a wait on the wake list, whose queued fetch may claim
 
     async def _align_clock(self) -> None:
         """Measure this host's clock against Redis's. Every worker writing and comparing times on
