@@ -41,7 +41,7 @@ class ExecutionLoops(WorkerState):
         backlog's next row, started in that thread, when it is a sync handler's that needs no
         re-check; None leaves the backlog to the loop."""
         backlog = self._backlog
-        if self._stopping or not backlog:
+        if self._stopping or self.quiet or not backlog:  # quiet: the loop hands the backlog back
             return None
         try:
             row = backlog.popleft()
