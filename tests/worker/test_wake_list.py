@@ -162,6 +162,32 @@ def test_a_stop_ends_a_wait_on_the_wake_list_at_once(config: DtqConfig, waits: W
     assert not engine.client.exists(engine.keys.wake_self(tag(engine, "mail"), "stopper"))
 
 
+def test_a_quiet_ends_a_wait_on_the_wake_list_and_the_worker_takes_nothing_after(
+        config: DtqConfig, waits: Waits, long_waits: None) -> None:
+    # The fetch queued behind a wait would claim the next submit's task for a worker told to
+    # take nothing more: quiet ends the wait at once, as a stop does.
+    engine, cfg = make_engine(config)
+
+    async def scenario() -> str:
+        worker = Worker(cfg, queues=["mail"], name="quieted")
+        run = asyncio.create_task(worker.run())
+        await waits.blocked(worker)
+        worker._obey("quiet")  # what its heartbeat does with an operator's word
+        deadline = time.monotonic() + 2.5
+        while worker.worker_id in waits.waiting:
+            assert time.monotonic() < deadline, "quiet left the worker blocked on its wake list"
+            await asyncio.sleep(0.01)
+        later = engine.tasks.enqueue("dtq.echo", queue="mail").id
+        worker.request_stop()
+        await asyncio.wait_for(run, 30)
+        return later
+
+    later = asyncio.run(scenario())
+    shown = engine.tasks.get(later)
+    assert (shown["status"], shown["attempt"]) == ("QUEUED", 0)
+    assert waits.claimed.get("quieted", []) == []
+
+
 def test_a_wake_list_overwritten_by_hand_fails_no_submit_and_the_channel_serves(
         config: DtqConfig, redis_client: redis.Redis) -> None:
     engine, cfg = make_engine(config)
