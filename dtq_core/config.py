@@ -20,6 +20,7 @@ from .redis_url import RedisUrlError, parse
 from .task import valid_queue_name
 
 EVENT_MODES = ("auto", "always", "off")
+CPU_AFFINITY_MODES = ("auto", "off")  # DTQ_WORKER_CPU_AFFINITY (dtq_core/worker/affinity.py)
 KEEP_PAYLOAD = ("failed", "all")  # DTQ_KEEP_PAYLOAD: whose payload a finished record keeps
 
 
@@ -91,6 +92,9 @@ class DtqConfig:
     # Task events on the events channel: "auto" only while a listener (the console's feed) has
     # announced itself, "always", or "off" (dtq_core/events.py).
     events: str = "auto"
+    # A worker busy with short sync handlers keeps its threads on one CPU at a time ("auto") or
+    # leaves them to the OS ("off"): dtq_core/worker/affinity.py.
+    worker_cpu_affinity: str = "auto"
     # Internal knobs (not in the contract) that tests shrink so crash scenarios take seconds.
     scheduler_lock_ttl_s: float = 10.0
     stale_claim_s: float = 60.0
@@ -146,6 +150,9 @@ class DtqConfig:
         for name in ("opentelemetry", "sentry"):
             if getattr(self, name) not in ("auto", "off"):
                 raise ConfigError(f"{env_name(name)} must be auto or off (got {getattr(self, name)!r})")
+        if self.worker_cpu_affinity not in CPU_AFFINITY_MODES:
+            raise ConfigError(f"DTQ_WORKER_CPU_AFFINITY must be one of {', '.join(CPU_AFFINITY_MODES)} "
+                              f"(got {self.worker_cpu_affinity!r})")
         if self.events not in EVENT_MODES:
             raise ConfigError(f"DTQ_EVENTS must be one of {', '.join(EVENT_MODES)} (got {self.events!r})")
         _check_partitions(self.queue_partitions)

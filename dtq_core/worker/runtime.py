@@ -30,6 +30,7 @@ from ..engine import Engine
 from ..engine.periodic import PeriodicSpec
 from ..errors import WorkerNameTaken
 from ..keys import Keys
+from . import affinity
 from .execution import ExecutionLoops
 from .executor import AttemptRunner, Completion, Execution, Row, abandon
 from .fetch import BLOCK_MS, FetchLoop
@@ -192,6 +193,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
                                ("cancel-watcher", self._cancel_watch_loop), ("scheduler", self._scheduler_loop),
                                ("progress", self.progress.run)):
                 self._loops[name] = asyncio.create_task(self._supervise(name, body), name=f"dtq-{name}")
+            self._keep_cpus()
             await self._stop.wait()
             await self._drain()
         finally:
@@ -409,6 +411,19 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             await awaitable
         except Exception as exc:  # noqa: BLE001 - best effort on the way out
             logger.warning("worker_id=%s shutdown step failed: %s", self.worker_id, exc)
+
+    def _keep_cpus(self) -> None:
+        """DTQ_WORKER_CPU_AFFINITY=auto: the threads of a worker busy with short sync handlers on
+        one CPU at a time (dtq_core/worker/affinity.py)."""
+        if self.config.worker_cpu_affinity != "auto" or not affinity.available():
+            return
+        allowed = os.sched_getaffinity(0)
+        if len(allowed) < 2:
+            return
+        keeper = affinity.Keeper(self.worker_id, allowed, sync_started=lambda: self.threads.started,
+                                 ended=lambda: self.processed)
+        self._loops["affinity"] = asyncio.create_task(self._supervise("affinity", lambda: affinity.keep(keeper)),
+                                                      name="dtq-affinity")
 
     async def _supervise(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
         """Run a loop; on error log, back off exponentially (capped) and restart it, at once when a

@@ -1,0 +1,171 @@
+"""Keep a busy worker's threads on one CPU at a time (DTQ_WORKER_CPU_AFFINITY=auto, Linux).
+
+Why: only one thread of a process runs Python at a time (the GIL). When handler threads do short
+I/O (a Redis call, an ORM query) on several cores, each release of the GIL around a system call
+wakes a thread on another core, which takes the GIL while the releasing thread returns from its
+call and must now sleep: measured on a 2-core VM, 10 threads doing one redis-py INCR each spend
+100 µs of CPU per call instead of 40 on one core, and a worker of sync handlers drains 1.5-1.7x
+faster with its threads on one core (docs/performance.md, "Issue 20 goal 2: one CPU for a
+worker's threads"). On one core the releasing thread keeps running through its call and takes
+the GIL back before the woken one is even scheduled.
+
+When it applies, re-decided every TICK_S (Keeper.tick):
+- only while sync handlers run (handler threads exist) and attempts turn over fast (at least
+  SHORT_RATE a second): a worker of long tasks gains nothing and keeps every CPU for what its
+  handlers start (a program run by a handler inherits the CPU it is started on);
+- never when the threads used more than PARALLEL CPUs while free to use them all: handlers that
+  release the GIL for long stretches of C code (hashing, compression, numpy) run in parallel,
+  and the worker leaves them every CPU for HOLD_S before it looks again;
+- on the least busy CPU the process may use (taskset, a cpuset), moved off a CPU that other
+  processes crowd; every PROBE_S (jittered) the threads run one tick on all CPUs again so
+  that the measure above stays current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+logger = logging.getLogger("dtq.worker")
+
+TICK_S = 0.25
+SHORT_RATE = 100.0  # attempts ended per second: below, the worker's threads are left alone
+PARALLEL = 1.3  # CPUs the process used at once while free to: its handlers run C code in parallel
+HOLD_S = 30.0  # how long such a worker is left on every CPU before it looks again
+PROBE_S = 30.0  # how often a pinned worker runs a second unpinned, to measure the above
+CROWDED = 0.5  # of a CPU used by other processes on ours: move when another CPU is this much freer
+
+
+def available() -> bool:
+    """Whether this platform lets a process choose its CPUs (Linux)."""
+    return hasattr(os, "sched_setaffinity") and os.path.isdir("/proc/self/task")
+
+
+def cpu_busy() -> dict[int, float]:
+    """Per CPU, the seconds it has spent busy since boot (/proc/stat: all but idle and iowait)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    busy: dict[int, float] = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if not line.startswith("cpu") or line.startswith("cpu "):
+                continue
+            name, *fields = line.split()
+            values = [int(v) for v in fields[:8]]
+            busy[int(name[3:])] = (sum(values) - values[3] - values[4]) / ticks
+    return busy
+
+
+def process_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def set_threads(cpus: set[int]) -> None:
+    """Every thread of this process on `cpus` (threads started later inherit their starter's)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (OSError, ValueError):  # the thread ended meanwhile
+            continue
+
+
+@dataclass
+class Sample:
+    """One tick's measure: the process's CPU use and each CPU's busy share, over `seconds`."""
+    seconds: float
+    usage: float  # CPUs this process used (1.0 = one CPU the whole time)
+    busy: dict[int, float]  # per CPU: share of the time it was busy (this process included)
+    rate: float  # attempts ended per second
+
+
+def least_busy(busy: dict[int, float], allowed: set[int]) -> int:
+    return min(sorted(allowed), key=lambda cpu: busy.get(cpu, 0.0))
+
+
+def better_cpu(sample: Sample, current: int, allowed: set[int]) -> int | None:
+    """Another CPU to move to when others crowd ours (the process's own use is on ours)."""
+    others_on_ours = sample.busy.get(current, 0.0) - sample.usage
+    best = least_busy({c: b for c, b in sample.busy.items() if c != current}, allowed - {current})
+    if others_on_ours > CROWDED and sample.busy.get(best, 0.0) < others_on_ours - CROWDED / 2:
+        return best
+    return None
+
+
+class Keeper:
+    """The decision, one tick at a time (the worker's affinity loop calls tick every TICK_S)."""
+
+    def __init__(self, worker_id: str, allowed: set[int], *, sync_started: Callable[[], bool],
+                 ended: Callable[[], int], apply: Callable[[set[int]], None] = set_threads,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.worker_id = worker_id
+        self.allowed = allowed
+        self.sync_started = sync_started
+        self.ended = ended
+        self.apply = apply
+        self.clock = clock
+        self.pinned: int | None = None  # the CPU the threads are on; None: all of `allowed`
+        self.parallel_until = 0.0
+        self.probe_at = 0.0
+        self._last: tuple[float, float, dict[int, float], int] | None = None
+        self._announced: int | None = None  # the CPU last logged at info (a probe's return is not news)
+        self.measure()  # the first tick measures from here
+
+    def measure(self) -> Sample | None:
+        now, cpu, busy, ended = self.clock(), process_cpu_s(), cpu_busy(), self.ended()
+        last, self._last = self._last, (now, cpu, busy, ended)
+        if last is None or now - last[0] <= 0:
+            return None
+        dt = now - last[0]
+        shares = {c: max(0.0, (b - last[2].get(c, b)) / dt) for c, b in busy.items()}
+        return Sample(dt, (cpu - last[1]) / dt, shares, (ended - last[3]) / dt)
+
+    def tick(self, sample: Sample) -> None:
+        now = self.clock()
+        if self.pinned is None:
+            if sample.usage > PARALLEL:
+                if now >= self.parallel_until:
+                    self._announced = None
+                    logger.info("worker_id=%s handler threads used %.2f CPUs at once: left on every CPU",
+                                self.worker_id, sample.usage)
+                self.parallel_until = now + HOLD_S
+            elif self.sync_started() and sample.rate >= SHORT_RATE and now >= self.parallel_until:
+                self._pin(least_busy(sample.busy, self.allowed), sample)
+            return
+        if sample.rate < SHORT_RATE or now >= self.probe_at:
+            self._unpin()  # idle, long tasks, or time to measure unpinned again
+            return
+        move = better_cpu(sample, self.pinned, self.allowed)
+        if move is not None:
+            self.apply({move})
+            logger.debug("worker_id=%s moved its threads from CPU %d (%.0f%% used by others) to CPU %d",
+                         self.worker_id, self.pinned, 100 * (sample.busy.get(self.pinned, 0.0) - sample.usage), move)
+            self.pinned = move
+
+    def _pin(self, cpu: int, sample: Sample) -> None:
+        self.apply({cpu})
+        self.pinned = cpu
+        self.probe_at = self.clock() + PROBE_S * random.uniform(0.8, 1.2)
+        logger.log(logging.DEBUG if cpu == self._announced else logging.INFO,
+                   "worker_id=%s threads on CPU %d (%.0f attempts/s, %.2f CPUs used unpinned)",
+                   self.worker_id, cpu, sample.rate, sample.usage)
+        self._announced = cpu
+
+    def _unpin(self) -> None:
+        self.apply(self.allowed)
+        self.pinned = None
+        logger.debug("worker_id=%s threads on every CPU again", self.worker_id)
+
+
+async def keep(keeper: Keeper) -> None:
+    """The worker's affinity loop: a measure and a decision every TICK_S (jittered, so two
+    workers on one machine do not move in step)."""
+    while True:
+        await asyncio.sleep(TICK_S * random.uniform(0.9, 1.1))
+        sample = keeper.measure()
+        if sample is not None:
+            keeper.tick(sample)
