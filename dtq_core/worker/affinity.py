@@ -35,10 +35,11 @@ logger = logging.getLogger("dtq.worker")
 
 TICK_S = 0.25
 SHORT_RATE = 100.0  # attempts ended per second: below, the worker's threads are left alone
-PARALLEL = 1.3  # CPUs the process used at once while free to: its handlers run C code in parallel
+PARALLEL = 1.15  # CPUs the process used at once while free to: its handlers run C code in parallel
 HOLD_S = 30.0  # how long such a worker is left on every CPU before it looks again
 PROBE_S = 30.0  # how often a pinned worker runs a second unpinned, to measure the above
 CROWDED = 0.5  # of a CPU used by other processes on ours: move when another CPU is this much freer
+TIE = 0.2  # CPUs this close to the least busy one are as good
 
 
 def available() -> bool:
@@ -83,15 +84,19 @@ class Sample:
     rate: float  # attempts ended per second
 
 
-def least_busy(busy: dict[int, float], allowed: set[int]) -> int:
-    return min(sorted(allowed), key=lambda cpu: busy.get(cpu, 0.0))
+def least_busy(busy: dict[int, float], allowed: set[int], rng: random.Random) -> int:
+    """One of the least busy CPUs, at random among those within TIE of the least: workers started
+    together read the same /proc/stat, and must not all pick the same CPU."""
+    low = min(busy.get(cpu, 0.0) for cpu in allowed)
+    return rng.choice(sorted(cpu for cpu in allowed if busy.get(cpu, 0.0) <= low + TIE))
 
 
-def better_cpu(sample: Sample, current: int, allowed: set[int]) -> int | None:
-    """Another CPU to move to when others crowd ours (the process's own use is on ours)."""
+def better_cpu(sample: Sample, current: int, allowed: set[int], rng: random.Random) -> int | None:
+    """Another CPU to move to when others crowd ours (the process's own use is on ours). Half the
+    time only: two workers crowding one CPU would otherwise both move, and crowd the next."""
     others_on_ours = sample.busy.get(current, 0.0) - sample.usage
-    best = least_busy({c: b for c, b in sample.busy.items() if c != current}, allowed - {current})
-    if others_on_ours > CROWDED and sample.busy.get(best, 0.0) < others_on_ours - CROWDED / 2:
+    best = least_busy(sample.busy, allowed - {current}, rng)
+    if others_on_ours > CROWDED and sample.busy.get(best, 0.0) < others_on_ours - CROWDED / 2 and rng.random() < 0.5:
         return best
     return None
 
@@ -101,13 +106,14 @@ class Keeper:
 
     def __init__(self, worker_id: str, allowed: set[int], *, sync_started: Callable[[], bool],
                  ended: Callable[[], int], apply: Callable[[set[int]], None] = set_threads,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.worker_id = worker_id
         self.allowed = allowed
         self.sync_started = sync_started
         self.ended = ended
         self.apply = apply
         self.clock = clock
+        self.rng = rng or random.Random()
         self.pinned: int | None = None  # the CPU the threads are on; None: all of `allowed`
         self.parallel_until = 0.0
         self.probe_at = 0.0
@@ -134,12 +140,12 @@ class Keeper:
                                 self.worker_id, sample.usage)
                 self.parallel_until = now + HOLD_S
             elif self.sync_started() and sample.rate >= SHORT_RATE and now >= self.parallel_until:
-                self._pin(least_busy(sample.busy, self.allowed), sample)
+                self._pin(least_busy(sample.busy, self.allowed, self.rng), sample)
             return
         if sample.rate < SHORT_RATE or now >= self.probe_at:
             self._unpin()  # idle, long tasks, or time to measure unpinned again
             return
-        move = better_cpu(sample, self.pinned, self.allowed)
+        move = better_cpu(sample, self.pinned, self.allowed, self.rng)
         if move is not None:
             self.apply({move})
             logger.debug("worker_id=%s moved its threads from CPU %d (%.0f%% used by others) to CPU %d",
@@ -149,7 +155,7 @@ class Keeper:
     def _pin(self, cpu: int, sample: Sample) -> None:
         self.apply({cpu})
         self.pinned = cpu
-        self.probe_at = self.clock() + PROBE_S * random.uniform(0.8, 1.2)
+        self.probe_at = self.clock() + PROBE_S * self.rng.uniform(0.8, 1.2)
         logger.log(logging.DEBUG if cpu == self._announced else logging.INFO,
                    "worker_id=%s threads on CPU %d (%.0f attempts/s, %.2f CPUs used unpinned)",
                    self.worker_id, cpu, sample.rate, sample.usage)

@@ -5,8 +5,10 @@ long, or the operator said off."""
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 import pytest
@@ -21,6 +23,13 @@ from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
 ALLOWED = {0, 1, 2, 3}
 
 
+class AlwaysLow(random.Random):
+    """random() at its lowest: a crowded worker moves on the first tick that finds it crowded."""
+
+    def random(self) -> float:
+        return 0.0
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -32,7 +41,8 @@ class Clock:
 def keeper(*, sync: bool = True) -> tuple[Keeper, list[set[int]], Clock]:
     applied: list[set[int]] = []
     clock = Clock()
-    k = Keeper("w1", set(ALLOWED), sync_started=lambda: sync, ended=lambda: 0, apply=applied.append, clock=clock)
+    k = Keeper("w1", set(ALLOWED), sync_started=lambda: sync, ended=lambda: 0, apply=applied.append, clock=clock,
+               rng=AlwaysLow(7))
     return k, applied, clock
 
 
@@ -74,6 +84,16 @@ def test_a_pinned_worker_lets_go_when_work_slows_and_to_measure_again() -> None:
     clock.now += affinity.PROBE_S * 1.2 + 1  # past the jittered probe time
     k.tick(sample(usage=0.9, rate=4000, busy={0: 0.9, 1: 0.6, 2: 0.95, 3: 0.4}))
     assert applied[-1] == ALLOWED and k.pinned is None  # one tick unpinned: the parallel measure stays current
+
+
+def test_workers_started_together_spread_over_the_cpus_that_are_equally_free() -> None:
+    picks = set()
+    for seed in range(40):
+        k = Keeper("w", set(ALLOWED), sync_started=lambda: True, ended=lambda: 0, apply=lambda cpus: None,
+                   rng=random.Random(seed))
+        k.tick(sample(usage=0.9, rate=4000, busy={0: 0.9, 1: 0.15, 2: 0.1, 3: 0.2}))
+        picks.add(k.pinned)
+    assert picks == {1, 2, 3}  # within 0.2 of the least busy: all as good; never the busy CPU 0
 
 
 def test_a_pinned_worker_moves_off_a_cpu_others_crowd() -> None:
@@ -156,8 +176,10 @@ def test_off_leaves_a_busy_workers_threads_to_the_os(engine: Engine,
     wait_for(lambda: done(engine, 20000) > 0, timeout=30, message=worker.output)
     seen = []
     # Through the drain (auto pins within a second of its start: the test above), every look.
-    while done(engine, 20000) < 20000 and worker.proc.poll() is None:
+    deadline = time.monotonic() + 120
+    while done(engine, 20000) < 20000 and worker.proc.poll() is None and time.monotonic() < deadline:
         seen.append(thread_cpus(worker.pid))
+    assert done(engine, 20000) == 20000, worker.output()
     assert len(seen) > 10, "drained too fast to look"
     assert all(c == allowed for cpus in seen for c in cpus)
     assert "threads on CPU" not in worker.output()
