@@ -4,7 +4,7 @@ Why: only one thread of a process runs Python at a time (the GIL). When handler 
 I/O (a Redis call, an ORM query) on several cores, each release of the GIL around a system call
 wakes a thread on another core, which takes the GIL while the releasing thread returns from its
 call and must now sleep: measured on a 2-core VM, 10 threads doing one redis-py INCR each spend
-100 µs of CPU per call instead of 40 on one core, and a worker of sync handlers drains 1.5-1.7x
+100 µs of CPU per call instead of 40 on one core, and a worker of sync handlers drains 1.4-1.7x
 faster with its threads on one core (docs/performance.md, "Issue 20 goal 2: one CPU for a
 worker's threads"). On one core the releasing thread keeps running through its call and takes
 the GIL back before the woken one is even scheduled.
@@ -37,7 +37,7 @@ TICK_S = 0.25
 SHORT_RATE = 100.0  # attempts ended per second: below, the worker's threads are left alone
 PARALLEL = 1.15  # CPUs the process used at once while free to: its handlers run C code in parallel
 HOLD_S = 30.0  # how long such a worker is left on every CPU before it looks again
-PROBE_S = 30.0  # how often a pinned worker runs a second unpinned, to measure the above
+PROBE_S = 30.0  # how often a pinned worker runs a tick unpinned, to measure the above
 CROWDED = 0.5  # of a CPU used by other processes on ours: move when another CPU is this much freer
 TIE = 0.2  # CPUs this close to the least busy one are as good
 
