@@ -10,6 +10,7 @@ import json
 import os
 import random
 import signal
+import threading
 from typing import Any
 
 import redis
@@ -21,13 +22,20 @@ from dtq_core.connection import sync_client
 _client: redis.Redis | None = None
 
 
+_client_lock = threading.Lock()
+
+
 def client() -> redis.Redis:
     """The handlers' own Redis client, with a patient timeout: the request path's 1 s would turn a
-    busy test machine into a handler error (a redis TimeoutError in place of the test's own)."""
+    busy test machine into a handler error (a redis TimeoutError in place of the test's own).
+    Made once, under a lock: two handler threads that both made one left the first to the garbage
+    collector, whose close of its pool broke the other thread's call mid-read ("Bad file
+    descriptor", or a read timeout), and a step failed with that instead of its own error."""
     global _client
-    if _client is None:
-        _client = sync_client(dataclasses.replace(get_engine().config, redis_timeout_s=15))
-    return _client
+    with _client_lock:
+        if _client is None:
+            _client = sync_client(dataclasses.replace(get_engine().config, redis_timeout_s=15))
+        return _client
 
 
 def _patiently(read: Any) -> Any:
