@@ -420,8 +420,13 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         allowed = os.sched_getaffinity(0)
         if len(allowed) < 2:
             return
-        keeper = affinity.Keeper(self.worker_id, allowed, sync_started=lambda: self.threads.started,
-                                 ended=lambda: self.processed)
+        try:
+            keeper = affinity.Keeper(self.worker_id, allowed, sync_started=lambda: self.threads.started,
+                                     ended=lambda: self.processed)
+        except (OSError, ValueError) as exc:  # a /proc without the per-CPU lines it needs
+            logger.warning("worker_id=%s DTQ_WORKER_CPU_AFFINITY=auto: cannot read CPU use (%s); threads left to "
+                           "the OS", self.worker_id, exc)
+            return
         self._loops["affinity"] = asyncio.create_task(self._supervise("affinity", lambda: affinity.keep(keeper)),
                                                       name="dtq-affinity")
 
