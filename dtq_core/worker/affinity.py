@@ -4,7 +4,7 @@ Why: only one thread of a process runs Python at a time (the GIL). When handler 
 I/O (a Redis call, an ORM query) on several cores, each release of the GIL around a system call
 wakes a thread on another core, which takes the GIL while the releasing thread returns from its
 call and must now sleep: measured on a 2-core VM, 10 threads doing one redis-py INCR each spend
-100 µs of CPU per call instead of 40 on one core, and a worker of sync handlers drains 1.4-1.7x
+94-100 µs of CPU per call instead of 40 on one core, and a worker of sync handlers drains 1.4-1.7x
 faster with its threads on one core (docs/performance.md, "Issue 20 goal 2: one CPU for a
 worker's threads"). On one core the releasing thread keeps running through its call and takes
 the GIL back before the woken one is even scheduled.
@@ -30,6 +30,8 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .resources import CpuMeter
 
 logger = logging.getLogger("dtq.worker")
 
@@ -59,11 +61,6 @@ def cpu_busy() -> dict[int, float]:
             values = [int(v) for v in fields[:8]]
             busy[int(name[3:])] = (sum(values) - values[3] - values[4]) / ticks
     return busy
-
-
-def process_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def set_threads(cpus: set[int]) -> None:
@@ -117,18 +114,19 @@ class Keeper:
         self.pinned: int | None = None  # the CPU the threads are on; None: all of `allowed`
         self.parallel_until = 0.0
         self.probe_at = 0.0
-        self._last: tuple[float, float, dict[int, float], int] | None = None
+        self._cpu = CpuMeter()  # this process's share of a CPU between two measures
+        self._last: tuple[float, dict[int, float], int] | None = None
         self._announced: int | None = None  # the CPU last logged at info (a probe's return is not news)
         self.measure()  # the first tick measures from here
 
     def measure(self) -> Sample | None:
-        now, cpu, busy, ended = self.clock(), process_cpu_s(), cpu_busy(), self.ended()
-        last, self._last = self._last, (now, cpu, busy, ended)
+        now, (_, share), busy, ended = self.clock(), self._cpu.read(), cpu_busy(), self.ended()
+        last, self._last = self._last, (now, busy, ended)
         if last is None or now - last[0] <= 0:
             return None
         dt = now - last[0]
-        shares = {c: max(0.0, (b - last[2].get(c, b)) / dt) for c, b in busy.items()}
-        return Sample(dt, (cpu - last[1]) / dt, shares, (ended - last[3]) / dt)
+        shares = {c: max(0.0, (b - last[1].get(c, b)) / dt) for c, b in busy.items()}
+        return Sample(dt, share / 100, shares, (ended - last[2]) / dt)
 
     def tick(self, sample: Sample) -> None:
         now = self.clock()
