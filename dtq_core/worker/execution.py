@@ -212,10 +212,13 @@ class ExecutionLoops(WorkerState):
                     hooks.send("task_dead_lettered", task_id=row.task_id, type=row.type, queue=row.queue,
                                attempt=row.attempt, error_class=completion.error_class,
                                error_message=completion.error_message)
-        await self._pause_other_partitions(batch, statuses)
+        # Counted before the next await: _fetch_room's count of what is in flight no longer has them.
         self.processed += len(batch)
-        if self.max_tasks is not None and self.processed >= self.max_tasks:
-            self.request_stop()
+        if self.max_tasks is not None:
+            if self.processed >= self.max_tasks:
+                self.request_stop()
+            self._slot_freed.set()  # with --max-tasks, a written completion is room for the next fetch
+        await self._pause_other_partitions(batch, statuses)
 
     async def _pause_other_partitions(self, batch: list[Completion], statuses: list[Any]) -> None:
         """A handler's RateLimited(scope="queue") paused its own partition (completeTasks); the

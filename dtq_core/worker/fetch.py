@@ -123,9 +123,15 @@ class FetchLoop(WorkerState):
         """How many rows a fetch may claim: the free slots, plus room in the backlog, which holds
         claimed rows for the slots that free next (started by the handler thread that frees the
         slot, else by this loop): at most as many as attempts ended lately (turnover.py), at most
-        `concurrency`."""
+        `concurrency`. With --max-tasks, no more than the attempts it has left: the rest stays
+        queued for the next worker, not claimed and handed back at exit."""
         ahead = min(self.concurrency, self._turnover.lately(self.clock.monotonic())) - len(self._backlog)
-        return self._free_slots() + max(0, ahead)
+        room = self._free_slots() + max(0, ahead)
+        if self.max_tasks is None:
+            return room
+        # In flight: running, claimed and waiting, and ended with a completion not written yet.
+        in_flight = len(self._running) + len(self._backlog) + len(self._unacked)
+        return min(room, self.max_tasks - self.processed - in_flight)
 
     def _worth_fetching(self, room: int) -> bool:
         """While the backlog still feeds the slots, wait for room for half a batch: a fetch per

@@ -122,6 +122,26 @@ def test_it_runs_a_task_and_stores_its_result(config: DtqConfig, redis_client: r
     assert redis_client.zscore(engine.keys.workers(), worker.worker_id) is None  # deregistered on exit
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_max_tasks_runs_that_many_attempts_and_leaves_the_rest_queued(config: DtqConfig, kind: str) -> None:
+    # --max-tasks 3 on a worker with 10 free slots and 10 tasks waiting: it runs 3 and exits; the
+    # other 7 are still QUEUED for the next worker (not claimed, run, or left to a reclaim).
+    def sync_record(payload: Any) -> Any:
+        RECORDED.append(payload)
+        return payload
+
+    registry.register("test.sync_record", sync_record)
+    engine, cfg = make_engine(config)
+    ttype = "test.record" if kind == "async" else "test.sync_record"
+    ids = [engine.tasks.enqueue(ttype, {"i": i}).id for i in range(10)]
+    run_burst(cfg, concurrency=10, max_tasks=3)
+    statuses = [engine.tasks.get(task_id)["status"] for task_id in ids]
+    assert statuses.count("SUCCEEDED") == 3 and statuses.count("QUEUED") == 7, statuses
+    assert len(RECORDED) == 3
+    run_burst(cfg, concurrency=10)  # the rest, for another worker, at once
+    assert {engine.tasks.get(task_id)["status"] for task_id in ids} == {"SUCCEEDED"}
+
+
 def test_a_retryable_error_retries_with_backoff_then_succeeds(config: DtqConfig) -> None:
     engine, cfg = make_engine(config, retry_base_s=0.01, retry_max_s=0.05)
     task_id = engine.tasks.enqueue("dtq.flaky", {"fail_times": 2}, max_attempts=3).id
