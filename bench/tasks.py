@@ -37,7 +37,9 @@ def _redis() -> aioredis.Redis:
 
 
 if os.environ.get("DTQ_BENCH_BODY") == "sync":
-    _sync = redis.Redis.from_url(get_config().redis_url, max_connections=1000)
+    # No socket timeout, as the async client's and bench/peers' sync body: with one, every read
+    # of a blocking socket polls first (one more system call per round trip).
+    _sync = redis.Redis.from_url(get_config().redis_url, max_connections=1000, socket_timeout=None)
 
     @task("bench.noop")
     def noop(payload: Any) -> None:
