@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from .executor import Row
 from .fairness import share
@@ -32,6 +33,7 @@ THREAD_START_CHECKS = 20
 UNBLOCK_GRACE_S = 0.002  # a wake-up heard while blocked on the wake list: how long its own reply may take
 LIST_WAIT_BACKOFF_S = 5.0  # after a failed wait on a wake list, the channel alone serves this long
 BURST_HORIZON_S = 1.0  # --burst also waits for retries and delayed tasks due this soon
+_UNBLOCKING: set[asyncio.Task[None]] = set()  # unblock calls under way (_wait_on_list)
 
 
 class FetchLoop(WorkerState):
@@ -192,16 +194,32 @@ class FetchLoop(WorkerState):
         tag = partition.tag
         self._list_waited = tag
         sent_at = self.wake.ticket(tag)
-        waiting = asyncio.ensure_future(self.store.wait_and_fetch(partition, free, BLOCK_MS / 1000))
+        loop = asyncio.get_running_loop()
+        ending: list[Any] = []  # the timer, then the task, that end the wait early; or True: it ended
+
+        def changed() -> None:
+            # Not a message of this partition (the wait's token stands for those): a stop, a
+            # limit's timer, a resubscribe. The fetch's reply may be on its way already: it has
+            # UNBLOCK_GRACE_S before this worker's own wake list ends the wait.
+            if not ending:
+                ending.append(loop.call_later(UNBLOCK_GRACE_S, unblock))
+
+        def unblock() -> None:
+            if len(ending) == 1:  # the wait is still out
+                task = loop.create_task(self._unblock(partition))
+                _UNBLOCKING.add(task)  # held until it ends: the loop keeps only a weak reference
+                task.add_done_callback(_UNBLOCKING.discard)
+                ending.append(task)
+
         self.wake.holding = tag
+        self.wake.on_change = changed
+        if self.wake.ready:
+            changed()
         try:
-            if await self.wake.changed_before(waiting):
-                # Not a message of this partition (the wait's token stands for those): a stop, a
-                # limit's timer, a resubscribe. The fetch's reply may be on its way already.
-                await asyncio.wait((waiting,), timeout=UNBLOCK_GRACE_S)
-                if not waiting.done():
-                    await self.store.unblock(partition)
-            fetched = await waiting
+            # Awaited here, not raced against the wake-ups in tasks of their own (asyncio.wait):
+            # the reply resumes this loop in the next turn of the event loop, not three turns later.
+            # A cancel closes the line mid-exchange, and Redis drops the queued fetch.
+            fetched = await self.store.wait_and_fetch(partition, free, BLOCK_MS / 1000)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - Redis away, a wake list overwritten: the channel serves
@@ -212,8 +230,10 @@ class FetchLoop(WorkerState):
             return []
         finally:
             self.wake.holding = None
-            if not waiting.done():
-                waiting.cancel()  # the line is closed mid-exchange: Redis drops the queued fetch
+            self.wake.on_change = None
+            if ending and isinstance(ending[0], asyncio.TimerHandle):
+                ending[0].cancel()
+            ending.append(True)  # an unblock not sent yet is not sent
         # The ticket is taken now, not when the wait went out: a wake-up of this partition heard
         # during the wait came from a ring that the fetch either followed (it read that entry) or
         # preceded, and then that ring's token waits on the list for the next wait, or, if the
@@ -226,6 +246,15 @@ class FetchLoop(WorkerState):
         if tag not in fetched.drained and tag not in fetched.failed:
             self.wake.mark_ready([tag])  # it read what it could take and more may wait
         return self._took(fetched, {tag: self.wake.ticket(tag)})
+
+    async def _unblock(self, partition: Partition) -> None:
+        """End this worker's wait on the partition's wake list (store.unblock). A failure needs
+        nothing more: the wait fails the same way, or ends by itself within BLOCK_MS."""
+        try:
+            await self.store.unblock(partition)
+        except Exception as exc:  # noqa: BLE001 - see above
+            logger.debug("worker_id=%s could not end its wait on partition %s early (%s: %s)",
+                         self.worker_id, partition.tag, type(exc).__name__, exc)
 
     async def _fetch_ready(self, free: int) -> list[Row]:
         """One fetch round: every ready partition asked for its share of the free slots."""

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import redis
 import redis.asyncio as aioredis
@@ -60,6 +59,9 @@ class WakeSubscription:
         self.holding: str | None = None  # the tag whose wake list this worker waits on now (fetch.py)
         self._epoch = 0  # subscriptions so far: a resubscribe marks every tag at once
         self._changed = asyncio.Event()  # a tag became ready
+        # Called, on the loop, when a tag becomes ready (or on poke) while a wait on a wake list
+        # is out (fetch.py, _wait_on_list): that wait is ended early. None: nobody to tell.
+        self.on_change: Callable[[], None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.subscribed = False
         self._failures = 0  # subscriptions lost in a row (for the backoff and the log)
@@ -93,7 +95,7 @@ class WakeSubscription:
                 self.ready.add(tag)
                 added = True
         if added:
-            self._changed.set()
+            self._signal()
 
     def covered(self, tag: str) -> None:
         """The tag's next message is for the ring whose token a wait on its wake list took, and
@@ -124,34 +126,25 @@ class WakeSubscription:
             pass
         return bool(self.ready)
 
-    async def changed_before(self, waiting: asyncio.Future[Any]) -> bool:
-        """Wait for `waiting`, unless a tag becomes ready (or poke) first: True then."""
-        if waiting.done():
-            return False
-        if self.ready:
-            return True
-        self._changed.clear()
-        changed = asyncio.ensure_future(self._changed.wait())
-        try:
-            await asyncio.wait((waiting, changed), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            changed.cancel()
-        return not waiting.done()
-
     def retry_now(self) -> None:
         """Redis answers again (a heartbeat landed): end a backoff before subscribing again."""
         self._retry.set()
 
     def poke(self) -> None:
         """End a wait early (the worker is stopping)."""
+        self._signal()
+
+    def _signal(self) -> None:
         self._changed.set()
+        if self.on_change is not None:
+            self.on_change()
 
     def _resubscribed(self) -> None:
         self._epoch += 1
         self._covered.clear()
         if self._served:
             self.ready = set(self._served)
-            self._changed.set()
+            self._signal()
 
     def _woke(self, tag: str) -> None:
         if tag in self._covered:
@@ -168,7 +161,7 @@ class WakeSubscription:
             self._woken[tag] = self._woken.get(tag, 0) + 1
             if tag not in self.ready:
                 self.ready.add(tag)
-                self._changed.set()
+                self._signal()
 
     # -- the subscription -------------------------------------------------------------------------
     def start(self) -> None:
