@@ -116,7 +116,10 @@ class FetchLoop(WorkerState):
             self._backlog.extend(rows)
             if self.quiet:  # told while the fetch was out (a wait's queued fetch runs anyway): hand back
                 continue
+            idle = not self._running
             self._start_backlog()
+            if idle:  # every thread is free: one takes the first sync attempt in microseconds
+                self.threads.let_start(THREAD_START_S * THREAD_START_CHECKS)
             # Let the attempts just started reach their first await (their handler's I/O goes
             # out now) before this loop's next fetch: shorter latency on an idle worker.
             await asyncio.sleep(0)

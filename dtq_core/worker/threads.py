@@ -55,6 +55,7 @@ class HandlerThreads:
         # kept fresh by heartbeats, until their threads end.
         self.abandoned: dict[str, Execution] = {}
         self._queue: SimpleQueue[Execution | None] = SimpleQueue()
+        self._took = threading.Event()  # set by a thread each time it takes an attempt off the queue
         self._lock = threading.Lock()
         self._finished: list[Finished] = []
         self._started: list[Execution] = []
@@ -80,6 +81,18 @@ class HandlerThreads:
                 self._spawn()
         ex.threads = self
         self._queue.put(ex)
+
+    def let_start(self, timeout_s: float) -> None:
+        """Block the loop's thread until a handler thread has taken an attempt handed over, at
+        most timeout_s. An idle worker calls it after handing over what one wait brought: the
+        handler starts at once and its body's first I/O goes out, where the loop would otherwise
+        keep the GIL for the callbacks due in the same turn (the wake channel's message of the
+        same ring, about 0.1 ms of Python) while the thread waits for it."""
+        if self._queue.empty():
+            return
+        self._took.clear()
+        if not self._queue.empty():  # else a thread took it between the two checks
+            self._took.wait(timeout_s)
 
     def give_up(self, ex: Execution, completion: Completion | None) -> bool:
         """End an attempt whose thread may still be running it, with this outcome (None: leave
@@ -131,8 +144,9 @@ class HandlerThreads:
     def _serve(self) -> None:
         loop = self._loop
         assert loop is not None
-        queue, lock = self._queue, self._lock
+        queue, lock, took = self._queue, self._lock, self._took
         ex = queue.get()
+        took.set()
         while ex is not None:
             if not ex.settled:  # given up while queued (a cancel, the drain): nothing to run
                 try:
@@ -160,4 +174,8 @@ class HandlerThreads:
                     loop.call_soon_threadsafe(self._deliver_finished)
             except RuntimeError:  # the loop is closed: the worker has exited without this outcome
                 return
-            ex = nxt if nxt is not None else queue.get()
+            if nxt is not None:
+                ex = nxt
+            else:
+                ex = queue.get()
+                took.set()
