@@ -1,0 +1,24 @@
+"""bench.bench_idle_handover on a tiny run: a real worker process on a throwaway redis-server, its
+path stamped at every point for every task (timings are not compared: the machine is shared)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.bench_idle_handover import SEGMENTS, main
+
+
+def test_every_task_is_stamped_at_every_point_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--tasks", "5", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "round 1: current: 5 of 5 tasks stamped" in out
+    row = re.search(r"^\| current \| 5 \| (.+) \|$", out, re.M)
+    assert row is not None, out
+    cells = dict(zip([label for label, _, _ in SEGMENTS],
+                     [float(cell.replace(",", "")) for cell in row.group(1).split(" | ")], strict=True))
+    # The worker's own points come in order; "reply -> claimed" compares two processes' moments
+    # that Redis answers in one turn, and may be below zero.
+    ordered = ("submit", "claimed -> handed", "handed -> thread", "thread -> body", "submit -> body")
+    assert all(cells[label] > 0 for label in ordered), cells
