@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from uuid import uuid4
 import redis
 
 from .common import ROOT, VAR, start_redis, wait_until
+from .dtq_bench import _stop
 
 QUEUE = "handover"
 SEGMENTS = (("submit", "sent", "replied"), ("reply -> claimed", "replied", "returned"),
@@ -55,16 +55,6 @@ def _worker(tree: Path, url: str, prefix: str, log: Path) -> subprocess.Popen[by
     with open(log, "wb") as out:
         return subprocess.Popen([sys.executable, "manage.py", "runworker_dtq", "--queues", QUEUE, "--concurrency",
                                  "10"], cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def _round(tree: Path, url: str, tasks: int) -> list[dict[str, float]]:
