@@ -37,7 +37,7 @@ from uuid import uuid4
 import redis
 
 from .common import ROOT, VAR, start_redis, wait_until
-from .dtq_bench import _stop
+from .dtq_bench import _stop, counter_key
 
 QUEUE = "handover"
 SEGMENTS = (("submit", "sent", "replied"), ("reply -> claimed", "replied", "returned"),
@@ -65,7 +65,7 @@ def _round(tree: Path, url: str, tasks: int) -> list[dict[str, float]]:
     prefix = f"handover{uuid4().hex[:8]}"
     engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, accept_unknown_types=True))
     client = redis.Redis.from_url(url)
-    counter, dump_path = f"{prefix}:count", VAR / f"{prefix}-stamps.json"
+    counter, dump_path = counter_key(prefix), VAR / f"{prefix}-stamps.json"
     proc = _worker(tree, url, prefix, VAR / f"{prefix}.log")
     try:
         sent: dict[str, tuple[float, float]] = {}

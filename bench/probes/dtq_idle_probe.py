@@ -22,7 +22,9 @@ import dtq_tasks
 from dtq_core.worker import executor, store, threads
 
 STAMPS: dict[str, dict[str, float]] = {}
-_client: redis.Redis | None = None
+# Made at import, before any handler thread: it connects on first use, and no two threads race
+# to make it.
+_client = redis.Redis.from_url(os.environ["DTQ_REDIS_URL"], socket_timeout=None)
 
 
 def _stamp(task_id: str, point: str) -> None:
@@ -63,10 +65,7 @@ executor.AttemptRunner.run_in_thread = run_in_thread  # type: ignore[method-assi
 @dtq_tasks.task("bench.handover")
 def handover(payload: Any) -> None:
     """The body: stamped, then one INCR (the counter the driver watches)."""
-    global _client
     _stamp(dtq_tasks.current_task().task_id, "body")  # type: ignore[union-attr]
-    if _client is None:
-        _client = redis.Redis.from_url(os.environ["DTQ_REDIS_URL"], socket_timeout=None)
     _client.incr(payload["k"])
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from .executor import Row
 from .fairness import share
@@ -198,21 +197,22 @@ class FetchLoop(WorkerState):
         self._list_waited = tag
         sent_at = self.wake.ticket(tag)
         loop = asyncio.get_running_loop()
-        ending: list[Any] = []  # the timer, then the task, that end the wait early; or True: it ended
+        grace: asyncio.TimerHandle | None = None  # set by the first change: it then ends the wait
+        out = True  # the wait has not returned
 
         def changed() -> None:
             # Not a message of this partition (the wait's token stands for those): a stop, a
             # limit's timer, a resubscribe. The fetch's reply may be on its way already: it has
             # UNBLOCK_GRACE_S before this worker's own wake list ends the wait.
-            if not ending:
-                ending.append(loop.call_later(UNBLOCK_GRACE_S, unblock))
+            nonlocal grace
+            if grace is None:
+                grace = loop.call_later(UNBLOCK_GRACE_S, unblock)
 
         def unblock() -> None:
-            if len(ending) == 1:  # the wait is still out
+            if out:
                 task = loop.create_task(self._unblock(partition))
                 _UNBLOCKING.add(task)  # held until it ends: the loop keeps only a weak reference
                 task.add_done_callback(_UNBLOCKING.discard)
-                ending.append(task)
 
         self.wake.holding = tag
         self.wake.on_change = changed
@@ -234,9 +234,9 @@ class FetchLoop(WorkerState):
         finally:
             self.wake.holding = None
             self.wake.on_change = None
-            if ending and isinstance(ending[0], asyncio.TimerHandle):
-                ending[0].cancel()
-            ending.append(True)  # an unblock not sent yet is not sent
+            out = False  # an unblock not sent yet is not sent
+            if grace is not None:
+                grace.cancel()
         # The ticket is taken now, not when the wait went out: a wake-up of this partition heard
         # during the wait came from a ring that the fetch either followed (it read that entry) or
         # preceded, and then that ring's token waits on the list for the next wait, or, if the
