@@ -84,7 +84,7 @@ end
 local status, written = create_task(K, {
   task_id = task_id, queue = queue, priority = priority, now_ms = now_ms, now_iso = now_iso, due = due,
   retention_ms = ARGV[5], idem_key = idem_key, idem_ttl_ms = ARGV[6], recent_cap = ARGV[11],
-  fields = ARGV, fields_from = 14, fields_to = n - 1})
+  fields = ARGV, fields_from = 14, fields_to = n - 1, want_record = want_record})
 if U then unique_hold(U, task_id) end
 local tkey = K.task_prefix .. task_id
 -- A hash that was new holds exactly what was written: no HGETALL for it.

@@ -14,7 +14,8 @@ import redis
 from redis.crc import key_slot
 
 from dtq_core.keys import PRIORITIES, Keys, dlq_ref, parse_dlq_ref, tag_of
-from dtq_core.scripts import _ROOT, NUMKEYS, CrossSlotKeys, check_keys
+from dtq_core.scripts import _ROOT, NUMKEYS, CrossSlotKeys, _expand, check_keys
+from dtq_core.scripts.library import build
 
 # partition_keys(p).<name> -> the Keys method (and its sample arguments) it must equal.
 LUA_TO_PYTHON = {
@@ -70,6 +71,36 @@ def test_lua_builds_a_partitions_keys_as_keys_py_names_them(redis_client: redis.
     wid = f"{TAG}-w{'0' * 31}"
     assert lua["wf_prefix"] + wid == keys.workflow(wid)
     assert (lua["events_channel"], lua["wake_channel"], lua["tag"]) == (keys.events(), keys.wake(), TAG)
+
+
+_NAMES_ACROSS_CALLS_PROBE = """
+-- #include common
+local K = partition_keys(KEYS[1])
+local mark_seen = rawget(K, 'limits_rung') ~= nil or K.limits_rung ~= nil
+K.limits_rung = true  -- a per-call mark (includes/limits.lua): must not reach the next call
+return cjson.encode({tag = K.tag, ready = K.ready, running = K.running, task_prefix = K.task_prefix,
+                     wake_channel = K.wake_channel, mark_seen = mark_seen})
+"""
+
+
+def test_a_function_library_names_each_partition_right_call_after_call(redis_client: redis.Redis,
+                                                                       key_prefix: str) -> None:
+    """As a function library the names outlive the call (a cache per prefix, started over past
+    its bound): 600 partitions, twice round, each call gets its own partition's names and none
+    of the previous call's marks."""
+    keys = Keys(key_prefix)
+    library = build("namesProbe", _NAMES_ACROSS_CALLS_PROBE, _expand)
+    redis_client.function_load(library.source, replace=True)
+    try:
+        tags = [f"t{i:04x}" for i in range(600)]
+        for _ in range(2):
+            for tag in tags:
+                names = json.loads(redis_client.fcall(library.function, 1, keys.partition(tag)))
+                assert names == {"tag": tag, "ready": keys.ready(tag), "running": keys.running(tag),
+                                 "task_prefix": keys.task(f"{tag}-{'0' * 32}")[:-len(f"{tag}-{'0' * 32}")],
+                                 "wake_channel": keys.wake(), "mark_seen": False}
+    finally:
+        redis_client.function_delete(library.function)
 
 
 def test_every_key_of_a_partition_is_in_its_slot() -> None:

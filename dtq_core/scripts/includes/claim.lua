@@ -83,6 +83,9 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     return {'missing'}
   end
   local status, cur, ea = t.status, tonumber(t.attempt), tonumber(entry_attempt)
+  -- The attempt as the HSET below writes it: the entry's own text unless it is bumped (a number
+  -- passed to redis.call is printed with snprintf, every call).
+  local ea_text = entry_attempt
   if reclaim and status == 'RUNNING' and t.entry_id == entry_id then
     -- The worker that ran this attempt went silent past the visibility timeout: count the lost
     -- attempt against the budget and run the next one (or honour a cancel it never acted on).
@@ -92,6 +95,7 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
       return {lost, 'worker lost during attempt ' .. t.attempt}
     end
     ea = cur + 1
+    ea_text = ea
   elseif not (status == 'QUEUED' and ea == cur + 1) then
     -- Terminal, superseded, or already started under another entry: a duplicate to absorb.
     finish_entry(ctx, stream, entry_id)
@@ -132,10 +136,10 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     end
     ctx.lim_started[#ctx.lim_started + 1] = task_id .. ':' .. ea
   end
-  rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea, 'started_at', ctx.now_ms,
+  rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea_text, 'started_at', ctx.now_ms,
         'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id,
         'cancel_requested', '0')
-  rcall('PEXPIRE', tkey, ctx.retention_ms)
+  rcall('PEXPIRE', tkey, retention_px(ctx.R, 1))
   if ctx.started then  -- the caller adds the batch to the running index in one ZADD
     local n = #ctx.started
     ctx.started[n + 1], ctx.started[n + 2] = ctx.now_ms, task_id
