@@ -16,18 +16,29 @@ reports Redis's own time per call (`cmdstat_evalsha` and `cmdstat_fcall` usec ov
 - the empty fetch and completion sent as `EVALSHA` of this tree's scripts (what a Redis that
   refuses functions gets: dtq_core/scripts/library.py).
 Rounds take turns, so the load of the moment weighs on all alike.
+
+`--instructions` runs the Redis under valgrind's callgrind instead and reports the instructions
+Redis executed per call of each case (everything the server did for it: reading the command,
+the script, its commands, the reply). Those counts do not depend on what else the machine is
+doing, so a change of a few percent shows where microseconds drown in noise; the server runs
+about 50 times slower, so keep --calls small (300 is plenty).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from .common import ROOT, start_redis
+from tests.redis_server import RedisServer
+
+from .common import ROOT, VAR, start_redis
 
 CHILD = r'''
 import json, os, sys, time, uuid
@@ -104,14 +115,33 @@ def run_case():
         assert len(rows) == 10, rows
         assert complete(rows) == ["SUCCEEDED"] * 10
 
-for _ in range(300):
+import glob, subprocess
+callgrind = os.environ.get("BENCH_CALLGRIND")  # "<redis pid>:<dump file prefix>": count instructions
+for _ in range(30 if callgrind else 300):
     run_case()
 r.config_resetstat()
+if callgrind:
+    pid, dumps = callgrind.split(":", 1)
+    subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
 for _ in range(calls):
     run_case()
 stats = r.info("commandstats")
 scripts = [stats.get(name, {}) for name in ("cmdstat_evalsha", "cmdstat_fcall")]
-print(json.dumps({"calls": sum(s.get("calls", 0) for s in scripts), "usec": sum(s.get("usec", 0) for s in scripts)}))
+out = {"calls": sum(s.get("calls", 0) for s in scripts), "usec": sum(s.get("usec", 0) for s in scripts)}
+if callgrind:
+    before = set(glob.glob(dumps + ".*"))
+    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+    deadline = time.monotonic() + 60
+    while not (new := set(glob.glob(dumps + ".*")) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    summary = None
+    while summary is None and time.monotonic() < deadline:  # the dump is written after the file appears
+        for line in open(new.pop() if len(new) == 1 else max(new, key=os.path.getmtime)):
+            if line.startswith("summary:"):
+                summary = int(line.split()[1])
+        time.sleep(0.05)
+    out["instructions"] = summary
+print(json.dumps(out))
 '''
 
 CASES = ("return1", "fetch-empty", "complete-empty", "submit", "one-task", "batch-10", "fetch-empty-evalsha",
@@ -123,33 +153,60 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--compare", type=Path, default=None, help="another dtq tree, measured as 'before'")
+    p.add_argument("--instructions", action="store_true",
+                   help="run Redis under valgrind's callgrind and report instructions per call (try --calls 300)")
+    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     args = p.parse_args(argv)
+    cases = tuple(c for c in CASES if c in args.cases.split(","))
     trees = [("this tree", ROOT)] + ([("before", args.compare)] if args.compare is not None else [])
-    runs: dict[tuple[str, str], list[dict[str, float]]] = {(c, t): [] for c in CASES for t, _ in trees}
-    server = start_redis("script-cost")
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {(c, t): [] for c in cases for t, _ in trees}
+    server, env = _start_server(args.instructions)
     try:
         for _ in range(args.rounds):
-            for case in CASES:
+            for case in cases:
                 for tree, cwd in trees:
                     out = subprocess.run([sys.executable, "-c", CHILD, server.url, case, str(args.calls)], cwd=cwd,
-                                         capture_output=True, text=True, check=True)
+                                         capture_output=True, text=True, check=True, env=env)
                     runs[(case, tree)].append(json.loads(out.stdout))
     finally:
         server.stop()
+    if args.instructions:
+        print(f"{args.calls} calls per case x {args.rounds} rounds, taking turns; instructions Redis executed "
+              "per call (callgrind; median of rounds)")
+        _table(cases, trees, lambda r: r["instructions"] / args.calls, "{:,.0f}", runs)
+        return 0
     print(f"{args.calls} calls per case x {args.rounds} rounds, taking turns; Redis µs per call "
           "(cmdstat_evalsha + cmdstat_fcall, median of rounds)")
-    head = " | ".join(t for t, _ in trees)
-    print(f"| case | {head} |\n|---|{'---|' * len(trees)}")
-    for case in CASES:
-        cells = []
-        for tree, _ in trees:
-            results = runs[(case, tree)]
-            total = statistics.median(r["usec"] / args.calls for r in results)
-            cells.append(f"{total:.1f}")
-        print(f"| {case} | {' | '.join(cells)} |")
+    _table(cases, trees, lambda r: r["usec"] / args.calls, "{:.1f}", runs)
     print("(one-task: a submit, a fetch of it and its completion: three calls, µs per task; "
           "batch-10: a fetch of 10 and their completion, µs per pair of calls, 10 tasks)")
     return 0
+
+
+def _table(cases: tuple[str, ...], trees: list[tuple[str, Path]], per_call: Any, fmt: str,
+           runs: dict[tuple[str, str], list[dict[str, float]]]) -> None:
+    head = " | ".join(t for t, _ in trees)
+    print(f"| case | {head} |\n|---|{'---|' * len(trees)}")
+    for case in cases:
+        cells = [fmt.format(statistics.median(per_call(r) for r in runs[(case, tree)])) for tree, _ in trees]
+        print(f"| {case} | {' | '.join(cells)} |")
+
+
+def _start_server(instructions: bool) -> tuple[RedisServer, dict[str, str]]:
+    """A throwaway Redis, under callgrind when counting instructions (its dumps under var/)."""
+    if not instructions:
+        return start_redis("script-cost"), dict(os.environ)
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    directory = VAR / f"redis-script-instructions-{os.getpid()}"
+    dumps = directory / "callgrind.out"
+    server = RedisServer(directory, appendonly=False,
+                         wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}"])
+    server.start(wait=False)
+    server.wait_ready(timeout=120)
+    assert server.process is not None
+    # valgrind runs redis-server in its own process: callgrind_control finds it by that pid.
+    return server, {**os.environ, "BENCH_CALLGRIND": f"{server.process.pid}:{dumps}"}
 
 
 if __name__ == "__main__":

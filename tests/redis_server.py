@@ -22,7 +22,7 @@ def free_port() -> int:
 
 class RedisServer:
     def __init__(self, directory: Path, *, appendonly: bool = True, port: int | None = None,
-                 args: Sequence[str] = ()) -> None:
+                 args: Sequence[str] = (), wrapper: Sequence[str] = ()) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server not found: apt-get install redis-server")
@@ -30,6 +30,7 @@ class RedisServer:
         self.directory = directory
         self.appendonly = appendonly
         self.args = list(args)  # more redis-server options, e.g. ["--maxmemory-policy", "allkeys-lru"]
+        self.wrapper = list(wrapper)  # a command to run it under, e.g. valgrind (bench/bench_script_cost.py)
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -40,8 +41,9 @@ class RedisServer:
     def start(self, *, wait: bool = True) -> RedisServer:
         """Start it; with wait=False, return before it answers (e.g. while it loads its data)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-                "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
+        args = [*self.wrapper, self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.directory), "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", "everysec",
                 "--daemonize", "no", "--logfile", str(self.directory / "redis.log"), "--protected-mode", "yes",
                 *self.args]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
