@@ -14,7 +14,9 @@ What that asks of the includes (tests/worker/test_function_library.py loads ever
 - KEYS and ARGV are the function's arguments: the library declares them as locals at its top,
   and each call sets them, so the helpers read them as in a script.
 - A variable of an include outlives a call: call_begin (includes/common.lua) sets the per-call
-  ones back; per-call marks live on the call's own tables (K, ctx).
+  ones back; per-call marks live on the call's own tables (K, ctx). Two caches use this on
+  purpose: a partition's key names and the parsed retention argument (bounded; an EVALSHA
+  script, which starts from nothing on every call, does not fill them).
 
 The library's name, and its function's, carry a hash of its source: two dtq versions on one
 Redis (a rolling deploy) call their own code. A node that lacks the function (restarted without
