@@ -25,7 +25,7 @@ the library and sends the call again, as for NOSCRIPT.
 
 A Redis that refuses functions (an ACL user without FUNCTION or FCALL, a managed Redis that
 blocks them) is told once, in the log, and its client goes on with EVALSHA as before: the calls
-cost 9-12 µs more a call again (bench/bench_script_cost.py), nothing else changes.
+cost more Redis CPU a call again (bench/bench_script_cost.py), nothing else changes.
 """
 
 from __future__ import annotations
@@ -112,4 +112,4 @@ def refuse_functions(client: Any, exc: redis.exceptions.ResponseError) -> None:
     if client not in _REFUSED:
         _REFUSED.add(client)
         logger.warning("Redis refuses FUNCTION LOAD (%s): the hot-path scripts are sent with EVALSHA "
-                       "instead, 9-12 µs more Redis CPU a call (docs/deployment.md, Redis ACLs)", text)
+                       "instead, at more Redis CPU a call (docs/deployment.md, Redis ACLs)", text)
