@@ -44,7 +44,6 @@ events_on = ARGV[9] ~= '0'
 events_pending = {}
 history_batched = true
 -- The partition's count of tasks finished in the current minute (Keys.throughput).
-local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
 
 -- The batch's entries, acknowledged and deleted with one XACK and one XDEL per stream, and its
 -- tasks, taken out of the running index with one ZREM, after the records: a Redis command per
@@ -164,14 +163,15 @@ local function complete_one(r)
   return status
 end
 
-local q = {K = K, now_ms = now_ms, now_iso = now_iso, retention_ms = retention_ms, dlq_enabled = dlq_enabled,
-           dlq_maxlen = dlq_maxlen, R = R}
+local q = nil  -- the quarantine's context, made when a record fails
 local statuses = {}
 for _, record in ipairs(cjson.decode(ARGV[8])) do
   local ok, status = pcall(complete_one, record)
   if not ok then
     local reason = 'the completion of attempt ' .. tostring(record[2]) .. ' could not be recorded: '
                    .. error_text(status)
+    q = q or {K = K, now_ms = now_ms, now_iso = now_iso, retention_ms = retention_ms, dlq_enabled = dlq_enabled,
+              dlq_maxlen = dlq_maxlen, R = R}
     status = {'quarantined', quarantine(q, record[1], reason) or '', reason}
     if lim_gconc then limits_release(K, tostring(record[1])) end
     local stream = K.stream_prefix .. tostring(record[4])
@@ -195,9 +195,10 @@ history_flush(K, now_ms)
 for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
 if next(finished) then
   -- The key lives an hour from its first count (a later PEXPIRE would only move that by a minute).
+  local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
   local new = false
   for field, n in pairs(finished) do new = rcall('HINCRBY', finished_key, field, n) == n or new end
-  if new then rcall('PEXPIRE', finished_key, 3600000) end
+  if new then rcall('PEXPIRE', finished_key, '3600000') end
 end
 if next(buckets) then
   for field, n in pairs(buckets) do rcall('HINCRBY', K.stats_duration, field, n) end

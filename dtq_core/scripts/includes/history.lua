@@ -5,7 +5,8 @@
 -- (foldHistory-1.lua). history_add writes at once, unless the script set history_batched: then it
 -- writes once, at its end, with history_flush (completeTasks: one HINCRBY per distinct field of
 -- the batch, not per task).
-local HISTORY_MINUTE_TTL_MS = 90000000  -- 25 h: the 24 h range, and the leader's fold of the last hour
+-- 25 h: the 24 h range, and the leader's fold of the last hour (text: redis.call prints a number)
+local HISTORY_MINUTE_TTL_MS = '90000000'
 -- Types per partition with a series of their own; tasks of later types count as "(other)", a name
 -- no task type can have (dtq_core.task.TASK_TYPE_RE), so a queue's history has a bounded size.
 local HISTORY_MAX_TYPES = 100
