@@ -43,7 +43,6 @@ local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = K.task_prefix, K.res
 events_on = ARGV[9] ~= '0'
 events_pending = {}
 history_batched = true
--- The partition's count of tasks finished in the current minute (Keys.throughput).
 
 -- The batch's entries, acknowledged and deleted with one XACK and one XDEL per stream, and its
 -- tasks, taken out of the running index with one ZREM, after the records: a Redis command per
@@ -194,7 +193,8 @@ emit_flush(K)
 history_flush(K, now_ms)
 for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
 if next(finished) then
-  -- The key lives an hour from its first count (a later PEXPIRE would only move that by a minute).
+  -- The partition's count of tasks finished in the current minute (Keys.throughput). The key
+  -- lives an hour from its first count (a later PEXPIRE would only move that by a minute).
   local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
   local new = false
   for field, n in pairs(finished) do new = rcall('HINCRBY', finished_key, field, n) == n or new end
