@@ -125,22 +125,26 @@ if callgrind:
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
 for _ in range(calls):
     run_case()
-stats = r.info("commandstats")
-scripts = [stats.get(name, {}) for name in ("cmdstat_evalsha", "cmdstat_fcall")]
-out = {"calls": sum(s.get("calls", 0) for s in scripts), "usec": sum(s.get("usec", 0) for s in scripts)}
-if callgrind:
+instructions = None
+if callgrind:  # dumped before INFO, whose own instructions are not the calls'
     before = set(glob.glob(dumps + ".*"))
     subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
     deadline = time.monotonic() + 60
     while not (new := set(glob.glob(dumps + ".*")) - before) and time.monotonic() < deadline:
         time.sleep(0.05)
-    summary = None
-    while summary is None and time.monotonic() < deadline:  # the dump is written after the file appears
-        for line in open(new.pop() if len(new) == 1 else max(new, key=os.path.getmtime)):
+    dump = max(new, key=os.path.getmtime) if new else None
+    while dump and instructions is None and time.monotonic() < deadline:  # written after it appears
+        for line in open(dump):
             if line.startswith("summary:"):
-                summary = int(line.split()[1])
+                instructions = int(line.split()[1])
         time.sleep(0.05)
-    out["instructions"] = summary
+    if instructions is None:
+        sys.exit(f"no callgrind dump with a summary under {dumps}.* within 60 s")
+stats = r.info("commandstats")
+scripts = [stats.get(name, {}) for name in ("cmdstat_evalsha", "cmdstat_fcall")]
+out = {"calls": sum(s.get("calls", 0) for s in scripts), "usec": sum(s.get("usec", 0) for s in scripts)}
+if callgrind:
+    out["instructions"] = instructions
 print(json.dumps(out))
 '''
 
