@@ -177,6 +177,17 @@ def start_worker(redis_server: RedisServer, key_prefix: str, tmp_path: Path
         proc.kill()
 
 
+def next_millisecond(engine: Engine) -> None:
+    """Return once engine's clock has passed the millisecond it reads now. Listings ordered by
+    creation time (in ms) break ties by the random id: what a test submits one after another must
+    not share a millisecond if it is to be listed in submit order."""
+    start = engine.clock.now_ms()
+    deadline = time.monotonic() + 1.0
+    while engine.clock.now_ms() <= start:
+        if time.monotonic() > deadline:
+            raise AssertionError("the clock did not move for a second")
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02,
              message: str | Callable[[], str] = "") -> Any:
     """Poll until predicate() is truthy; fail with `message` (or its result) at the deadline."""

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from dtq_core.engine import Engine
 
+from ..conftest import next_millisecond
 from ..redis_server import RedisServer
 from .support import assert_error, audit_entries, drain
 
@@ -51,7 +52,10 @@ def test_a_group_with_a_callback(api: APIClient, live_engine: Engine) -> None:
 
 
 def test_the_list_is_newest_first_filtered_and_paged(api: APIClient, live_engine: Engine) -> None:
-    ids = [submit(api, {"chain": [{"type": "dtq.echo"}]}).json()["id"] for _ in range(3)]
+    ids = []
+    for _ in range(3):
+        next_millisecond(live_engine)  # each a later creation time: same-ms workflows are listed by id
+        ids.append(submit(api, {"chain": [{"type": "dtq.echo"}]}).json()["id"])
     assert [w["id"] for w in api.get("/api/v1/workflows").json()["results"]] == ids[::-1]
     first = api.get("/api/v1/workflows", {"limit": 2}).json()
     assert [w["id"] for w in first["results"]] == ids[:0:-1] and first["next"]

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 
 from dtq_core.engine import Engine
 
-from ..conftest import ROOT, worker_env
+from ..conftest import ROOT, next_millisecond, worker_env
 from ..redis_server import RedisServer
 
 TREE = {"chain": [{"type": "dtq.echo", "queue": "wf"},
@@ -38,6 +38,7 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def test_list_prints_a_table_and_json(live_engine: Engine) -> None:
     first = live_engine.workflows.submit(TREE)
+    next_millisecond(live_engine)  # a later creation time: same-ms workflows are listed by id
     second = live_engine.workflows.submit({"chain": [{"type": "dtq.echo"}]})
     table = run("workflow", "list").splitlines()
     assert table[0].split() == ["WORKFLOW", "STATUS", "STEPS", "CREATED", "FINISHED"] and len(table) == 3

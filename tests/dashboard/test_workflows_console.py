@@ -14,6 +14,7 @@ from django.test import Client
 
 from dtq_core.engine import Engine
 
+from ..conftest import next_millisecond
 from .conftest import run_burst
 
 HOSTILE = '<script>alert("x")</script>'
@@ -24,6 +25,7 @@ TREE = {"chain": [{"type": "dtq.echo", "payload": {"html": HOSTILE}, "queue": "w
 
 def test_the_list_shows_workflows_newest_first_and_filters(client: Client, live_engine: Engine) -> None:
     first = live_engine.workflows.submit(TREE)
+    next_millisecond(live_engine)  # a later creation time: same-ms workflows are listed by id
     second = live_engine.workflows.submit({"chain": [{"type": "dtq.echo"}]})
     page = client.get("/workflows/").content.decode()
     assert page.index(second[:18]) < page.index(first[:18])
