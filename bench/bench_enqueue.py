@@ -6,9 +6,11 @@ of the moment on a shared machine weighs on all alike. Reported per system: the 
 median rate, client CPU per call (the process's own user + system time) and round trips per
 call (the child counts redis-py's writes, send_packed_command, which dtq's exchanges use too).
 dtq's call is `dtq_tasks.enqueue` (what a Django view calls; settings.DTQ configured in the
-child), Huey's is calling a task, as in bench/peers; both send the body {"k": "k"} (Huey as
-keyword arguments). Huey runs from bench/peers' virtualenv (make bench-peers makes it) or
---huey-python.
+child, at dtq's default settings: the depth gate, DTQ_MAX_QUEUE_DEPTH, checked by every submit),
+Huey's is calling a task, as in bench/peers; both send the body {"k": "k"} (Huey as keyword
+arguments). `--compare DIR --compare-settings JSON` runs the other tree with those DTQ settings
+on top; `--compare . --compare-settings '{"MAX_QUEUE_DEPTH": 0}'` is what the gate costs. Huey
+runs from bench/peers' virtualenv (make bench-peers makes it) or --huey-python.
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from dtq_core.config import DtqConfig
+
 from .common import ROOT, start_redis
+
+WARMUP = 300  # enqueues before the measured rounds (CHILD)
+DEFAULT_MAX_QUEUE_DEPTH = DtqConfig().max_queue_depth
 
 CHILD = r"""
 import json, os, sys, time
@@ -44,11 +51,11 @@ else:
     sys.path.insert(0, os.getcwd())
     import django
     from django.conf import settings
-    settings.configure(DTQ={"REDIS_URL": url, "KEY_PREFIX": sys.argv[3], "MAX_QUEUE_DEPTH": 0})
+    settings.configure(DTQ={"REDIS_URL": url, "KEY_PREFIX": sys.argv[3], **json.loads(sys.argv[4])})
     django.setup()
     import dtq_tasks
     send = lambda: dtq_tasks.enqueue("bench.noop", {"k": "k"}, queue="bench")
-for _ in range(300):
+for _ in range(300):  # WARMUP
     send()
 print("ready", flush=True)
 for line in sys.stdin:
@@ -67,13 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=1000, help="enqueues per turn (default 1000)")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--compare", type=Path, default=None, help="another dtq tree, reported as dtq-before")
+    p.add_argument("--compare-settings", type=json.loads, default={},
+                   help="DTQ settings (JSON) for the --compare tree on top of the defaults, "
+                        "e.g. '{\"MAX_QUEUE_DEPTH\": 0}'")
     p.add_argument("--huey-python", type=Path, default=ROOT / "var" / "bench-peers-venv" / "bin" / "python")
     args = p.parse_args(argv)
-    systems: dict[str, tuple[list[str], Path]] = {"dtq": ([sys.executable, "-c", CHILD, "dtq"], ROOT)}
+    # Nothing drains the queue: a run longer than the default depth gate's 100,000 raises it
+    # (every submit still checks it, at the same cost).
+    total = args.calls * args.rounds + WARMUP
+    own: dict[str, Any] = {"MAX_QUEUE_DEPTH": total} if total >= DEFAULT_MAX_QUEUE_DEPTH else {}
+    systems: dict[str, tuple[list[str], Path]] = {"dtq": ([sys.executable, "-c", CHILD, "dtq", json.dumps(own)], ROOT)}
     if args.compare is not None:
-        systems["dtq-before"] = ([sys.executable, "-c", CHILD, "dtq"], args.compare)
+        systems["dtq-before"] = ([sys.executable, "-c", CHILD, "dtq", json.dumps({**own, **args.compare_settings})],
+                                 args.compare)
     if args.huey_python.exists():
-        systems["huey"] = ([str(args.huey_python), "-c", CHILD, "huey"], ROOT)
+        systems["huey"] = ([str(args.huey_python), "-c", CHILD, "huey", "{}"], ROOT)
     else:
         print(f"skipping Huey: no {args.huey_python} (make bench-peers makes it)", flush=True)
     server = start_redis("enqueue")
@@ -81,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     try:
         for name, (command, cwd) in systems.items():
-            procs[name] = proc = subprocess.Popen([*command, server.url, f"bench{uuid.uuid4().hex[:8]}"], cwd=cwd,
+            procs[name] = proc = subprocess.Popen([*command[:4], server.url, f"bench{uuid.uuid4().hex[:8]}",
+                                                   *command[4:]], cwd=cwd,
                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", name
         for _ in range(args.rounds):

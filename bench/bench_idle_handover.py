@@ -50,7 +50,7 @@ def _worker(tree: Path, url: str, prefix: str, log: Path) -> subprocess.Popen[by
     env = dict(os.environ)
     env.update({"DTQ_REDIS_URL": url, "DTQ_KEY_PREFIX": prefix, "DTQ_TASK_MODULES": "dtq_idle_probe",
                 "PYTHONPATH": str(ROOT / "bench" / "probes"), "DJANGO_SETTINGS_MODULE": "dtq_site.settings",
-                "DTQ_LOG_LEVEL": "WARNING", "DTQ_MAX_QUEUE_DEPTH": "0",
+                "DTQ_LOG_LEVEL": "WARNING",
                 "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or "dtq-bench-" + "0123456789" * 5})
     with open(log, "wb") as out:
         return subprocess.Popen([sys.executable, "manage.py", "runworker_dtq", "--queues", QUEUE, "--concurrency",
@@ -63,7 +63,7 @@ def _round(tree: Path, url: str, tasks: int) -> list[dict[str, float]]:
     from dtq_core.engine import Engine
 
     prefix = f"handover{uuid4().hex[:8]}"
-    engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, accept_unknown_types=True))
+    engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, accept_unknown_types=True))
     client = redis.Redis.from_url(url)
     counter, dump_path = counter_key(prefix), VAR / f"{prefix}-stamps.json"
     proc = _worker(tree, url, prefix, VAR / f"{prefix}.log")

@@ -52,7 +52,7 @@ from dtq_core.partitions import parse_registry
 from dtq_core.scripts import SOURCES
 from dtq_core.worker.store import stream_suffix
 url, case, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-config = DtqConfig(redis_url=url, key_prefix="b" + uuid.uuid4().hex[:8], max_queue_depth=0)
+config = DtqConfig(redis_url=url, key_prefix="b" + uuid.uuid4().hex[:8])  # the defaults: a submit checks the depth gate
 engine = Engine(config)
 r = redis.Redis.from_url(url, decode_responses=True)
 keys = Keys(config.key_prefix)

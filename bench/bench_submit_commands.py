@@ -5,8 +5,9 @@ one throwaway Redis, whose command stats are reset before: reported are the comm
 submit script runs per submit (a script's inner commands, EVALSHA itself left out) and the
 Redis CPU per EVALSHA. Cases: a plain submit (also in the tree given by --compare, as
 "before"), a unique key that is held (while_active, throttle) or replaced (debounce), and a
-while_active submit with a new key each time (a new task that takes its key).
-Rounds take turns, so the load of the moment weighs on all alike.
+while_active submit with a new key each time (a new task that takes its key). Every case runs at
+dtq's defaults, so a submit that creates a task checks the depth gate (DTQ_MAX_QUEUE_DEPTH: an
+XLEN per priority stream). Rounds take turns, so the load of the moment weighs on all alike.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 url, mode, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-tasks = Engine(DtqConfig(redis_url=url, key_prefix="b" + uuid.uuid4().hex[:8], max_queue_depth=0)).tasks
+# dtq's defaults: the depth gate on.
+tasks = Engine(DtqConfig(redis_url=url, key_prefix="b" + uuid.uuid4().hex[:8])).tasks
 fresh = mode == "new-key"
 extra = {} if mode == "plain" else {"unique_key": "k", "unique_mode": "while_active" if fresh else mode}
 if mode in ("throttle", "debounce"):
