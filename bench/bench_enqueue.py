@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                         "e.g. '{\"MAX_QUEUE_DEPTH\": 0}'")
     p.add_argument("--huey-python", type=Path, default=ROOT / "var" / "bench-peers-venv" / "bin" / "python")
     args = p.parse_args(argv)
+    if args.compare_settings and args.compare is None:
+        p.error("--compare-settings applies to the --compare tree: give --compare DIR (. for this one)")
     # Nothing drains the queue: a run longer than the default depth gate's 100,000 raises it
     # (every submit still checks it, at the same cost).
     total = args.calls * args.rounds + WARMUP
