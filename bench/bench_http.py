@@ -135,7 +135,7 @@ def measure(rig: Rig, name: str, args: argparse.Namespace) -> dict[str, Any]:
     root = args.compare if tree else rig.root
     argv = servers(port, args.threads)[server]
     log = open(VAR / f"{prefix}-{name}.log", "wb")  # noqa: SIM115 - the child owns it
-    # The depth gate on, as by default, with a cap out of reach: the batch slices submit more than
+    # The depth gate on, as by default, with a cap out of reach: the batch slices can submit more than
     # the default 100,000, and a 429 is not a submit (every submit checks the gate at the same cost).
     proc = subprocess.Popen(argv, cwd=root, env=rig.env(prefix, DJANGO_SETTINGS_MODULE="bench.http_settings",
                                                         DTQ_MAX_QUEUE_DEPTH=10**9),
