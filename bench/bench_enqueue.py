@@ -24,12 +24,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dtq_core.config import DtqConfig
-
-from .common import ROOT, start_redis
+from .common import ROOT, depth_cap_for, start_redis
 
 WARMUP = 300  # enqueues before the measured rounds (CHILD)
-DEFAULT_MAX_QUEUE_DEPTH = DtqConfig().max_queue_depth
 
 CHILD = r"""
 import json, os, sys, time
@@ -81,10 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.compare_settings and args.compare is None:
         p.error("--compare-settings applies to the --compare tree: give --compare DIR (. for this one)")
-    # Nothing drains the queue: a run longer than the default depth gate's 100,000 raises it
-    # (every submit still checks it, at the same cost).
-    total = args.calls * args.rounds + WARMUP
-    own: dict[str, Any] = {"MAX_QUEUE_DEPTH": total} if total >= DEFAULT_MAX_QUEUE_DEPTH else {}
+    cap = depth_cap_for(args.calls * args.rounds + WARMUP)  # nothing drains the queue
+    own: dict[str, Any] = {} if cap is None else {"MAX_QUEUE_DEPTH": cap}
     systems: dict[str, tuple[list[str], Path]] = {"dtq": ([sys.executable, "-c", CHILD, "dtq", json.dumps(own)], ROOT)}
     if args.compare is not None:
         systems["dtq-before"] = ([sys.executable, "-c", CHILD, "dtq", json.dumps({**own, **args.compare_settings})],

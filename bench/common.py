@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 
+from dtq_core.config import DtqConfig
 from tests.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +29,14 @@ __all__ = ["RedisServer", "free_port"]
 def start_redis(name: str) -> RedisServer:
     """A throwaway, non-persistent redis-server on a free port (never a user's Redis)."""
     return RedisServer(VAR / f"redis-{name}-{os.getpid()}", appendonly=False).start()
+
+
+def depth_cap_for(submits: int) -> int | None:
+    """dtq's depth gate (DTQ_MAX_QUEUE_DEPTH) for a run that queues `submits` tasks without
+    draining: None when the default cap holds them (dtq at its defaults), else a cap above them.
+    Every submit checks the gate at the same cost whatever its cap; turning it off (0) would be a
+    mode only dtq gets (docs/performance.md, "dtq at its defaults")."""
+    return submits + 1 if submits >= DtqConfig().max_queue_depth else None
 
 
 def median(values: Sequence[float]) -> float | None:

@@ -33,6 +33,7 @@ from .common import (
     RedisServer,
     commandstats,
     commandstats_usec,
+    depth_cap_for,
     free_port,
     median,
     percentile,
@@ -174,8 +175,9 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
     variables; config: the enqueuing engine's DtqConfig fields (bench_integrations sets both)."""
     prefix = new_prefix()
     config = dict(config or {})
-    if tasks >= DtqConfig().max_queue_depth:  # a pre-fill the default gate would refuse: a higher cap, same cost
-        config.setdefault("max_queue_depth", tasks + 1)
+    cap = depth_cap_for(tasks)
+    if cap is not None:
+        config.setdefault("max_queue_depth", cap)
     engine, key = rig.engine(prefix, **config), counter_key(prefix)
     try:
         if limits:

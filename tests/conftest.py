@@ -182,10 +182,8 @@ def next_millisecond(engine: Engine) -> None:
     creation time (in ms) break ties by the random id: what a test submits one after another must
     not share a millisecond if it is to be listed in submit order."""
     start = engine.clock.now_ms()
-    deadline = time.monotonic() + 1.0
-    while engine.clock.now_ms() <= start:
-        if time.monotonic() > deadline:
-            raise AssertionError("the clock did not move for a second")
+    wait_for(lambda: engine.clock.now_ms() > start, timeout=1.0, interval=0.0005,
+             message="the clock did not move for a second")
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02,

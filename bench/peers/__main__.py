@@ -29,13 +29,12 @@ from typing import Any
 
 import redis
 
-from dtq_core.config import DtqConfig
-
 from ..common import (
     RESULTS,
     ROOT,
     VAR,
     RedisServer,
+    depth_cap_for,
     machine,
     markdown_table,
     median,
@@ -100,9 +99,9 @@ def redis_work(before: tuple[dict[str, int], float], after: tuple[dict[str, int]
 class Runner:
     def __init__(self, url: str, tasks: int = 0) -> None:
         self.url = url
-        # dtq at its defaults, the depth gate included (every submit checks it); a pre-fill larger
-        # than the gate's default cap raises the cap, which costs a submit the same.
-        self.dtq_settings = {"DTQ_MAX_QUEUE_DEPTH": str(tasks + 1)} if tasks >= DtqConfig().max_queue_depth else {}
+        # dtq at its defaults, the depth gate included (every submit checks it).
+        cap = depth_cap_for(tasks)
+        self.dtq_settings = {} if cap is None else {"DTQ_MAX_QUEUE_DEPTH": str(cap)}
         self.client = redis.Redis.from_url(url)
         VAR.mkdir(parents=True, exist_ok=True)
 
