@@ -65,9 +65,13 @@ def step_record(ready: Ready, now_ms: int, max_input_bytes: int) -> list[object]
     expires = now_ms + int(x["ttl"] * 1000) if x.get("ttl") else ""
     fields: list[object] = [
         "type", x["type"], "queue", x["queue"], "priority", x["priority"], "payload", x["payload"],
-        "max_attempts", x["ma"], "timeout_s", f"{x['to']:g}", "expires_at", expires, "idempotency_key", "",
-        "request_id", x.get("rid", ""), "workflow_id", ready.workflow_id, "workflow_step", ready.index,
+        "max_attempts", x["ma"], "timeout_s", f"{x['to']:g}", "workflow_id", ready.workflow_id,
+        "workflow_step", ready.index,
     ]
+    if expires:  # a field at its default is not written (engine/tasks.py: a lean record)
+        fields += ["expires_at", expires]
+    if x.get("rid"):
+        fields += ["request_id", x["rid"]]
     if x.get("h"):
         fields += ["handler", x["h"]]
     if x.get("gk"):

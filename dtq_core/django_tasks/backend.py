@@ -239,7 +239,7 @@ class DtqBackend(BaseTaskBackend):
         # A plain dtq task (dtq_tasks.enqueue, the API) is not a Django task result.
         if not fields or not results.is_django_task(fields):
             raise TaskResultDoesNotExist(result_id)
-        return results.to_result(fields, stored, alias=self.alias)
+        return results.to_result(fields, stored, alias=self.alias, task_id=result_id)
 
 
 def _seconds_until(when: datetime) -> float:

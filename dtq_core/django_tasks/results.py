@@ -170,8 +170,10 @@ def worker_ids(fields: Mapping[str, str]) -> list[str]:
     return [fields["worker_id"]] if fields.get("worker_id") else []
 
 
-def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str) -> TaskResult[Any]:
-    """Rebuild the TaskResult of a django.task hash (and its stored result, when present)."""
+def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str,
+              task_id: str | None = None) -> TaskResult[Any]:
+    """Rebuild the TaskResult of a django.task hash (and its stored result, when present);
+    task_id: the id it was read by (a record written since issue 20's lean record has no id field)."""
     # Encrypted (DTQ_ENCRYPT_TYPES): read with this process's keys; without one, the call cannot be
     # rebuilt and MalformedPayload says the payload is not one (a Django task's result needs a key).
     call = Call.from_payload(reveal(json.loads(fields.get("payload") or "{}"))[0])
@@ -187,7 +189,7 @@ def to_result(fields: Mapping[str, str], result_json: str | None, *, alias: str)
                                 traceback=f"dtq: the task ended {dtq_status}: {fields.get('last_error') or ''}"))
     result: TaskResult[Any] = TaskResult(
         task=task,
-        id=fields["id"],
+        id=fields.get("id") or task_id or "",
         status=STATUS_MAP.get(dtq_status, TaskResultStatus.READY),
         enqueued_at=from_ms(fields.get("created_at")),
         started_at=from_ms(fields.get("django_started_at") or fields.get("started_at")),

@@ -541,8 +541,7 @@ def task_fields(config: Any, spec: PeriodicSpec) -> builtins.list[str]:
     s = validate_submission(config, spec.type, spec.payload, queue=spec.queue, priority=spec.priority,
                             max_attempts=spec.max_attempts, timeout_seconds=spec.timeout_seconds)
     return ["type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
-            "max_attempts", str(s.max_attempts), "timeout_s", f"{s.timeout_s:g}", "expires_at", "",
-            "idempotency_key", "", "request_id", ""]
+            "max_attempts", str(s.max_attempts), "timeout_s", f"{s.timeout_s:g}"]
 
 
 def _pairs(flat: builtins.list[Any]) -> dict[str, str]:

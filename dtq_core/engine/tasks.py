@@ -236,9 +236,16 @@ class Tasks(Noun):
         expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
         fields: list[object] = [
             "type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
-            "max_attempts", s.max_attempts, "timeout_s", f"{s.timeout_s:g}", "expires_at", expires,
-            "idempotency_key", s.idempotency_key or "", "request_id", s.request_id or "",
+            "max_attempts", s.max_attempts, "timeout_s", f"{s.timeout_s:g}",
         ]
+        # A field at its default is left out: readers take a missing one as empty (a lean
+        # record, includes/create_task.lua).
+        if expires:
+            fields += ["expires_at", expires]
+        if s.idempotency_key:
+            fields += ["idempotency_key", s.idempotency_key]
+        if s.request_id:
+            fields += ["request_id", s.request_id]
         if s.handler:
             fields += ["handler", s.handler]
         if s.group_key:
@@ -280,7 +287,7 @@ class Tasks(Noun):
             return Enqueued(id=str(reply[1]), status=str(reply[2]) or "UNKNOWN", created=False, task=task,
                             unique=unique)
         return Enqueued(id=str(reply[1]), status=str(reply[2]), created=True,
-                        task=codec.task_view(record) if record else None, unique=unique)
+                        task=codec.task_view(record, task_id=str(reply[1])) if record else None, unique=unique)
 
     def get(self, task_id: str) -> dict[str, Any]:
         """Return the task as the API shows it (with `result` when stored); raise TaskNotFound."""

@@ -37,6 +37,28 @@ def test_it_queues_a_task_in_its_priority_stream(engine: Engine, redis_client: r
     assert [g["name"] for g in groups] == [Keys.GROUP]  # every priority stream gets the group
 
 
+
+def test_the_record_leaves_out_fields_at_their_default_and_the_api_shows_them(engine: Engine,
+                                                                              redis_client: redis.Redis) -> None:
+    # A lean record (issue 20): every field read walks the hash, so a field whose value is the one
+    # a reader takes for a missing field is not written; the API shows the same task either way.
+    out = engine.tasks.enqueue("dtq.echo", {"x": 1}, queue="emails")
+    record = redis_client.hgetall(engine.keys.task(out.id))
+    assert not {"id", "cancel_requested", "errors", "result_truncated", "expires_at", "idempotency_key",
+                "request_id"} & set(record)
+    assert {"status", "attempt", "type", "queue", "priority", "payload", "max_attempts", "timeout_s",
+            "created_at", "entry_id"} <= set(record)
+    shown = out.task
+    assert shown is not None and shown == engine.tasks.get(out.id)
+    assert shown["id"] == out.id and shown["errors"] == [] and shown["expires_at"] is None
+    assert shown["cancel_requested"] is False and shown["result_truncated"] is False
+    assert shown["idempotency_key"] is None and shown["request_id"] is None
+    given = engine.tasks.enqueue("dtq.echo", {"x": 2}, queue="emails", ttl_seconds=60, idempotency_key="k-1",
+                                 request_id="r-1")
+    record = redis_client.hgetall(engine.keys.task(given.id))
+    assert record["idempotency_key"] == "k-1" and record["request_id"] == "r-1" and record["expires_at"]
+    assert given.task is not None and given.task["idempotency_key"] == "k-1" and given.task["request_id"] == "r-1"
+
 def test_the_task_hash_has_the_retention_ttl(engine: Engine, redis_client: redis.Redis) -> None:
     out = engine.tasks.enqueue("dtq.echo")
     ttl = redis_client.ttl(engine.keys.task(out.id))

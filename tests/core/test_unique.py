@@ -149,6 +149,24 @@ def test_debounce_replaces_the_payload_and_pushes_the_start_back(engine: Engine,
     assert engine.queues.stats(["uq"])[0]["retry_scheduled"] == 1
 
 
+
+def test_debounce_without_a_ttl_or_request_id_clears_the_waiting_tasks(engine: Engine,
+                                                                       redis_client: redis.Redis) -> None:
+    # A submit leaves out the fields it has no value for (a lean record): the debounced task still
+    # takes this submit's expiry and request id, i.e. none.
+    first = submit(engine, {"v": 1}, unique_key="exp", unique_mode="debounce", unique_window_s=10, ttl_seconds=60,
+                   request_id="req-1")
+    assert engine.tasks.get(first.id)["expires_at"] is not None
+    assert engine.tasks.get(first.id)["request_id"] == "req-1"
+    second = submit(engine, {"v": 2}, unique_key="exp", unique_mode="debounce", unique_window_s=10)
+    assert second.id == first.id
+    task = engine.tasks.get(first.id)
+    assert task["payload"] == {"v": 2} and task["expires_at"] is None and task["request_id"] is None
+    third = submit(engine, {"v": 3}, unique_key="exp", unique_mode="debounce", unique_window_s=10, ttl_seconds=30,
+                   request_id="req-3")
+    task = engine.tasks.get(third.id)
+    assert task["expires_at"] is not None and task["request_id"] == "req-3"
+
 def test_debounce_adds_the_delay_to_the_window(engine: Engine, redis_client: redis.Redis) -> None:
     first = submit(engine, unique_key="d", unique_mode="debounce", unique_window_s=10, delay_seconds=50)
     assert redis_client.zscore(engine.keys.schedule(tag_of(first.id)), first.id) == engine.clock.now_ms() + 60_000

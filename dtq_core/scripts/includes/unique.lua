@@ -33,12 +33,18 @@ end
 local function unique_debounce(K, U, holder, fields, from, to)
   local tkey = K.task_prefix .. holder
   local update = {'due_at', ms_text(U.due), 'updated_at', ms_text(U.now)}
+  local given = {}
   for i = from, to - 1, 2 do
     local name = fields[i]
     if name == 'payload' or name == 'expires_at' or name == 'request_id' then
       update[#update + 1], update[#update + 2] = name, fields[i + 1]
+      given[name] = true
     end
   end
+  -- A submit leaves out an expiry or request id it does not have (a lean record): the holder
+  -- loses its own then, as it took the submit's.
+  if not given.expires_at then update[#update + 1], update[#update + 2] = 'expires_at', '' end
+  if not given.request_id then update[#update + 1], update[#update + 2] = 'request_id', '' end
   rcall('HSET', tkey, unpack(update))
   -- unique_holder found it in the schedule: a new score, the counts stay.
   rcall('ZADD', K.schedule, ms_text(U.due), holder)
