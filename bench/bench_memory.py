@@ -1,4 +1,4 @@
-"""Redis memory per finished task, per outcome, and what the retention policy costs in commands.
+"""Redis memory per task, per state, and what the retention policy costs in commands.
 
 Run: .venv/bin/python -m bench.bench_memory [--tasks N]. On a throwaway Redis, N tasks of each
 outcome are made the real way (submitted, run by an in-process burst worker, or cancelled, or
@@ -9,8 +9,10 @@ of tasks, by kind of key: task records, results, the retention indexes (includes
 the rest (recent-tasks index, DLQ, streams, stats). Each outcome runs twice, with the defaults
 (compact records, count-bounded) and with DTQ_KEEP_PAYLOAD=all and no count bound (what dtq did
 before retention had a policy), and the Redis commands per task of each drain are counted from
-INFO commandstats. A last run shows the count bound: 3x DTQ_SUCCEEDED_RETENTION_COUNT tasks,
-and what is left.
+INFO commandstats. Unfinished tasks are measured too, once each (no policy applies to them):
+QUEUED (submitted), PENDING (submitted with a delay) and RUNNING (claimed by a fetch, not
+completed). A last run shows the count bound: 3x DTQ_SUCCEEDED_RETENTION_COUNT tasks, and what is
+left.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ django.setup()
 import redis  # noqa: E402
 
 import dtq_tasks  # noqa: E402,F401  registers the built-in task types
+from dtq_core.clock import iso  # noqa: E402
 from dtq_core.config import DtqConfig  # noqa: E402
 from dtq_core.engine import Engine  # noqa: E402
 from dtq_core.engine.audit import Actor  # noqa: E402
+from dtq_core.keys import Keys  # noqa: E402
 from dtq_core.worker import Worker  # noqa: E402
 
 from .common import commandstats, markdown_table, start_redis  # noqa: E402
@@ -61,9 +65,40 @@ def usage(client: redis.Redis, prefix: str) -> dict[str, int]:
     return out
 
 
+def worker_name() -> str:
+    """A worker id as long as the default one (<hostname>:<pid>) in a container, whose hostname is
+    12 hex digits: a record keeps its worker's id, so its length counts."""
+    return f"{uuid.uuid4().hex[:12]}:{os.getpid():07d}"
+
+
+def claim_all(engine: Engine, n: int) -> None:
+    """Claim the n queued tasks of the default queue as a worker's fetch does (fetchTasks), and
+    leave them RUNNING: their records as a worker holds them while the handlers run."""
+    layout = engine.registry.get("default")
+    streams = [f"default:{p}" for p in ("high", "normal", "low")]
+    cfg, name, claimed = engine.config, worker_name(), 0
+    while claimed < n:
+        now = engine.clock.now_ms()
+        calls = [("fetchTasks", [engine.keys.partition(tag)],
+                  [Keys.GROUP, name, now, iso(now), cfg.retention_arg, 1, cfg.dlq_maxlen, 500, layout.owner, 0,
+                   *streams]) for tag in layout.all_tags]
+        got = sum(len(reply[1]) for reply in engine.scripts.call_direct_many(calls))
+        if not got:
+            raise RuntimeError(f"claimed {claimed} of {n} tasks")
+        claimed += got
+
+
 def make(engine: Engine, outcome: str, n: int) -> None:
     """n finished tasks of one outcome, made the way dtq makes them."""
     cfg = engine.config
+    if outcome in ("QUEUED", "PENDING", "RUNNING"):
+        delay = 3600 if outcome == "PENDING" else 0
+        for start in range(0, n, 1000):
+            engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", PAYLOAD, delay_seconds=delay)
+                                       for _ in range(min(n, start + 1000) - start)])
+        if outcome == "RUNNING":
+            claim_all(engine, n)
+        return
     if outcome == "CANCELLED":
         for _ in range(n):
             engine.tasks.cancel(engine.tasks.enqueue("dtq.echo", PAYLOAD, record=False).id, Actor.cli())
@@ -79,10 +114,7 @@ def make(engine: Engine, outcome: str, n: int) -> None:
         engine.tasks.enqueue_many(subs)
     if outcome == "EXPIRED":
         time.sleep(0.05)
-    # A compact record keeps its worker's id, so its length counts: one as long as the default id
-    # (<hostname>:<pid>) in a container, whose hostname is 12 hex digits.
-    name = f"{uuid.uuid4().hex[:12]}:{os.getpid():07d}"
-    asyncio.run(Worker(cfg, concurrency=50, burst=True, name=name).run())
+    asyncio.run(Worker(cfg, concurrency=50, burst=True, name=worker_name()).run())
 
 
 RUNS = iter(range(100, 1000))
@@ -95,7 +127,7 @@ def new_prefix() -> str:
 
 def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) -> dict[str, Any]:
     prefix = new_prefix()
-    overrides = {} if policy == "defaults" else OLD
+    overrides = OLD if policy == "keep all, no count" else {}
     engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, **overrides))
     engine.registry.ensure("default")
     before = commandstats(client)
@@ -147,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = [measure(server.url, client, outcome, args.tasks, policy)
                 for outcome in ("SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "EXPIRED")
                 for policy in ("defaults", "keep all, no count")]
+        rows += [measure(server.url, client, state, args.tasks, "any") for state in ("QUEUED", "PENDING", "RUNNING")]
         bound = count_bound(server.url, client, args.tasks)
     finally:
         server.stop()
-    print(f"Redis memory per finished task (MEMORY USAGE over every key of the run / {args.tasks} tasks), "
-          "by kind of key, and Redis commands per task of the run:")
+    print(f"Redis memory per task (MEMORY USAGE over every key of the run / {args.tasks} tasks), by kind of "
+          "key, and Redis commands per task of the run; unfinished tasks (QUEUED, PENDING, RUNNING) once, "
+          "as no retention policy applies to them:")
     print()
     print(markdown_table([("outcome", "outcome"), ("policy", "policy"), ("bytes_per_task", "bytes/task"),
                           ("record", "task record"), ("result", "result"), ("retain", "retention index"),
