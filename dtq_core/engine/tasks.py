@@ -247,7 +247,10 @@ class Tasks(Noun):
         if s.request_id:
             fields += ["request_id", s.request_id]
         if s.handler:
-            fields += ["handler", s.handler]
+            # A Django task's record keeps its id: the version before the lean record reads a
+            # Django result by that field (django_tasks/results.py), and during a rolling deploy
+            # its processes read records the new ones write.
+            fields += ["handler", s.handler, "id", s.task_id]
         if s.group_key:
             fields += ["group_key", s.group_key]
         if s.unique is not None:

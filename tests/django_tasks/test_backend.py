@@ -48,6 +48,16 @@ def test_enqueue_returns_a_ready_result_and_queues_a_django_task(backend: DtqBac
     assert (stored["payload"]["args"], stored["payload"]["kwargs"]) == ([2], {"b": 3})
 
 
+def test_a_django_tasks_record_keeps_its_id_for_the_version_before(backend: DtqBackend, live_engine: Engine,
+                                                                     redis_client: redis.Redis) -> None:
+    # Records leave out fields at their default (issue 20), the id among them; a Django task's keeps
+    # it, as the previous version's result reader (a process not yet upgraded) reads it by name.
+    result = tm.add.enqueue(1, 1)
+    assert redis_client.hget(live_engine.keys.task(result.id), "id") == result.id
+    plain = live_engine.tasks.enqueue("dtq.echo", {}, record=False)
+    assert not redis_client.hexists(live_engine.keys.task(plain.id), "id")
+
+
 def test_coroutine_functions_become_django_atask(backend: DtqBackend, live_engine: Engine) -> None:
     result = tm.aadd.enqueue(1, 2)
     stored = live_engine.tasks.get(result.id)
