@@ -15,10 +15,11 @@ local function create_task(K, c)
   -- Redis CPU than its PEXPIRE (issue 20). The fields every claim and completion look up come
   -- first: a small hash is a listpack, searched from its start for each field read or written.
   -- A lean record: no field at the value a reader takes for a missing one (no id, which the key
-  -- holds; no cancel_requested 0, errors [], result_truncated 0; the caller leaves out an empty
-  -- expires_at, idempotency_key and request_id). Each field read walks the listpack, a missing
-  -- one to its end, so 7 fewer fields cut the submit's, the claim's and the completion's Redis
-  -- CPU, and 128 bytes of an unfinished task's memory (docs/performance.md, "a lean record").
+  -- holds, unless the caller passes it, as for a Django task; no cancel_requested 0, errors [],
+  -- result_truncated 0; the caller leaves out an empty expires_at, idempotency_key and
+  -- request_id). Each field read walks the listpack, a missing one to its end, so 7 fewer fields
+  -- cut the submit's, the claim's and the completion's Redis CPU, and 128 bytes of an unfinished
+  -- task's memory (docs/performance.md, "a lean task record").
   local tkey = K.task_prefix .. task_id
   local from, to = c.fields_from, c.fields_to or #c.fields
   local status, added, extra
