@@ -136,15 +136,11 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     end
     ctx.lim_started[#ctx.lim_started + 1] = task_id .. ':' .. ea
   end
-  -- The attempt starts with no cancel on record; a lean record (includes/create_task.lua) has no
-  -- cancel_requested at all, so it is written only to clear one.
-  if t.cancel_requested and t.cancel_requested ~= '0' then
-    rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea_text, 'started_at', ctx.now_ms,
-          'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id, 'cancel_requested', '0')
-  else
-    rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea_text, 'started_at', ctx.now_ms,
-          'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id)
-  end
+  -- The attempt starts with no cancel on record: a lean record (includes/create_task.lua) has no
+  -- cancel_requested at all, so one left set is removed, not written as 0.
+  if t.cancel_requested and t.cancel_requested ~= '0' then rcall('HDEL', tkey, 'cancel_requested') end
+  rcall('HSET', tkey, 'status', 'RUNNING', 'attempt', ea_text, 'started_at', ctx.now_ms,
+        'updated_at', ctx.now_ms, 'worker_id', ctx.worker_id, 'entry_id', entry_id)
   rcall('PEXPIRE', tkey, retention_px(ctx.R, 1))
   if ctx.started then  -- the caller adds the batch to the running index in one ZADD
     local n = #ctx.started
