@@ -40,6 +40,7 @@ from .recent import RecentTasks, make_search, parse_cursor
 from .registry import Registry
 
 RECENT_CAP = 100_000  # tasks kept in each partition's recent-tasks index for listing
+BULK_CHUNK = 100  # tasks per enqueueTasks call: one call runs alone in Redis, so it stays a few ms
 TYPES_CACHE_S = 5.0  # how long submit trusts its copy of the registered task types
 TYPES_RECHECK_S = 0.5  # an unknown type re-reads them, at most this often (junk cannot hammer Redis)
 
@@ -168,7 +169,7 @@ class Tasks(Noun):
                     out[i] = exc
                     continue
                 calls.append((i, layout))
-            replies = self._run([self._enqueue_call(placed[i], layout, with_record=False) for i, layout in calls])
+            replies = self._enqueue_batches([(placed[i], layout) for i, layout in calls])
             pending = []
             for (i, layout), reply in zip(calls, replies, strict=True):
                 if _closed(reply) and not last_round:
@@ -230,39 +231,50 @@ class Tasks(Noun):
                       ) -> tuple[str, builtins.list[str], builtins.list[object]]:
         """The enqueueTask call (name, keys, args) that creates the task in its partition."""
         now = self.clock.now_ms()
-        due = now + int(s.delay_s * 1000) if s.delay_s > 0 else 0
-        if s.unique is not None and s.unique.mode == "debounce":  # a debounced task always waits its window
-            due = now + int((s.delay_s + s.unique.window_s) * 1000)
-        expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
-        fields: list[object] = [
-            "type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
-            "max_attempts", s.max_attempts, "timeout_s", f"{s.timeout_s:g}",
-        ]
-        # A field at its default is left out: readers take a missing one as empty (a lean
-        # record, includes/create_task.lua).
-        if expires:
-            fields += ["expires_at", expires]
-        if s.idempotency_key:
-            fields += ["idempotency_key", s.idempotency_key]
-        if s.request_id:
-            fields += ["request_id", s.request_id]
-        if s.handler:
-            # A Django task's record keeps its id: the version before the lean record reads a
-            # Django result by that field (django_tasks/results.py), and during a rolling deploy
-            # its processes read records the new ones write.
-            fields += ["handler", s.handler, "id", s.task_id]
-        if s.group_key:
-            fields += ["group_key", s.group_key]
-        if s.unique is not None:
-            fields += ["unique_key", s.unique.key, "unique_mode", s.unique.mode]
-        if s.headers_json:
-            fields += ["headers", s.headers_json]
+        due, fields, unique = _task_parts(s, now)
         keys = [self.keys.partition(tag_of(s.task_id))]
         args = [s.task_id, s.priority, now, iso(now), self.config.task_retention_s * 1000,
                 self.config.idem_ttl_s * 1000, self.depth_limit(layout), due, layout.owner,
                 s.idempotency_key or "", RECENT_CAP, 1 if with_record else 0, self.events.flag(self.client), *fields,
-                "" if s.unique is None else s.unique.arg]  # the script's last ARGV (issue 22)
+                unique]  # the script's last ARGV (issue 22)
         return "enqueueTask", keys, args
+
+    def _enqueue_batches(self, placed: Sequence[tuple[Submission, Layout]]) -> builtins.list[Any]:
+        """enqueueTask's replies for placed submissions, in their order, from one exchange: the
+        tasks of one partition go in enqueueTasks calls of at most BULK_CHUNK tasks (one call
+        each, not one per task: the call's own cost and the depth gate's reads paid once); a
+        partition with one task gets enqueueTask."""
+        by_partition: dict[str, builtins.list[int]] = {}
+        for i, (s, _) in enumerate(placed):
+            by_partition.setdefault(self.keys.partition(tag_of(s.task_id)), []).append(i)
+        now = self.clock.now_ms()
+        events = self.events.flag(self.client)
+        calls: builtins.list[tuple[str, builtins.list[str], builtins.list[object]]] = []
+        shares: builtins.list[builtins.list[int]] = []  # the submissions each call carries
+        for key, indexes in by_partition.items():
+            for start in range(0, len(indexes), BULK_CHUNK):
+                chunk = indexes[start:start + BULK_CHUNK]
+                shares.append(chunk)
+                if len(chunk) == 1:
+                    calls.append(self._enqueue_call(*placed[chunk[0]], with_record=False))
+                    continue
+                layout = placed[chunk[0]][1]
+                args: builtins.list[object] = [
+                    now, iso(now), self.config.task_retention_s * 1000, self.config.idem_ttl_s * 1000,
+                    self.depth_limit(layout), layout.owner, RECENT_CAP, events]
+                for i in chunk:
+                    s = placed[i][0]
+                    due, fields, unique = _task_parts(s, now)
+                    args += [s.task_id, s.priority, due, s.idempotency_key or "", unique, len(fields), *fields]
+                calls.append(("enqueueTasks", [key], args))
+        replies: builtins.list[Any] = [None] * len(placed)
+        for chunk, reply in zip(shares, self._run(calls), strict=True):
+            if len(chunk) == 1:
+                replies[chunk[0]] = reply
+                continue
+            for i, one in zip(chunk, reply, strict=True):
+                replies[i] = one
+        return replies
 
     def depth_limit(self, layout: Layout) -> int:
         """The depth gate of one partition: DTQ_MAX_QUEUE_DEPTH shared evenly by the queue's
@@ -417,6 +429,39 @@ def _queued(s: Submission) -> None:
 
 def _pairs(flat: list[Any]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _task_parts(s: Submission, now: int) -> tuple[int, builtins.list[object], str]:
+    """A submission's due time (ms, 0 = now), task hash field/value pairs and unique argument, as
+    enqueueTask and enqueueTasks take them."""
+    due = now + int(s.delay_s * 1000) if s.delay_s > 0 else 0
+    if s.unique is not None and s.unique.mode == "debounce":  # a debounced task always waits its window
+        due = now + int((s.delay_s + s.unique.window_s) * 1000)
+    expires = now + int(s.ttl_s * 1000) if s.ttl_s else ""
+    fields: builtins.list[object] = [
+        "type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
+        "max_attempts", s.max_attempts, "timeout_s", f"{s.timeout_s:g}",
+    ]
+    # A field at its default is left out: readers take a missing one as empty (a lean
+    # record, includes/create_task.lua).
+    if expires:
+        fields += ["expires_at", expires]
+    if s.idempotency_key:
+        fields += ["idempotency_key", s.idempotency_key]
+    if s.request_id:
+        fields += ["request_id", s.request_id]
+    if s.handler:
+        # A Django task's record keeps its id: the version before the lean record reads a
+        # Django result by that field (django_tasks/results.py), and during a rolling deploy
+        # its processes read records the new ones write.
+        fields += ["handler", s.handler, "id", s.task_id]
+    if s.group_key:
+        fields += ["group_key", s.group_key]
+    if s.unique is not None:
+        fields += ["unique_key", s.unique.key, "unique_mode", s.unique.mode]
+    if s.headers_json:
+        fields += ["headers", s.headers_json]
+    return due, fields, "" if s.unique is None else s.unique.arg
 
 
 def _closed(reply: builtins.list[Any]) -> bool:

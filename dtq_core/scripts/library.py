@@ -44,7 +44,7 @@ logger = logging.getLogger("dtq")
 
 #: The scripts called as Redis functions (the packed calls of Scripts.command). Every other
 #: script, and every call through redis-py's Script objects, stays an EVALSHA.
-FUNCTION_SCRIPTS = frozenset({"enqueueTask", "fetchTasks", "completeTasks"})
+FUNCTION_SCRIPTS = frozenset({"enqueueTask", "enqueueTasks", "fetchTasks", "completeTasks"})
 
 _LAST_INCLUDE = re.compile(r"^-- #include \w+$", re.MULTILINE)
 _RCALL = "local rcall = redis.call\n"

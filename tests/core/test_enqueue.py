@@ -163,6 +163,44 @@ def test_enqueue_many_keeps_order_and_reports_a_full_queue(config: DtqConfig) ->
     assert [engine.tasks.get(o.id)["payload"]["i"] for o in out[:2]] == [0, 1]
 
 
+def test_a_big_batch_goes_in_calls_per_partition_and_lands_as_single_submits_do(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    # 260 submissions to one partition: three enqueueTasks calls (BULK_CHUNK 100). The depth gate
+    # counts on across the calls and inside each; delayed tasks pass it; the answers keep the
+    # batch's order; each record is the one a single submit writes.
+    from dtq_core.engine.tasks import BULK_CHUNK
+
+    engine = Engine(DtqConfig.from_mapping({**config.as_settings(), "MAX_QUEUE_DEPTH": 150}))
+    alone = engine.tasks.enqueue("dtq.echo", {"i": -1}, queue="big", delay_seconds=60)
+    subs = [engine.tasks.validate("dtq.echo", {"i": i}, queue="big", delay_seconds=60 if i % 10 == 0 else 0)
+            for i in range(260)]
+    before = _script_calls(redis_client)
+    out = engine.tasks.enqueue_many(subs)
+    assert _script_calls(redis_client) - before == -(-260 // BULK_CHUNK) == 3
+    assert len(out) == 260
+    queued = [i for i in range(260) if i % 10]
+    for i, o in enumerate(out):
+        if i % 10 == 0:
+            assert getattr(o, "status", None) == "PENDING", i
+        elif queued.index(i) < 150:
+            assert getattr(o, "status", None) == "QUEUED", i
+        else:
+            assert isinstance(o, QueueFull) and o.details == {"queue": "big", "depth": 150}, i
+    created = [(i, o) for i, o in enumerate(out) if not isinstance(o, QueueFull)]
+    assert len(created) == 150 + 26
+    assert [engine.tasks.get(o.id)["payload"]["i"] for _, o in created] == [i for i, _ in created]
+    tag = tag_of(alone.id)
+    assert sum(redis_client.xlen(s) for s in engine.keys.streams(tag, "big")) == 150
+    single = redis_client.hgetall(engine.keys.task(alone.id))
+    batched = redis_client.hgetall(engine.keys.task(created[0][1].id))
+    assert single["status"] == batched["status"] == "PENDING"
+    varying = ("payload", "created_at", "updated_at", "due_at")
+    assert {k: v for k, v in batched.items() if k not in varying} == {
+        k: v for k, v in single.items() if k not in varying}
+    recent = set(redis_client.zrange(engine.keys.recent(tag), 0, -1))
+    assert {o.id for _, o in created} <= recent
+
+
 def test_unknown_ids_are_not_found(engine: Engine) -> None:
     # Anything that is not a dtq task id names no task (no Redis key is even built from it), and a
     # well-formed id of no task is not found either; so is an id from before partitions.
@@ -300,8 +338,8 @@ def _nodes(engine: Engine, tags: Iterable[str]) -> int:
 def test_a_submit_to_a_known_queue_is_one_round_trip(engine: Engine, redis_client: redis.Redis,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # The layout of a queue this process knows is cached, and the enqueue script returns the record:
-    # each submit (a new task, or an idempotency hit) is one EVALSHA in one write, and a batch one
-    # write of them (per node holding its partitions, on a cluster).
+    # each submit (a new task, or an idempotency hit) is one script call in one write, and a batch
+    # one write (per node holding its partitions, on a cluster) of one call per partition.
     import redis.connection
 
     sends: list[int] = []
@@ -323,8 +361,10 @@ def test_a_submit_to_a_known_queue_is_one_round_trip(engine: Engine, redis_clien
             assert len(sends) == 4, queue
             sends[:] = []
             out = e.tasks.enqueue_many([e.tasks.validate("dtq.echo", queue=queue) for _ in range(5)])
-            assert len(sends) == _nodes(e, {tag_of(o.id) for o in out}), queue  # type: ignore[union-attr]
-        assert _script_calls(redis_client) - before == 4 + 5, queue
+            tags = {tag_of(o.id) for o in out}  # type: ignore[union-attr]
+            assert len(sends) == _nodes(e, tags), queue
+        assert len(tags) == (1 if queue == "known" else 3)
+        assert _script_calls(redis_client) - before == 4 + len(tags), queue
 
 
 def test_a_partition_its_registering_process_never_opened_is_opened_by_the_next_submit(
