@@ -8,6 +8,7 @@ reports Redis's own time per call (`cmdstat_evalsha` and `cmdstat_fcall` usec ov
   pays per fetch);
 - `completeTasks` with an empty batch (the fixed part of every completion call);
 - a submit (`enqueueTask`) of one task, its whole cost (the fixed part and the task);
+- a bulk submit of 100 tasks to one partition (`engine.tasks.enqueue_many`), per 100 tasks;
 - a fetch and a completion of one task each (fetch one, complete it: a worker that runs one task
   at a time, as on the latency path);
 - a fetch of 10 tasks and their completion in one call (what a busy worker's batches cost: the
@@ -104,6 +105,10 @@ def run_case():
         r.evalsha(one, 0)
     elif case == "submit":
         engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+    elif case == "submit-batch-100":
+        out = engine.tasks.enqueue_many([engine.tasks.validate("bench.noop", {"k": "k"}, queue="bench")
+                                         for _ in range(100)])
+        assert all(getattr(o, "created", False) for o in out), out
     elif case == "one-task":
         engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
         drained, rows = fetch(1)[:2]
@@ -148,8 +153,8 @@ if callgrind:
 print(json.dumps(out))
 '''
 
-CASES = ("return1", "fetch-empty", "complete-empty", "submit", "one-task", "batch-10", "fetch-empty-evalsha",
-         "complete-empty-evalsha")
+CASES = ("return1", "fetch-empty", "complete-empty", "submit", "submit-batch-100", "one-task", "batch-10",
+         "fetch-empty-evalsha", "complete-empty-evalsha")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
           "(cmdstat_evalsha + cmdstat_fcall, median of rounds)")
     _table(cases, trees, lambda r: r["usec"] / args.calls, "{:.1f}", runs)
     print("(one-task: a submit, a fetch of it and its completion: three calls, µs per task; "
-          "batch-10: a fetch of 10 and their completion, µs per pair of calls, 10 tasks)")
+          "batch-10: a fetch of 10 and their completion, µs per pair of calls, 10 tasks; "
+          "submit-batch-100: µs per 100 tasks)")
     return 0
 
 
