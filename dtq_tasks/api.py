@@ -1,18 +1,25 @@
-"""The `task` decorator and `enqueue`."""
+"""The `task` decorator, `enqueue` and `enqueue_many`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from dtq_core import registry
 from dtq_core.conf import get_engine
 from dtq_core.engine.periodic import PeriodicSpec
+from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationError
 from dtq_core.periodic_declared import declare
 from dtq_core.task import TASK_TYPE_RE
 from dtq_core.ticks import BadSchedule, Ticks
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: What an enqueue_many item may name: enqueue's arguments.
+ENQUEUE_ARGUMENTS = frozenset({
+    "type", "payload", "queue", "priority", "delay_seconds", "ttl_seconds", "max_attempts", "timeout_seconds",
+    "idempotency_key", "group_key", "unique_key", "unique_mode", "unique_window_s", "headers"})
+MANY_PER_ROUND_TRIP = 1000  # enqueue_many's tasks per write: a bound on the command the client builds
 
 
 def task(name: str) -> Callable[[F], F]:
@@ -112,3 +119,54 @@ def enqueue(
         group_key=group_key, unique_key=unique_key, unique_mode=unique_mode, unique_window_s=unique_window_s,
         headers=headers, record=False,
     ).id
+
+
+def enqueue_many(tasks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Queue up many tasks, in order, and return their ids (each as `enqueue` returns it): one
+    round trip per 1,000 tasks, one script call per queue partition and 100 tasks, several times
+    the rate of `enqueue` in a loop (docs/tasks.md, "Submitting many tasks").
+
+    Each item maps `enqueue`'s arguments: "type", and any of "payload", "queue", "priority",
+    "delay_seconds", "ttl_seconds", "max_attempts", "timeout_seconds", "idempotency_key",
+    "group_key", "unique_key", "unique_mode", "unique_window_s", "headers". An item sees the
+    earlier ones (an idempotency or unique key repeated in the batch returns the first's id).
+
+    Every item is checked before any is queued: the first bad one raises its error
+    (ValidationError, PayloadTooLarge, UnknownTaskType, TaskRefused) with "tasks[i]: " before its
+    message, and nothing is queued. A full queue (QueueFull) or the bound on queues
+    (QueueLimitReached) refuses items on their own: the others are queued, then the first refusal
+    is raised with details["ids"], the batch's ids in order and None where an item was refused.
+    Redis trouble raises as for `enqueue`; items with an idempotency_key can be sent again safely.
+    """
+    engine = get_engine()
+    submissions = []
+    for i, item in enumerate(tasks):
+        try:
+            if not isinstance(item, Mapping):
+                raise ValidationError(f"an item must be a mapping of enqueue's arguments, not {type(item).__name__}")
+            unknown = sorted(str(k) for k in item if k not in ENQUEUE_ARGUMENTS)
+            if unknown:
+                raise ValidationError(f"unknown argument {unknown[0]!r} (enqueue takes: "
+                                      f"{', '.join(sorted(ENQUEUE_ARGUMENTS))})", field=unknown[0])
+            if "type" not in item:
+                raise ValidationError("type is required", field="type")
+            submissions.append(engine.tasks.validate(**item))
+        except DtqError as exc:
+            exc.message = f"tasks[{i}]: {exc.message}"
+            exc.args = (exc.message,)
+            if isinstance(exc, ValidationError) and exc.field:
+                exc.field = f"tasks[{i}].{exc.field}"
+            raise
+    ids: list[str | None] = []
+    refused: QueueFull | QueueLimitReached | None = None
+    for start in range(0, len(submissions), MANY_PER_ROUND_TRIP):
+        for outcome in engine.tasks.enqueue_many(submissions[start:start + MANY_PER_ROUND_TRIP]):
+            if isinstance(outcome, (QueueFull, QueueLimitReached)):
+                refused = refused or outcome
+                ids.append(None)
+            else:
+                ids.append(outcome.id)
+    if refused is not None:
+        refused.details["ids"] = ids
+        raise refused
+    return [i for i in ids if i is not None]
