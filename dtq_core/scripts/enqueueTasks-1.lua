@@ -39,6 +39,7 @@ local queue = string.match(owner, '^(.*)|[^|]*$')
 local now_ms, now_iso, retention_ms, idem_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local max_depth, recent_cap = tonumber(ARGV[5]), ARGV[7]
 local depth = nil
+events_pending = {}  -- the batch's task.queued events: one INCRBY for their numbers (emit_flush)
 while i <= n do
   local m = tonumber(ARGV[i + 5])
   replies[#replies + 1], depth = enqueue_one(K, queue, ARGV[i], ARGV[i + 1], now_ms, now_iso, retention_ms,
@@ -46,4 +47,5 @@ while i <= n do
                                              false, ARGV, i + 6, i + 5 + m, ARGV[i + 4], depth)
   i = i + 6 + m
 end
+emit_flush(K)
 return replies

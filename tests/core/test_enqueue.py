@@ -231,6 +231,27 @@ def test_every_state_change_publishes_an_event(engine: Engine, redis_client: red
     pubsub.close()
 
 
+def test_a_batch_publishes_one_event_per_task_it_created(engine: Engine, redis_client: redis.Redis) -> None:
+    pubsub = redis_client.pubsub()
+    pubsub.subscribe(engine.keys.events())
+    announce(redis_client, engine.keys)
+    pubsub.get_message(timeout=1)
+    engine.tasks.enqueue("dtq.echo", queue="evb", idempotency_key="seen")
+    subs = [engine.tasks.validate("dtq.echo", {"i": i}, queue="evb") for i in range(5)]
+    subs.insert(2, engine.tasks.validate("dtq.echo", queue="evb", idempotency_key="seen"))  # no new task
+    out = engine.tasks.enqueue_many(subs)
+    events = []
+    while len(events) < 6:  # the first submit's, then the batch's five
+        message = pubsub.get_message(timeout=2)
+        assert message is not None, "missing event"
+        if message["type"] == "message":
+            events.append(json.loads(message["data"]))
+    assert [e["task_id"] for e in events[1:]] == [o.id for o in out if o.created]  # type: ignore[union-attr]
+    assert {e["type"] for e in events} == {"task.queued"} and len({e["event_id"] for e in events}) == 6
+    assert pubsub.get_message(timeout=0.3) is None  # the repeated key queued nothing, said nothing
+    pubsub.close()
+
+
 def test_a_cancelled_queued_task_leaves_the_depth_gate(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine = Engine(DtqConfig.from_mapping({**config.as_settings(), "MAX_QUEUE_DEPTH": 2}))
     first = engine.tasks.enqueue("dtq.echo").id
