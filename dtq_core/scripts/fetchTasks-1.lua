@@ -42,6 +42,7 @@ if is_paused(ctx) then
   -- A paused queue is not read at all (checked in the same script as the read, so a pause that
   -- lands between two fetches is always seen).
   rcall('DEL', K.ready)
+  ring_again(K)
   return {1, {}}
 end
 
@@ -54,6 +55,7 @@ if lim then
     -- Nothing may start: clear the flag (a freed slot rings again); the reply says how long
     -- until a token frees, so the worker sleeps that long instead of fetching.
     rcall('DEL', K.ready)
+    ring_again(K)
     limits_throttled(K, 1)
     return {1, {}, wait_ms}
   end
@@ -120,6 +122,7 @@ local drained = 0
 if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
   rcall('DEL', K.ready)
+  ring_again(K)
   drained = 1
 elseif redis.pcall('EXISTS', K.wake_list) == 0 then
   -- More may wait: pass a token on to an idle worker blocked on the wake list, so idle workers

@@ -46,5 +46,6 @@ end
 limits_unpark_all(K)
 -- Held-back workers cleared the flag: a freed limit must reach them.
 rcall('DEL', K.ready)
+ring_again(K)
 ring(K)
 return {CODE.OK}

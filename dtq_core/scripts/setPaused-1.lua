@@ -30,6 +30,7 @@ end
 if rcall('DEL', K.paused) == 1 then
   changed = 1
   rcall('DEL', K.ready)
+  ring_again(K)
   ring(K)  -- whatever waits in it is readable again
 end
 return {changed, ''}

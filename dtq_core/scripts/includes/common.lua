@@ -194,6 +194,10 @@ end
 -- that serves this partition alone waits there with BLPOP and its fetch queued behind it, so it
 -- claims the entry in the round trip that wakes it (dtq_core/worker/fetch.py, _wait_on_list).
 local function ring(K)
+  -- Once a call: the first ring leaves the flag set, so a second SET NX could only fail (a batch
+  -- of 100 submits rang 100 times). A script that deletes the flag clears the mark (ring_again).
+  if rawget(K, 'ready_rung') then return end
+  K.ready_rung = true
   -- pcall: a ready key overwritten by hand must not fail the submit (workers then sweep).
   local set = redis.pcall('SET', K.ready, '1', 'NX')
   if set and type(set) == 'table' and set.ok then
@@ -203,6 +207,11 @@ local function ring(K)
     local tokens = redis.pcall('RPUSH', K.wake_list, '1')
     if type(tokens) == 'number' and tokens > 1 then redis.pcall('LTRIM', K.wake_list, -1, -1) end
   end
+end
+
+-- The partition's ready flag was deleted: the call's next ring must set it again.
+local function ring_again(K)
+  K.ready_rung = nil
 end
 
 -- The field of the per-outcome task counts (dtq_tasks_total): "queue|type|status".
