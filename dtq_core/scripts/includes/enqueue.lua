@@ -3,6 +3,19 @@
 -- enqueueTasks (a batch of one partition in one call: the call's own cost, the owner check and the
 -- depth gate's reads paid once, issue 20).
 -- Needs: common, create_task, unique.
+
+-- The EXISTING reply for a task already there (why: 'idem' or 'unique'), its record and result
+-- read only when asked for.
+local function existing_reply(K, task_id, want_record, why)
+  local tkey = K.task_prefix .. task_id
+  local record, result = {}, ''
+  if want_record then
+    record = rcall('HGETALL', tkey)
+    result = rcall('GET', K.result_prefix .. task_id) or ''
+  end
+  return {CODE.EXISTING, task_id, rcall('HGET', tkey, 'status') or '', record, result, why}
+end
+
 -- Arguments as enqueueTask's ARGV (max_depth and due as numbers, want_record a boolean); the task
 -- hash's field/value pairs are fields[from..to]; unique_arg '' = none. depth: this partition's
 -- stream entries as the call counted them so far (nil: not read yet). Positional, not a table: a
@@ -15,15 +28,7 @@ local function enqueue_one(K, queue, task_id, priority, now_ms, now_iso, retenti
   if idem_arg ~= '' then idem_key = K.idem_prefix .. idem_arg end
   if idem_key then
     local existing = rcall('GET', idem_key)
-    if existing then
-      local ekey = K.task_prefix .. existing
-      local record, result = {}, ''
-      if want_record then
-        record = rcall('HGETALL', ekey)
-        result = rcall('GET', K.result_prefix .. existing) or ''
-      end
-      return {CODE.EXISTING, existing, rcall('HGET', ekey, 'status') or '', record, result, 'idem'}, depth
-    end
+    if existing then return existing_reply(K, existing, want_record, 'idem'), depth end
   end
   local U = nil
   if unique_arg ~= '' then
@@ -34,13 +39,7 @@ local function enqueue_one(K, queue, task_id, priority, now_ms, now_iso, retenti
     if holder then
       if U.mode == 'debounce' then unique_debounce(K, U, holder, fields, from, to) end
       if idem_key then rcall('SET', idem_key, holder, 'PX', tonumber(idem_ttl_ms) + math.max(0, U.due - U.now)) end
-      local hkey = K.task_prefix .. holder
-      local record, result = {}, ''
-      if want_record then
-        record = rcall('HGETALL', hkey)
-        result = rcall('GET', K.result_prefix .. holder) or ''
-      end
-      return {CODE.EXISTING, holder, rcall('HGET', hkey, 'status') or '', record, result, 'unique'}, depth
+      return existing_reply(K, holder, want_record, 'unique'), depth
     end
   end
   if due == 0 and max_depth > 0 then
