@@ -150,9 +150,17 @@ class Tasks(Noun):
         """Queue validated submissions in one round trip, in order (a new queue adds its
         registration first; a partition closed meanwhile, a second round for its tasks)."""
         if otel.enabled(self.config):
-            placed_first = [self.place(s)[0] for s in submissions]  # ids first: each span names its task
+            placed_first: builtins.list[Submission] = []  # ids first: each span names its task
+            refused: dict[int, Submission] = {}
+            for i, s in enumerate(submissions):
+                try:
+                    placed_first.append(self.place(s)[0])
+                except QueueLimitReached:  # no span: _enqueue_many places it again and answers it in its slot
+                    refused[i] = s
             with otel.publishing(placed_first) as traced:
-                return self._enqueue_many(traced)
+                spanned = iter(traced)
+                return self._enqueue_many([refused[i] if i in refused else next(spanned)
+                                           for i in range(len(submissions))])
         return self._enqueue_many(submissions)
 
     def _enqueue_many(self, submissions: Sequence[Submission]
@@ -274,6 +282,9 @@ class Tasks(Noun):
                 continue
             for i, one in zip(chunk, reply, strict=True):
                 replies[i] = one
+        for reply in replies:  # a task's own error (the batch's others landed), as _run raises a call's
+            if isinstance(reply, Exception):
+                raise reply
         return replies
 
     def depth_limit(self, layout: Layout) -> int:

@@ -16,8 +16,9 @@
     number m of strings that follow, then m strings: the task hash's field/value pairs
   Output:
     one reply per task, in the batch's order, each enqueueTask's reply with no record
-    ({OK, id, status, {}}, {EXISTING, id, status, {}, '', why}, {QUEUE_FULL, depth}); every one
-    {PARTITION_CLOSED} when the owner key names another layout.
+    ({OK, id, status, {}}, {EXISTING, id, status, {}, '', why}, {QUEUE_FULL, depth}), or the
+    error a command of that task raised (the others go on); every one {PARTITION_CLOSED} when the
+    owner key names another layout.
 ]]
 -- #include common
 -- #include create_task
@@ -42,9 +43,17 @@ local depth = nil
 events_pending = {}  -- the batch's task.queued events: one INCRBY for their numbers (emit_flush)
 while i <= n do
   local m = tonumber(ARGV[i + 5])
-  replies[#replies + 1], depth = enqueue_one(K, queue, ARGV[i], ARGV[i + 1], now_ms, now_iso, retention_ms,
-                                             idem_ttl_ms, max_depth, tonumber(ARGV[i + 2]), ARGV[i + 3], recent_cap,
-                                             false, ARGV, i + 6, i + 5 + m, ARGV[i + 4], depth)
+  -- pcall: a task whose keys make a command fail (a key of the wrong type, set by hand) gets its
+  -- error as its reply, and the rest of the batch goes on, as when each task was a call of its own.
+  local ok, reply, counted = pcall(enqueue_one, K, queue, ARGV[i], ARGV[i + 1], now_ms, now_iso, retention_ms,
+                                   idem_ttl_ms, max_depth, tonumber(ARGV[i + 2]), ARGV[i + 3], recent_cap, false,
+                                   ARGV, i + 6, i + 5 + m, ARGV[i + 4], depth)
+  if ok then
+    replies[#replies + 1], depth = reply, counted
+  else
+    replies[#replies + 1] = type(reply) == 'table' and reply.err and reply or redis.error_reply(tostring(reply))
+    depth = nil  -- the failed task may have queued its entry or not: read the gate again
+  end
   i = i + 6 + m
 end
 emit_flush(K)

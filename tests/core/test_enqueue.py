@@ -252,6 +252,31 @@ def test_a_batch_publishes_one_event_per_task_it_created(engine: Engine, redis_c
     pubsub.close()
 
 
+def test_a_batch_task_whose_command_fails_fails_alone(engine: Engine, redis_client: redis.Redis) -> None:
+    # A key of the wrong type (set by hand) fails that task's command: the caller gets the error,
+    # and the batch's other tasks land with their events, as when each task was a call of its own.
+    tag = engine.registry.ensure("err").tags[0]
+    redis_client.hset(engine.keys.partition(tag) + "idem:bad", "x", "1")
+    pubsub = redis_client.pubsub()
+    pubsub.subscribe(engine.keys.events())
+    announce(redis_client, engine.keys)
+    pubsub.get_message(timeout=1)
+    subs = [engine.tasks.validate("dtq.echo", {"i": i}, queue="err", idempotency_key="bad" if i == 2 else None)
+            for i in range(5)]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        engine.tasks.enqueue_many(subs)
+    landed = [engine.tasks.get(i)["payload"]["i"] for i in redis_client.zrange(engine.keys.recent(tag), 0, -1)]
+    assert sorted(landed) == [0, 1, 3, 4]
+    events = []
+    while len(events) < 4:
+        message = pubsub.get_message(timeout=2)
+        assert message is not None, "missing event"
+        if message["type"] == "message":
+            events.append(json.loads(message["data"])["type"])
+    assert events == ["task.queued"] * 4
+    pubsub.close()
+
+
 def test_a_cancelled_queued_task_leaves_the_depth_gate(config: DtqConfig, redis_client: redis.Redis) -> None:
     engine = Engine(DtqConfig.from_mapping({**config.as_settings(), "MAX_QUEUE_DEPTH": 2}))
     first = engine.tasks.enqueue("dtq.echo").id

@@ -90,6 +90,22 @@ def test_batch_submits_get_a_producer_span_each(spans: InMemorySpanExporter, liv
         assert live_engine.tasks.get(r["id"])["headers"]["traceparent"].startswith("00-")
 
 
+def test_a_batch_item_past_the_queue_bound_is_refused_alone_with_tracing_on(
+        spans: InMemorySpanExporter, live_engine: Engine, settings: Any) -> None:
+    first = live_engine.tasks.enqueue("dtq.echo", queue="b").id
+    settings.DTQ = {**settings.DTQ, "MAX_QUEUES": 1}
+    items = [{"type": "dtq.echo", "queue": q} for q in ("b", "new", "b")]
+    response = APIClient().post("/api/v1/tasks/batch", {"tasks": items}, format="json")
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert results[1]["error"]["code"] == "QUEUE_LIMIT_REACHED"
+    assert [live_engine.tasks.get(results[i]["id"])["status"] for i in (0, 2)] == ["QUEUED", "QUEUED"]
+    produced = [s for s in map(span_json, spans.get_finished_spans()) if s["kind"] == "PRODUCER"]
+    # A span for each task sent (the first submit's, the batch's two), none for the refused item.
+    assert sorted(s["attributes"]["messaging.message.id"] for s in produced) == sorted(
+        [first, results[0]["id"], results[2]["id"]])
+
+
 def test_off_means_no_span_and_no_header(spans: InMemorySpanExporter, live_engine: Engine, settings: Any) -> None:
     assert isinstance(trace.get_tracer_provider(), TracerProvider)  # the SDK is there, and yet:
     settings.DTQ = {**settings.DTQ, "OPENTELEMETRY": "off"}
