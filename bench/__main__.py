@@ -99,6 +99,7 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         summary[label]["round_trips"] = rs[-1]["round_trips"]
         summary[label]["top_commands"] = rs[-1]["top_commands"]
         summary[label]["enqueue_top_commands"] = rs[-1]["enqueue_top_commands"]
+        summary[label]["enqueue_tree"] = rs[-1].get("enqueue_tree")  # whose engine enqueued (prefill)
         summary[label]["top_script_usec"] = rs[-1].get("top_script_usec", [])
     return summary
 

@@ -86,6 +86,14 @@ class Rig:
         log.close()
         return proc, counts
 
+    def prefill(self, engine: Engine, n: int, key: str, config: dict[str, Any]) -> dict[str, Any]:
+        """prefill with this rig's tree: in this process for this tree, else in a child process
+        that runs the other tree's engine (an A/B of the enqueue path then compares the trees, not
+        this tree with itself). engine: this tree's, for the same prefix and config."""
+        if self.root.resolve() == ROOT.resolve():
+            return {**prefill(engine, n, key), "enqueue_tree": str(ROOT)}
+        return prefill_in(self, engine, n, key, config)
+
     def cleanup(self, prefix: str) -> None:
         for key in self.client.scan_iter(match=f"{prefix}:*", count=5000):
             self.client.unlink(key)
@@ -131,6 +139,72 @@ def prefill(engine: Engine, n: int, key: str, single: int = SINGLE_ENQUEUES) -> 
 # Commands of the harness itself (the drain's GET polling of the counter, the INFO that measures):
 # not the queue's work.
 HARNESS_COMMANDS = ("get", "info")
+
+
+# The other tree's side of prefill_in: its engine enqueues, one phase per line the parent sends,
+# so the parent takes its INFO snapshots between the phases.
+PREFILL_CHILD = r"""
+import json, os, sys, time
+sys.path.insert(0, os.getcwd())
+import dtq_core
+from dtq_core.config import DtqConfig
+from dtq_core.engine import Engine
+url, prefix, n, single, key, task, queue, chunk, config = sys.argv[1:]
+n, single, chunk = int(n), int(single), int(chunk)
+engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, **json.loads(config)))
+print(json.dumps({"tree": os.path.dirname(os.path.dirname(os.path.abspath(dtq_core.__file__)))}), flush=True)
+sys.stdin.readline()
+started = time.perf_counter()
+for _ in range(single):
+    engine.tasks.enqueue(task, {"k": key}, queue=queue)
+print(json.dumps({"single_s": time.perf_counter() - started}), flush=True)
+sys.stdin.readline()
+started, left = time.perf_counter(), n - single
+while left > 0:
+    replies = engine.tasks.enqueue_many([engine.tasks.validate(task, {"k": key}, queue=queue)
+                                         for _ in range(min(chunk, left))])
+    if any(isinstance(r, Exception) for r in replies):
+        sys.exit(f"enqueue_many refused tasks: {replies[0]}")
+    left -= min(chunk, left)
+print(json.dumps({"bulk_s": time.perf_counter() - started}), flush=True)
+"""
+
+
+def prefill_in(rig: Rig, engine: Engine, n: int, key: str, config: dict[str, Any]) -> dict[str, Any]:
+    """prefill, the enqueues made by rig's tree in a child process (PREFILL_CHILD)."""
+    single = min(SINGLE_ENQUEUES, n)
+    proc = subprocess.Popen(
+        [rig.python, "-c", PREFILL_CHILD, rig.server.url, engine.config.key_prefix, str(n), str(single), key, TASK,
+         QUEUE, str(BULK_CHUNK), json.dumps(config)],
+        cwd=rig.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def step() -> dict[str, Any]:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"the pre-fill in {rig.root} stopped (exit {proc.wait(10)})")
+        return json.loads(line)
+
+    try:
+        tree = step()["tree"]
+        stats0, totals0 = commandstats(rig.client), server_totals(rig.client)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        single_s = step()["single_s"]
+        stats1, totals1 = commandstats(rig.client), server_totals(rig.client)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        bulk_s = step()["bulk_s"]
+    finally:
+        proc.stdin.close()
+        if proc.wait(60) != 0:
+            raise RuntimeError(f"the pre-fill in {rig.root} exited with {proc.returncode}")
+    work = redis_work(stats0, stats1, totals0, totals1, single, harness=("info",)) if single else {}
+    return {"enqueue_single_per_s": single / single_s if single else None,
+            "enqueue_bulk_per_s": (n - single) / bulk_s if n > single else None,
+            "enqueue_redis_commands_per_task": work.get("commands_per_task"),
+            "enqueue_redis_cpu_us_per_task": work.get("cpu_us_per_task"),
+            "enqueue_top_commands": work.get("top", []), "enqueue_tree": tree}
 
 
 def redis_work(stats0: dict[str, int], stats1: dict[str, int], totals0: dict[str, float],
@@ -183,7 +257,7 @@ def drain(rig: Rig, *, tasks: int, workers: int = 1, concurrency: int = 10,
         if limits:
             from dtq_core.engine.audit import Actor
             engine.limits.set(QUEUE, limits, actor=Actor(name="bench", source="cli"))
-        enqueue = prefill(engine, tasks, key)
+        enqueue = rig.prefill(engine, tasks, key, config)
         stats0, totals0 = commandstats(rig.client), server_totals(rig.client)
         usec0 = commandstats_usec(rig.client)
         procs = [rig.worker(prefix, "--burst", "--concurrency", str(concurrency), name=f"w{i}", **(env or {}))

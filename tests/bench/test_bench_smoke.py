@@ -58,6 +58,28 @@ def test_it_runs_every_dtq_measurement_and_writes_results(tmp_path: Path) -> Non
     assert "Task history on the hot path (issue 24)" in markdown
 
 
+@pytest.mark.slow
+def test_a_compare_tree_enqueues_its_pre_fill_with_its_own_engine(tmp_path: Path) -> None:
+    # --compare is an A/B: the other tree's engine makes its pre-fill (so the enqueue columns
+    # compare the trees), as its workers drain it.
+    other = tmp_path / "other"
+    other.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(other)], input=archive, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--compare", str(other), "--tasks", "2500", "--rounds", "1", "--workers", "1",
+         "--skip", "limits,history,latency,redelivery,http,others", "--results-dir", str(tmp_path), "--name", "ab"],
+        cwd=ROOT, capture_output=True, text=True, timeout=150,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    drain = json.loads((tmp_path / "ab-latest.json").read_text())["drain"]
+    assert drain["current/1w"]["enqueue_tree"] == str(ROOT)
+    assert drain["compare/1w"]["enqueue_tree"] == str(other.resolve())
+    for label in ("current/1w", "compare/1w"):
+        assert drain[label]["tasks"] == 2500 and drain[label]["body_round_trips_per_task"] == 1, label
+        assert drain[label]["enqueue_single_per_s"] > 0 and drain[label]["enqueue_bulk_per_s"] > 0, label
+
+
 def test_it_labels_round_trips_by_command_and_script() -> None:
     shas = {b"abc123": "fetchTasks"}
     assert _label([b"*3\r\n$7\r\nEVALSHA\r\n$6\r\nabc123\r\n$1\r\n0\r\n"], shas) == "EVALSHA fetchTasks"
