@@ -7,7 +7,7 @@ import builtins
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from .registry import Registry
 
 RECENT_CAP = 100_000  # tasks kept in each partition's recent-tasks index for listing
 BULK_CHUNK = 100  # tasks per enqueueTasks call: one call runs alone in Redis, so it stays a few ms
+BULK_CHUNK_BYTES = 1 << 20  # and payload bytes per call: 100 payloads of up to 1 MB would be one 100 MB call
 TYPES_CACHE_S = 5.0  # how long submit trusts its copy of the registered task types
 TYPES_RECHECK_S = 0.5  # an unknown type re-reads them, at most this often (junk cannot hammer Redis)
 
@@ -249,9 +250,9 @@ class Tasks(Noun):
 
     def _enqueue_batches(self, placed: Sequence[tuple[Submission, Layout]]) -> builtins.list[Any]:
         """enqueueTask's replies for placed submissions, in their order, from one exchange: the
-        tasks of one partition go in enqueueTasks calls of at most BULK_CHUNK tasks (one call
-        each, not one per task: the call's own cost and the depth gate's reads paid once); a
-        partition with one task gets enqueueTask."""
+        tasks of one partition go in enqueueTasks calls of at most BULK_CHUNK tasks and
+        BULK_CHUNK_BYTES of payload (one call each, not one per task: the call's own cost and the
+        depth gate's reads paid once); a call of one task is an enqueueTask."""
         by_partition: dict[str, builtins.list[int]] = {}
         for i, (s, _) in enumerate(placed):
             by_partition.setdefault(self.keys.partition(tag_of(s.task_id)), []).append(i)
@@ -260,8 +261,7 @@ class Tasks(Noun):
         calls: builtins.list[tuple[str, builtins.list[str], builtins.list[object]]] = []
         shares: builtins.list[builtins.list[int]] = []  # the submissions each call carries
         for key, indexes in by_partition.items():
-            for start in range(0, len(indexes), BULK_CHUNK):
-                chunk = indexes[start:start + BULK_CHUNK]
+            for chunk in _chunks(indexes, [len(placed[i][0].payload_json) for i in indexes]):
                 shares.append(chunk)
                 if len(chunk) == 1:
                     calls.append(self._enqueue_call(*placed[chunk[0]], with_record=False))
@@ -440,6 +440,21 @@ def _queued(s: Submission) -> None:
 
 def _pairs(flat: list[Any]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _chunks(indexes: builtins.list[int], sizes: builtins.list[int]) -> Iterator[builtins.list[int]]:
+    """indexes in runs of at most BULK_CHUNK, each (but a run of one) at most BULK_CHUNK_BYTES of
+    payload (sizes: each one's)."""
+    run: builtins.list[int] = []
+    size = 0
+    for i, n in zip(indexes, sizes, strict=True):
+        if run and (len(run) == BULK_CHUNK or size + n > BULK_CHUNK_BYTES):
+            yield run
+            run, size = [], 0
+        run.append(i)
+        size += n
+    if run:
+        yield run
 
 
 def _task_parts(s: Submission, now: int) -> tuple[int, builtins.list[object], str]:

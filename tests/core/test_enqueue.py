@@ -201,6 +201,20 @@ def test_a_big_batch_goes_in_calls_per_partition_and_lands_as_single_submits_do(
     assert {o.id for _, o in created} <= recent
 
 
+def test_a_batch_of_big_payloads_goes_in_calls_of_about_a_megabyte(engine: Engine, redis_client: redis.Redis) -> None:
+    # Five 400 kB payloads: two a call (a third would pass BULK_CHUNK_BYTES), so three calls, not
+    # one call of 2 MB; every task lands, in order.
+    from dtq_core.engine.tasks import BULK_CHUNK_BYTES
+
+    assert 2 * 400_000 <= BULK_CHUNK_BYTES < 3 * 400_000
+    engine.tasks.enqueue("dtq.echo", queue="heavy")
+    subs = [engine.tasks.validate("dtq.echo", {"i": i, "blob": "x" * 400_000}, queue="heavy") for i in range(5)]
+    before = _script_calls(redis_client)
+    out = engine.tasks.enqueue_many(subs)
+    assert _script_calls(redis_client) - before == 3
+    assert [engine.tasks.get(o.id)["payload"]["i"] for o in out] == list(range(5))  # type: ignore[union-attr]
+
+
 def test_unknown_ids_are_not_found(engine: Engine) -> None:
     # Anything that is not a dtq task id names no task (no Redis key is even built from it), and a
     # well-formed id of no task is not found either; so is an id from before partitions.
