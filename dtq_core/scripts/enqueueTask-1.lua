@@ -31,8 +31,11 @@
 -- #include enqueue
 events_on = ARGV[13] ~= '0'
 local K = partition_keys(KEYS[1])
+-- Deleted (or deleted and created again) since the caller read the registry: nothing may land
+-- in a partition no layout serves. The caller reads the registry again and retries.
 local owner = rcall('GET', K.owner)
 if owner ~= ARGV[9] then return {CODE.PARTITION_CLOSED} end
 local n = #ARGV
+-- The partition's queue, as the partition itself records it (owner).
 return (enqueue_one(K, string.match(owner, '^(.*)|[^|]*$'), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
                     tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[10], ARGV[11], ARGV[12] == '1', ARGV, 14, n - 1, ARGV[n]))

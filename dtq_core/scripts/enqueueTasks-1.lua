@@ -26,6 +26,7 @@
 -- #include enqueue
 events_on = ARGV[8] ~= '0'
 local K = partition_keys(KEYS[1])
+-- As enqueueTask's: a partition no layout serves takes nothing; the caller retries those tasks.
 local owner = rcall('GET', K.owner)
 local replies = {}
 local i, n = 9, #ARGV
@@ -36,7 +37,7 @@ if owner ~= ARGV[6] then
   end
   return replies
 end
-local queue = string.match(owner, '^(.*)|[^|]*$')
+local queue = string.match(owner, '^(.*)|[^|]*$')  -- as the partition itself records it
 local now_ms, now_iso, retention_ms, idem_ttl_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local max_depth, recent_cap = tonumber(ARGV[5]), ARGV[7]
 local depth = nil

@@ -28,6 +28,8 @@ local function enqueue_one(K, queue, task_id, priority, now_ms, now_iso, retenti
   if idem_arg ~= '' then idem_key = K.idem_prefix .. idem_arg end
   if idem_key then
     local existing = rcall('GET', idem_key)
+    -- Even when the first task's record has already expired (DTQ_TASK_RETENTION_S shorter than
+    -- DTQ_IDEM_TTL_S), the key still stands for it: a second task could repeat its side effects.
     if existing then return existing_reply(K, existing, want_record, 'idem'), depth end
   end
   local U = nil
@@ -38,6 +40,7 @@ local function enqueue_one(K, queue, task_id, priority, now_ms, now_iso, retenti
     local holder = unique_holder(K, U)
     if holder then
       if U.mode == 'debounce' then unique_debounce(K, U, holder, fields, from, to) end
+      -- The idempotency key stands for the answer this submit got: its retry gets the same one.
       if idem_key then rcall('SET', idem_key, holder, 'PX', tonumber(idem_ttl_ms) + math.max(0, U.due - U.now)) end
       return existing_reply(K, holder, want_record, 'unique'), depth
     end
@@ -55,6 +58,7 @@ local function enqueue_one(K, queue, task_id, priority, now_ms, now_iso, retenti
     fields = fields, fields_from = from, fields_to = to, want_record = want_record})
   if status == 'QUEUED' and depth then depth = depth + 1 end
   if U then unique_hold(U, task_id) end
+  -- A hash that was new holds exactly what was written: no HGETALL for it.
   local record = {}
   if want_record then record = written or rcall('HGETALL', K.task_prefix .. task_id) end
   return {CODE.OK, task_id, status, record}, depth
