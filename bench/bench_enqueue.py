@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         systems["dtq-before"] = ([sys.executable, "-c", CHILD, "dtq", json.dumps({**own, **args.compare_settings}),
                                   *bulk], args.compare)
     if args.bulk:
-        pass  # Huey has no bulk submit
+        print("--bulk: the dtq trees only (Huey has no bulk submit)", flush=True)
     elif args.huey_python.exists():
         systems["huey"] = ([str(args.huey_python), "-c", CHILD, "huey", "{}"], ROOT)
     else:
