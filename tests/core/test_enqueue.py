@@ -201,6 +201,23 @@ def test_a_big_batch_goes_in_calls_per_partition_and_lands_as_single_submits_do(
     assert {o.id for _, o in created} <= recent
 
 
+@pytest.mark.single_node  # INFO commandstats of one server
+def test_a_batch_costs_redis_four_commands_a_task(engine: Engine, redis_client: redis.Redis) -> None:
+    # docs/performance.md: a bulk task's HSET, XADD, PEXPIRE and ZADD; the owner's GET, the depth
+    # gate's XLENs and the ready flag's SET once per call of 100, not once per task.
+    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue="cheap") for _ in range(2)])  # loads it
+    subs = [engine.tasks.validate("dtq.echo", {"i": i}, queue="cheap") for i in range(100)]
+    redis_client.config_resetstat()
+    engine.tasks.enqueue_many(subs)
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in redis_client.info("commandstats").items()}
+    for per_task in ("hset", "xadd", "pexpire", "zadd"):
+        assert calls[per_task] == 100, per_task
+    assert calls["fcall"] + calls.get("evalsha", 0) == 1
+    assert calls["get"] == 1 and calls["xlen"] == 3 and calls.get("set", 0) <= 1
+    inside = sum(n for name, n in calls.items() if name not in ("fcall", "evalsha", "config|resetstat", "info"))
+    assert inside / 100 < 4.2
+
+
 def test_a_batch_of_big_payloads_goes_in_calls_of_about_a_megabyte(engine: Engine, redis_client: redis.Redis) -> None:
     # Five 400 kB payloads: two a call (a third would pass BULK_CHUNK_BYTES), so three calls, not
     # one call of 2 MB; every task lands, in order.

@@ -39,6 +39,23 @@ def test_it_queues_in_order_and_returns_the_ids(redis_server: object, redis_clie
     assert _queued("many") == 248 + 1  # 249 items, two of them one task; and the first submit
 
 
+def test_it_sends_one_write_per_thousand_tasks(redis_server: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    import redis.connection
+
+    dtq_tasks.enqueue("dtq.echo", queue="writes")  # registers the queue, reads the served types
+    sends: list[int] = []
+    original = redis.connection.Connection.send_packed_command
+
+    def counting(self: Any, command: Any, check_health: bool = True) -> None:
+        sends.append(1)
+        original(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counting)
+    ids = dtq_tasks.enqueue_many([{"type": "dtq.echo", "payload": {"i": i}, "queue": "writes"} for i in range(1200)])
+    assert len(set(ids)) == 1200
+    assert len(sends) == 2  # 1,000 tasks, then 200
+
+
 @pytest.mark.parametrize(("item", "message", "field"), [
     ({"type": "dtq.echo", "queue": "BAD"}, "tasks[1]: queue must match", "tasks[1].queue"),
     ({"payload": {"a": 1}}, "tasks[1]: type is required", "tasks[1].type"),
