@@ -58,11 +58,13 @@ local function retry_one(entry_id)
   -- openPartition made the group; one deleted by hand since must not fail the retry.
   pcall(rcall, 'XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
   local eid = rcall('XADD', stream, '*', 'task_id', task_id, 'attempt', 1)
-  -- expires_at is cleared: the operator asked for this run, so a passed ttl_seconds must
-  -- not turn the retry into an instant EXPIRED.
-  rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', 0, 'entry_id', eid, 'dlq_entry_id', '',
-        'enqueued_at', now_ms, 'updated_at', now_ms, 'finished_at', '', 'cancel_requested', '0',
-        'retried_from_dlq_at', now_ms, 'expires_at', '')
+  rcall('HSET', tkey, 'status', 'QUEUED', 'attempt', 0, 'entry_id', eid, 'enqueued_at', now_ms,
+        'updated_at', now_ms, 'retried_from_dlq_at', now_ms)
+  -- Removed, not written empty (a lean record, includes/create_task.lua: readers take a missing
+  -- field as its default, and a dead letter's record is a hashtable, where every field costs
+  -- about 50 bytes). expires_at goes: the operator asked for this run, so a passed ttl_seconds
+  -- must not turn the retry into an instant EXPIRED.
+  rcall('HDEL', tkey, 'dlq_entry_id', 'finished_at', 'cancel_requested', 'expires_at')
   rcall('PEXPIRE', tkey, retention)
   retain_unfinish(K, task_id)
   drop(entry_id)

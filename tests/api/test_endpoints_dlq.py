@@ -87,7 +87,8 @@ def test_an_unknown_entry_is_404_for_every_action(api: APIClient, entry_id: str)
     assert_error(api.post(f"/api/v1/dlq/{entry_id}/discard"), 404, "DLQ_ENTRY_NOT_FOUND")
 
 
-def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(api: APIClient, live_engine: Engine) -> None:
+def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(
+        api: APIClient, live_engine: Engine, redis_client: redis.Redis) -> None:
     # An unknown type is permanent: one attempt, then the DLQ. The "fix" is deploying its handler.
     [task_id] = make_dead_letters(live_engine, 1, type="tests.fixed_later", ttl_seconds=0.5)
     assert live_engine.tasks.get(task_id)["attempt"] == 1
@@ -98,6 +99,9 @@ def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(api: APIClient
     assert task["status"] == "QUEUED" and task["attempt"] == 0 and "dlq_entry_id" not in task
     assert task["retried_from_dlq_at"].endswith("Z")
     assert task["expires_at"] is None  # an operator's retry is not undone by a passed ttl
+    # A lean record: what the retry clears is removed, not left as an empty field.
+    raw = redis_client.hgetall(live_engine.keys.task(task_id))
+    assert not {"dlq_entry_id", "finished_at", "cancel_requested", "expires_at"} & set(raw), raw
     assert api.get("/api/v1/dlq").json()["results"] == []
     assert api.get("/api/v1/queues/default").json()["dlq"] == 0
     dtq_tasks.task("tests.fixed_later")(lambda payload: "fixed")
