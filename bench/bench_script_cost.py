@@ -10,7 +10,8 @@ reports Redis's own time per call (`cmdstat_evalsha` and `cmdstat_fcall` usec ov
 - a submit (`enqueueTask`) of one task, its whole cost (the fixed part and the task);
 - a bulk submit of 100 tasks to one partition (`engine.tasks.enqueue_many`), per 100 tasks;
 - a fetch and a completion of one task each (fetch one, complete it: a worker that runs one task
-  at a time, as on the latency path);
+  at a time, as on the latency path), and each of the two on its own (`fetch-one`: a fetch that
+  claims one queued task; `complete-one`: the completion of one claimed task);
 - a fetch of 10 tasks and their completion in one call (what a busy worker's batches cost: the
   fixed part shared by 10 tasks), per pair of calls;
 - `EVALSHA` of `return 1`: the floor of any script call;
@@ -93,6 +94,14 @@ def complete(rows):
                              config.result_retention_s * 1000, 1, config.dlq_maxlen, json.dumps(records), 0)
 
 fetch(1000)  # the first task: claimed and dropped
+warm = 30 if os.environ.get("BENCH_CALLGRIND") else 300  # the unmeasured calls before the counted ones
+claimed = []  # complete-one: the rows its calls complete, one a call
+if case in ("fetch-one", "complete-one"):  # one queued task for every call, submitted beforehand
+    for _ in range(warm + calls):
+        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+    while case == "complete-one" and len(claimed) < warm + calls:
+        claimed += fetch(100)[1]
+    claimed.reverse()  # popped from the end: oldest first
 if case == "batch-10":  # the tasks its fetches claim, submitted before the counted calls
     for _ in range((calls + 300) * 10):
         engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
@@ -109,6 +118,11 @@ def run_case():
         out = engine.tasks.enqueue_many([engine.tasks.validate("bench.noop", {"k": "k"}, queue="bench")
                                          for _ in range(100)])
         assert all(getattr(o, "created", False) for o in out), out
+    elif case == "fetch-one":
+        rows = fetch(1)[1]
+        assert len(rows) == 1 and rows[0][0] == "run", rows
+    elif case == "complete-one":
+        assert complete([claimed.pop()]) == ["SUCCEEDED"]
     elif case == "one-task":
         engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
         drained, rows = fetch(1)[:2]
@@ -122,7 +136,7 @@ def run_case():
 
 import glob, subprocess
 callgrind = os.environ.get("BENCH_CALLGRIND")  # "<redis pid>:<dump file prefix>": count instructions
-for _ in range(30 if callgrind else 300):
+for _ in range(warm):
     run_case()
 r.config_resetstat()
 if callgrind:
@@ -153,8 +167,8 @@ if callgrind:
 print(json.dumps(out))
 '''
 
-CASES = ("return1", "fetch-empty", "complete-empty", "submit", "submit-batch-100", "one-task", "batch-10",
-         "fetch-empty-evalsha", "complete-empty-evalsha")
+CASES = ("return1", "fetch-empty", "complete-empty", "submit", "submit-batch-100", "fetch-one", "complete-one",
+         "one-task", "batch-10", "fetch-empty-evalsha", "complete-empty-evalsha")
 
 
 def main(argv: list[str] | None = None) -> int:
