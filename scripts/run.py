@@ -162,7 +162,7 @@ def main() -> int:
         redis_proc = start([binary, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--dir", str(data),
                             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
                             "--maxmemory-policy", "noeviction",
-                            # Streams in nodes of 16 entries: less Redis CPU per task (docs/deployment.md).
+                            # Streams in nodes of 16 entries: fewer Redis instructions per task (docs/deployment.md).
                             "--stream-node-max-entries", "16",
                             "--logfile", str(data / "redis.log")], env)
         env["DTQ_REDIS_URL"] = f"redis://127.0.0.1:{REDIS_PORT}/0"

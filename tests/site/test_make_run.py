@@ -81,8 +81,8 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
         assert len(pids) == 3  # redis-server, daphne, worker
         assert (tmp_path / "redis" / "appendonlydir").exists()  # persistent: AOF on
-        # Streams in small nodes (docs/deployment.md, "Redis persistence"): less Redis CPU per task.
-        local = redis.Redis(port=redis_port, decode_responses=True)
+        # Streams in small nodes (docs/deployment.md, "Redis persistence"): fewer Redis instructions per task.
+        local = redis.Redis(host="127.0.0.1", port=redis_port, decode_responses=True)
         assert local.config_get("stream-node-max-entries") == {"stream-node-max-entries": "16"}
         local.close()
         proc.send_signal(signal.SIGINT)
