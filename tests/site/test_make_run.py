@@ -89,9 +89,16 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         assert proc.wait(30) == 0
         wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10, message="a child outlived make run")
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # a failed assertion: stop it as Ctrl-C would, so its children go too
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         log.close()
+        for pid in (int(p) for p in re.findall(r"pid (\d+)", (tmp_path / "run.log").read_text())):
+            if _alive(pid):  # left behind by a launcher that could not stop them
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_the_local_secrets_are_made_once_and_kept(tmp_path: Path) -> None:
