@@ -43,6 +43,25 @@ class TopologyServer:
         self.url: str = setup.url
 
 
+@pytest.fixture
+def count_writes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[int]]:
+    """Call it to start counting redis-py's writes to Redis (one per round trip: a pipeline or a
+    script call is one send_packed_command); it returns the list that gets one item per write."""
+    import redis.connection
+
+    def start() -> list[int]:
+        sends: list[int] = []
+        original = redis.connection.Connection.send_packed_command
+
+        def counting(self: Any, command: Any, check_health: bool = True) -> None:
+            sends.append(1)
+            original(self, command, check_health)
+
+        monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counting)
+        return sends
+
+    return start
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     # A throwaway redis-server on a free port: never a user's Redis, and tests may kill it.
