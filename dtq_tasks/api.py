@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -15,10 +16,6 @@ from dtq_core.ticks import BadSchedule, Ticks
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: What an enqueue_many item may name: enqueue's arguments.
-ENQUEUE_ARGUMENTS = frozenset({
-    "type", "payload", "queue", "priority", "delay_seconds", "ttl_seconds", "max_attempts", "timeout_seconds",
-    "idempotency_key", "group_key", "unique_key", "unique_mode", "unique_window_s", "headers"})
 MANY_PER_ROUND_TRIP = 1000  # enqueue_many's tasks per write: a bound on the command the client builds
 
 
@@ -119,6 +116,10 @@ def enqueue(
         group_key=group_key, unique_key=unique_key, unique_mode=unique_mode, unique_window_s=unique_window_s,
         headers=headers, record=False,
     ).id
+
+
+#: What an enqueue_many item may name: enqueue's arguments, read off its signature.
+ENQUEUE_ARGUMENTS = frozenset(inspect.signature(enqueue).parameters)
 
 
 def enqueue_many(tasks: Iterable[Mapping[str, Any]]) -> list[str]:
