@@ -41,8 +41,7 @@ ctx.started = {}
 if is_paused(ctx) then
   -- A paused queue is not read at all (checked in the same script as the read, so a pause that
   -- lands between two fetches is always seen).
-  rcall('DEL', K.ready)
-  ring_again(K)
+  clear_ready(K)
   return {1, {}}
 end
 
@@ -54,8 +53,7 @@ if lim then
   if allowed <= 0 then
     -- Nothing may start: clear the flag (a freed slot rings again); the reply says how long
     -- until a token frees, so the worker sleeps that long instead of fetching.
-    rcall('DEL', K.ready)
-    ring_again(K)
+    clear_ready(K)
     limits_throttled(K, 1)
     return {1, {}, wait_ms}
   end
@@ -121,8 +119,7 @@ emit_flush(K)
 local drained = 0
 if read_all and not more then
   -- Every stream read to its end: nothing new is left until the next entry rings the partition.
-  rcall('DEL', K.ready)
-  ring_again(K)
+  clear_ready(K)
   drained = 1
 elseif redis.pcall('EXISTS', K.wake_list) == 0 then
   -- More may wait: pass a token on to an idle worker blocked on the wake list, so idle workers

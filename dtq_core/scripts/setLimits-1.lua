@@ -45,7 +45,6 @@ else
 end
 limits_unpark_all(K)
 -- Held-back workers cleared the flag: a freed limit must reach them.
-rcall('DEL', K.ready)
-ring_again(K)
+clear_ready(K)
 ring(K)
 return {CODE.OK}

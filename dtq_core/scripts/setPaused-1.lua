@@ -29,8 +29,7 @@ if ARGV[2] == '1' then
 end
 if rcall('DEL', K.paused) == 1 then
   changed = 1
-  rcall('DEL', K.ready)
-  ring_again(K)
+  clear_ready(K)
   ring(K)  -- whatever waits in it is readable again
 end
 return {changed, ''}

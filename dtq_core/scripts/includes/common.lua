@@ -195,7 +195,8 @@ end
 -- claims the entry in the round trip that wakes it (dtq_core/worker/fetch.py, _wait_on_list).
 local function ring(K)
   -- Once a call: the first ring leaves the flag set, so a second SET NX could only fail (a batch
-  -- of 100 submits rang 100 times). A script that deletes the flag clears the mark (ring_again).
+  -- of 100 submits rang 100 times). A script deletes the flag only with clear_ready, which clears
+  -- the mark too.
   if rawget(K, 'ready_rung') then return end
   K.ready_rung = true
   -- pcall: a ready key overwritten by hand must not fail the submit (workers then sweep).
@@ -209,8 +210,9 @@ local function ring(K)
   end
 end
 
--- The partition's ready flag was deleted: the call's next ring must set it again.
-local function ring_again(K)
+-- Delete the partition's ready flag; the call's next ring sets it again.
+local function clear_ready(K)
+  rcall('DEL', K.ready)
   K.ready_rung = nil
 end
 
