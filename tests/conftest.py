@@ -62,6 +62,7 @@ def count_writes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[int]]:
 
     return start
 
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     # A throwaway redis-server on a free port: never a user's Redis, and tests may kill it.

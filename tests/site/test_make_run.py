@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -39,6 +40,17 @@ def _alive(pid: int) -> bool:
     return status.exists() and "State:\tZ" not in status.read_text()
 
 
+def _started_since(pid: int, since: float) -> bool:
+    """Whether pid's process started at or after `since` (CLOCK_BOOTTIME seconds, as /proc's start
+    times count): a child of this test's `make run`, not an older process. (A child's environment
+    cannot tell: redis-server and setproctitle write their titles over it.)"""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK") >= since - 0.05
+
+
 def _post(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
     request = urllib.request.Request(url, data=b"", headers=headers or {}, method="POST")
     try:
@@ -55,6 +67,8 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
     env.update(PORT=str(port), DTQ_LOCAL_REDIS_PORT=str(redis_port), DTQ_LOCAL_REDIS_DIR=str(tmp_path / "redis"),
                DTQ_LOCAL_STATE_DIR=str(state),
                DTQ_DRAIN_TIMEOUT_S="5", DTQ_KEY_PREFIX="dtqtest-run", PYTHONUNBUFFERED="1")
+    since = time.clock_gettime(time.CLOCK_BOOTTIME)
+    stopped = False  # make run stopped its children: the pids in its log are no longer theirs
     log = open(tmp_path / "run.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "scripts/run.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -80,6 +94,7 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         assert (state / "secret_key").stat().st_mode & 0o777 == 0o600
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
         assert len(pids) == 3  # redis-server, daphne, worker
+        assert all(_started_since(pid, since) for pid in pids)  # what the cleanup below may kill
         assert (tmp_path / "redis" / "appendonlydir").exists()  # persistent: AOF on
         # Streams in small nodes (docs/deployment.md, "Redis persistence"): fewer Redis instructions per task.
         local = redis.Redis(host="127.0.0.1", port=redis_port, decode_responses=True)
@@ -88,6 +103,7 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
         wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10, message="a child outlived make run")
+        stopped = True
     finally:
         if proc.poll() is None:  # a failed assertion: stop it as Ctrl-C would, so its children go too
             proc.send_signal(signal.SIGINT)
@@ -96,8 +112,8 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
-        for pid in (int(p) for p in re.findall(r"pid (\d+)", (tmp_path / "run.log").read_text())):
-            if _alive(pid):  # left behind by a launcher that could not stop them
+        for pid in [] if stopped else (int(p) for p in re.findall(r"pid (\d+)", (tmp_path / "run.log").read_text())):
+            if _alive(pid) and _started_since(pid, since):  # left behind by a launcher that could not stop them
                 os.kill(pid, signal.SIGKILL)
 
 
