@@ -162,10 +162,14 @@ def test_debounce_without_a_ttl_or_request_id_clears_the_waiting_tasks(engine: E
     assert second.id == first.id
     task = engine.tasks.get(first.id)
     assert task["payload"] == {"v": 2} and task["expires_at"] is None and task["request_id"] is None
+    # Removed, not written empty: the record stays as lean as a fresh submit's.
+    raw = redis_client.hgetall(engine.keys.task(first.id))
+    assert "expires_at" not in raw and "request_id" not in raw and raw["payload"]
     third = submit(engine, {"v": 3}, unique_key="exp", unique_mode="debounce", unique_window_s=10, ttl_seconds=30,
                    request_id="req-3")
     task = engine.tasks.get(third.id)
     assert task["expires_at"] is not None and task["request_id"] == "req-3"
+
 
 def test_debounce_adds_the_delay_to_the_window(engine: Engine, redis_client: redis.Redis) -> None:
     first = submit(engine, unique_key="d", unique_mode="debounce", unique_window_s=10, delay_seconds=50)

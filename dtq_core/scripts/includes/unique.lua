@@ -42,9 +42,11 @@ local function unique_debounce(K, U, holder, fields, from, to)
     end
   end
   -- A submit leaves out an expiry or request id it does not have (a lean record): the holder
-  -- loses its own then, as it took the submit's.
-  if not given.expires_at then update[#update + 1], update[#update + 2] = 'expires_at', '' end
-  if not given.request_id then update[#update + 1], update[#update + 2] = 'request_id', '' end
+  -- loses its own then, as it took the submit's, and keeps the record lean (no empty field).
+  local gone = {}
+  if not given.expires_at then gone[#gone + 1] = 'expires_at' end
+  if not given.request_id then gone[#gone + 1] = 'request_id' end
+  if #gone > 0 then rcall('HDEL', tkey, unpack(gone)) end
   rcall('HSET', tkey, unpack(update))
   -- unique_holder found it in the schedule: a new score, the counts stay.
   rcall('ZADD', K.schedule, ms_text(U.due), holder)
