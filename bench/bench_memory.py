@@ -6,7 +6,10 @@ left to expire): SUCCEEDED (`dtq.echo` with a 66-byte payload, which it returns 
 DEAD_LETTERED (`dtq.fail`), CANCELLED (cancelled while queued) and EXPIRED (ttl passed before
 start). Then MEMORY USAGE is summed over every key of the run's prefix and divided by the number
 of tasks, by kind of key: task records, results, the retention indexes (includes/retain.lua) and
-the rest (recent-tasks index, DLQ, streams, stats). Each outcome runs twice, with the defaults
+the rest (recent-tasks index, DLQ, streams, stats); beside it, what Redis itself counts for the
+run (MEMORY STATS: dataset plus key tables, before and after, so each key's expiry entry and
+table buckets are in), with the results and without them (as after DTQ_RESULT_RETENTION_S). Each
+outcome runs twice, with the defaults
 (compact records, count-bounded) and with DTQ_KEEP_PAYLOAD=all and no count bound (what dtq did
 before retention had a policy), and the Redis commands per task of each drain are counted from
 INFO commandstats. Unfinished tasks are measured too, once each (no policy applies to them):
@@ -63,6 +66,30 @@ def usage(client: redis.Redis, prefix: str) -> dict[str, int]:
         name = kind(key)
         out[name] = out.get(name, 0) + int(client.memory_usage(key, samples=0) or 0)
     return out
+
+
+def keyspace_bytes(client: redis.Redis) -> int:
+    """What Redis holds for its keys, by its own count (MEMORY STATS): the dataset plus every
+    database's key tables. MEMORY USAGE of a key leaves out what the keyspace spends on it: its
+    entry in the expiry table, both tables' bucket arrays and the allocator's rounding of its
+    entries (about 70 B a key with a TTL, issue 20 goal 9).
+
+    The other connections are closed first (the run's engine and worker reconnect when next
+    used): a client's own structure is counted in the dataset, so clients that come and go
+    between two readings (a worker's, an old engine's when it is collected) would move it by
+    tens of KB."""
+    client.client_kill_filter(_type="normal", skipme=True)
+    stats = client.memory_stats()
+    tables = sum(int(v.get("overhead.hashtable.main", 0)) + int(v.get("overhead.hashtable.expires", 0))
+                 for name, v in stats.items() if name.startswith("db.") and isinstance(v, dict))
+    return int(stats["dataset.bytes"]) + tables
+
+
+def empty(client: redis.Redis) -> None:
+    """Delete the run's keys with the key tables (this Redis is the benchmark's own): keys deleted
+    one by one leave the tables at their size until Redis's cron shrinks them, during the next
+    run, which would take the shrink off that run's count."""
+    client.flushdb()
 
 
 def worker_name() -> str:
@@ -130,6 +157,7 @@ def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) ->
     overrides = OLD if policy == "keep all, no count" else {}
     engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, **overrides))
     engine.registry.ensure("default")
+    space = keyspace_bytes(client)
     before = commandstats(client)
     make(engine, outcome, n)
     after = commandstats(client)
@@ -137,6 +165,11 @@ def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) ->
     per_command = {name: (after.get(name, 0) - before.get(name, 0)) / n for name in after}
     parts = usage(client, prefix)
     total = sum(parts.values())
+    held = keyspace_bytes(client) - space
+    # As after DTQ_RESULT_RETENTION_S: the results gone, the rest kept.
+    for key in client.scan_iter(match=f"{prefix}:*result:*", count=5000):
+        client.unlink(key)
+    held_later = keyspace_bytes(client) - space
     row: dict[str, Any] = {"outcome": outcome, "policy": policy, "tasks": n,
                            "bytes_per_task": round(total / n, 1),
                            "record": round(parts.get("task records", 0) / n, 1),
@@ -144,9 +177,9 @@ def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) ->
                            "retain": round(parts.get("retention index", 0) / n, 1),
                            "recent": round(parts.get("recent index", 0) / n, 1),
                            "other": round(parts.get("other", 0) / n, 1),
+                           "redis": round(held / n, 1), "redis_later": round(held_later / n, 1),
                            "commands_per_task": round(commands / n, 2), "per_command": per_command}
-    for key in client.scan_iter(match=f"{prefix}:*", count=5000):
-        client.unlink(key)
+    empty(client)
     return row
 
 
@@ -161,8 +194,7 @@ def count_bound(url: str, client: redis.Redis, n: int) -> dict[str, Any]:
     trim = {name: (after.get(name, 0) - before.get(name, 0)) / n for name in ("lpop", "zrem", "del", "rpush")}
     left = sum(1 for _ in client.scan_iter(match=f"{prefix}:*task:*", count=5000))
     results = sum(1 for _ in client.scan_iter(match=f"{prefix}:*result:*", count=5000))
-    for key in client.scan_iter(match=f"{prefix}:*", count=5000):
-        client.unlink(key)
+    empty(client)
     return {"submitted": n, "count": count, "records_left": left, "results_left": results, "trim": trim}
 
 
@@ -174,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = redis.Redis.from_url(server.url, decode_responses=True)
         # A first run on a fresh Redis makes more script calls than the next ones (loading,
-        # registration): run one and drop it, so the policies are compared warm.
-        measure(server.url, client, "SUCCEEDED", min(args.tasks, 500), "defaults")
+        # registration) and the first use of a script leaves its text in Redis: run each kind once
+        # and drop it, so the policies are compared warm.
+        for outcome in ("SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "EXPIRED", "RUNNING"):
+            measure(server.url, client, outcome, min(args.tasks, 100), "defaults")
         rows = [measure(server.url, client, outcome, args.tasks, policy)
                 for outcome in ("SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "EXPIRED")
                 for policy in ("defaults", "keep all, no count")]
@@ -184,12 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     print(f"Redis memory per task (MEMORY USAGE over every key of the run / {args.tasks} tasks), by kind of "
-          "key, and Redis commands per task of the run; unfinished tasks (QUEUED, PENDING, RUNNING) once, "
-          "as no retention policy applies to them:")
+          "key; what Redis itself counts for the run's keys (MEMORY STATS: the dataset and the key tables, "
+          "which MEMORY USAGE leaves out), with the results and after they expire; and Redis commands per "
+          "task of the run. Unfinished tasks (QUEUED, PENDING, RUNNING) once, as no retention policy "
+          "applies to them:")
     print()
     print(markdown_table([("outcome", "outcome"), ("policy", "policy"), ("bytes_per_task", "bytes/task"),
                           ("record", "task record"), ("result", "result"), ("retain", "retention index"),
                           ("recent", "recent index"), ("other", "other"),
+                          ("redis", "Redis's count/task"), ("redis_later", "without results"),
                           ("commands_per_task", "commands/task")], rows))
     print()
     for outcome in ("SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "EXPIRED"):
