@@ -115,29 +115,32 @@ def claim_all(engine: Engine, n: int) -> None:
         claimed += got
 
 
-def make(engine: Engine, outcome: str, n: int) -> None:
-    """n finished tasks of one outcome, made the way dtq makes them."""
+def make(engine: Engine, outcome: str, n: int, payload: dict[str, Any] | None = None) -> None:
+    """n tasks of one outcome or state, made the way dtq makes them, each with `payload` (default
+    PAYLOAD); a DEAD_LETTERED task's `dtq.fail` payload is its message (and a given payload as its "data")."""
     cfg = engine.config
+    payload = PAYLOAD if payload is None else payload
     if outcome in ("QUEUED", "PENDING", "RUNNING"):
         delay = 3600 if outcome == "PENDING" else 0
         for start in range(0, n, 1000):
-            engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", PAYLOAD, delay_seconds=delay)
+            engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", payload, delay_seconds=delay)
                                        for _ in range(min(n, start + 1000) - start)])
         if outcome == "RUNNING":
             claim_all(engine, n)
         return
     if outcome == "CANCELLED":
         for _ in range(n):
-            engine.tasks.cancel(engine.tasks.enqueue("dtq.echo", PAYLOAD, record=False).id, Actor.cli())
+            engine.tasks.cancel(engine.tasks.enqueue("dtq.echo", payload, record=False).id, Actor.cli())
         return
     for start in range(0, n, 1000):
         count = min(n, start + 1000) - start
         if outcome == "SUCCEEDED":
-            subs = [engine.tasks.validate("dtq.echo", PAYLOAD) for _ in range(count)]
+            subs = [engine.tasks.validate("dtq.echo", payload) for _ in range(count)]
         elif outcome == "DEAD_LETTERED":
-            subs = [engine.tasks.validate("dtq.fail", {"message": "x" * 40}, max_attempts=1) for _ in range(count)]
+            failing = {"message": "x" * 40} if payload is PAYLOAD else {"message": "x" * 40, "data": payload}
+            subs = [engine.tasks.validate("dtq.fail", failing, max_attempts=1) for _ in range(count)]
         else:  # EXPIRED
-            subs = [engine.tasks.validate("dtq.echo", PAYLOAD, ttl_seconds=0.001) for _ in range(count)]
+            subs = [engine.tasks.validate("dtq.echo", payload, ttl_seconds=0.001) for _ in range(count)]
         engine.tasks.enqueue_many(subs)
     if outcome == "EXPIRED":
         time.sleep(0.05)
@@ -152,14 +155,15 @@ def new_prefix() -> str:
     return f"m{next(RUNS) % 100:02d}"
 
 
-def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str) -> dict[str, Any]:
+def measure(url: str, client: redis.Redis, outcome: str, n: int, policy: str,
+            payload: dict[str, Any] | None = None) -> dict[str, Any]:
     prefix = new_prefix()
     overrides = OLD if policy == "keep all, no count" else {}
     engine = Engine(DtqConfig(redis_url=url, key_prefix=prefix, max_queue_depth=0, **overrides))
     engine.registry.ensure("default")
     space = keyspace_bytes(client)
     before = commandstats(client)
-    make(engine, outcome, n)
+    make(engine, outcome, n, payload)
     after = commandstats(client)
     commands = sum(after.values()) - sum(before.values())
     per_command = {name: (after.get(name, 0) - before.get(name, 0)) / n for name in after}
