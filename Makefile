@@ -71,7 +71,7 @@ REDIS_PORT ?= 6381
 redis:
 	@command -v redis-server >/dev/null || { echo "redis-server not found: apt-get install redis-server (Debian) or docker compose up"; exit 1; }
 	@echo "non-persistent redis on 127.0.0.1:$(REDIS_PORT); use DTQ_REDIS_URL=redis://127.0.0.1:$(REDIS_PORT)/0"
-	redis-server --port $(REDIS_PORT) --bind 127.0.0.1 --save "" --appendonly no --stream-node-max-entries 16
+	redis-server --port $(REDIS_PORT) --bind 127.0.0.1 --save "" --appendonly no --stream-node-max-entries 16 --hash-max-listpack-value 1024
 
 clean:
 	rm -rf $(VENV) var/static .pytest_cache

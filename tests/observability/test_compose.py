@@ -59,6 +59,7 @@ def test_the_compose_file_has_the_documented_shape(compose: dict[str, Any]) -> N
     assert command[command.index("--appendonly") + 1] == "yes"
     assert command[command.index("--appendfsync") + 1] == "everysec"
     assert command[command.index("--stream-node-max-entries") + 1] == "16"  # docs/deployment.md
+    assert command[command.index("--hash-max-listpack-value") + 1] == "1024"
     assert any(v.endswith(":/data") for v in redis["volumes"]) and "redis-data" in compose["volumes"]
     assert services["postgres"]["image"].startswith("postgres:")
     assert "migrate" in services["migrate"]["command"]

@@ -96,9 +96,11 @@ def test_make_run_serves_runs_a_worker_and_stops_cleanly(tmp_path: Path) -> None
         assert len(pids) == 3  # redis-server, daphne, worker
         assert all(_started_since(pid, since) for pid in pids)  # what the cleanup below may kill
         assert (tmp_path / "redis" / "appendonlydir").exists()  # persistent: AOF on
-        # Streams in small nodes (docs/deployment.md, "Redis persistence"): fewer Redis instructions per task.
+        # Streams in small nodes, and records with a payload up to 1 KB as one listpack
+        # (docs/deployment.md, "Redis persistence"): fewer Redis instructions and bytes per task.
         local = redis.Redis(host="127.0.0.1", port=redis_port, decode_responses=True)
         assert local.config_get("stream-node-max-entries") == {"stream-node-max-entries": "16"}
+        assert local.config_get("hash-max-listpack-value") == {"hash-max-listpack-value": "1024"}
         local.close()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
