@@ -25,7 +25,8 @@ from . import no_history
 from .common import RESULTS, ROOT, fmt, machine, markdown_table, median, now_iso, ratio, start_redis, write_results
 
 # Owned by other modules; run when present.
-OTHER_BENCHES = ("bench_dlq", "bench_console", "bench_memory", "bench_workflows", "bench_integrations")
+OTHER_BENCHES = ("bench_dlq", "bench_console", "bench_memory", "bench_record_encoding", "bench_workflows",
+                 "bench_integrations")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
