@@ -17,7 +17,9 @@ reports Redis's own time per call (`cmdstat_evalsha` and `cmdstat_fcall` usec ov
 - `EVALSHA` of `return 1`: the floor of any script call;
 - the empty fetch and completion sent as `EVALSHA` of this tree's scripts (what a Redis that
   refuses functions gets: dtq_core/scripts/library.py).
-Rounds take turns, so the load of the moment weighs on all alike.
+Rounds take turns, so the load of the moment weighs on all alike. `--payload-bytes N` gives the
+tasks a payload of N bytes of JSON instead of {"k": "k"}; `--config NAME=VALUE` sets a Redis
+setting on the benchmark's Redis first (e.g. `hash-max-listpack-value=1024`: docs/deployment.md).
 
 `--instructions` runs the Redis under valgrind's callgrind instead and reports the instructions
 Redis executed per call of each case (everything the server did for it: reading the command,
@@ -38,6 +40,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from tests.redis_server import RedisServer
 
 from .common import ROOT, VAR, start_redis
@@ -54,11 +58,13 @@ from dtq_core.partitions import parse_registry
 from dtq_core.scripts import SOURCES
 from dtq_core.worker.store import stream_suffix
 url, case, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+size = int(os.environ.get("BENCH_PAYLOAD_BYTES") or 0)  # the tasks' payload: {"k": "k"}, or this many bytes of JSON
+PAYLOAD = {"k": "x" * max(1, size - 8)} if size else {"k": "k"}
 config = DtqConfig(redis_url=url, key_prefix="b" + uuid.uuid4().hex[:8])  # the defaults: a submit checks the depth gate
 engine = Engine(config)
 r = redis.Redis.from_url(url, decode_responses=True)
 keys = Keys(config.key_prefix)
-engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+engine.tasks.enqueue("bench.noop", PAYLOAD, queue="bench", record=False)
 layout = parse_registry(r.hgetall(keys.queues()))["bench"]
 tag = layout.all_tags[0]
 pkey = keys.partition(tag)
@@ -98,13 +104,13 @@ warm = 30 if os.environ.get("BENCH_CALLGRIND") else 300  # the unmeasured calls 
 claimed = []  # complete-one: the rows its calls complete, one a call
 if case in ("fetch-one", "complete-one"):  # one queued task for every call, submitted beforehand
     for _ in range(warm + calls):
-        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+        engine.tasks.enqueue("bench.noop", PAYLOAD, queue="bench", record=False)
     while case == "complete-one" and len(claimed) < warm + calls:
         claimed += fetch(100)[1]
     claimed.reverse()  # popped from the end: oldest first
 if case == "batch-10":  # the tasks its fetches claim, submitted before the counted calls
     for _ in range((calls + 300) * 10):
-        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+        engine.tasks.enqueue("bench.noop", PAYLOAD, queue="bench", record=False)
 def run_case():
     if case in ("fetch-empty", "fetch-empty-evalsha"):
         fetch(10)
@@ -113,9 +119,9 @@ def run_case():
     elif case == "return1":
         r.evalsha(one, 0)
     elif case == "submit":
-        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+        engine.tasks.enqueue("bench.noop", PAYLOAD, queue="bench", record=False)
     elif case == "submit-batch-100":
-        out = engine.tasks.enqueue_many([engine.tasks.validate("bench.noop", {"k": "k"}, queue="bench")
+        out = engine.tasks.enqueue_many([engine.tasks.validate("bench.noop", PAYLOAD, queue="bench")
                                          for _ in range(100)])
         assert all(getattr(o, "created", False) for o in out), out
     elif case == "fetch-one":
@@ -124,7 +130,7 @@ def run_case():
     elif case == "complete-one":
         assert complete([claimed.pop()]) == ["SUCCEEDED"]
     elif case == "one-task":
-        engine.tasks.enqueue("bench.noop", {"k": "k"}, queue="bench", record=False)
+        engine.tasks.enqueue("bench.noop", PAYLOAD, queue="bench", record=False)
         drained, rows = fetch(1)[:2]
         assert len(rows) == 1 and rows[0][0] == "run", rows
         statuses = complete(rows)
@@ -179,12 +185,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--instructions", action="store_true",
                    help="run Redis under valgrind's callgrind and report instructions per call (try --calls 300)")
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
+    p.add_argument("--payload-bytes", type=int, default=0,
+                   help="the tasks' payload as this many bytes of JSON (default: {\"k\": \"k\"}, 10 bytes)")
+    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                   help="CONFIG SET on the benchmark's Redis before the runs (e.g. hash-max-listpack-value=1024)")
     args = p.parse_args(argv)
     cases = tuple(c for c in CASES if c in args.cases.split(","))
     trees = [("this tree", ROOT)] + ([("before", args.compare)] if args.compare is not None else [])
     runs: dict[tuple[str, str], list[dict[str, float]]] = {(c, t): [] for c in cases for t, _ in trees}
     server, env = _start_server(args.instructions)
+    env["BENCH_PAYLOAD_BYTES"] = str(args.payload_bytes)
     try:
+        for setting in args.config:
+            name, _, value = setting.partition("=")
+            redis.Redis.from_url(server.url).config_set(name, value)
         for _ in range(args.rounds):
             for case in cases:
                 for tree, cwd in trees:
