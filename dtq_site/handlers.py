@@ -194,7 +194,7 @@ def freeze_startup_heap() -> None:
     """Keep what Django, DRF, Channels and the URLconf left at start-up (objects that live as long
     as the process) out of the garbage collector's full passes. Requests churn through short-lived
     objects, so those passes come often, and each walked the whole start-up heap while every
-    request waited: on daphne, freezing it raised submits 9-13 % and cut their p99 under 16
+    request waited: on daphne, freezing it raised submits 9-14 % and cut their p99 under 16
     connections from 113-122 to 54 ms (docs/performance.md, "the web process's start-up heap").
     The worker does the same (runworker_dtq)."""
     gc.collect()
