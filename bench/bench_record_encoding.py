@@ -1,5 +1,5 @@
 """`python -m bench.bench_record_encoding`: what Redis's `hash-max-listpack-value` does to dtq's
-task records (docs/deployment.md, "Redis settings").
+task records (docs/deployment.md, "Redis persistence").
 
 A task record is a Redis hash. Redis keeps a small hash as one listpack (one allocation) and turns
 it into a hashtable (an entry, a key and a value allocation per field) as soon as one value is

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="run Redis under valgrind's callgrind and report instructions per call (try --calls 300)")
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     p.add_argument("--payload-bytes", type=int, default=0,
-                   help="the tasks' payload as this many bytes of JSON (default: {\"k\": \"k\"}, 10 bytes)")
+                   help="the tasks' payload as this many bytes of JSON (default: {\"k\": \"k\"}, 9 bytes)")
     p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                    help="CONFIG SET on the benchmark's Redis before the runs (e.g. hash-max-listpack-value=1024)")
     args = p.parse_args(argv)
