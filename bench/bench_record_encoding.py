@@ -4,7 +4,7 @@ task records (docs/deployment.md, "Redis persistence").
 A task record is a Redis hash. Redis keeps a small hash as one listpack (one allocation) and turns
 it into a hashtable (an entry, a key and a value allocation per field) as soon as one value is
 longer than `hash-max-listpack-value`, 64 bytes by default: a payload or an error history longer
-than that makes an unfinished or failed task's record two to three times its size. For payloads
+than that makes an unfinished or failed task's record about twice its size. For payloads
 of each size in --payloads (bytes of JSON) and each setting in --values, on one throwaway Redis
 (`CONFIG SET` between runs, so the settings take turns):
 
