@@ -39,7 +39,7 @@ from dtq_core.engine import Engine  # noqa: E402
 from dtq_core.worker import Worker  # noqa: E402
 
 from .bench_memory import empty, measure, new_prefix, worker_name  # noqa: E402
-from .common import markdown_table, start_redis  # noqa: E402
+from .common import commandstats_usec, markdown_table, server_totals, start_redis  # noqa: E402
 
 STATES = ("QUEUED", "RUNNING", "DEAD_LETTERED", "SUCCEEDED")
 
@@ -51,10 +51,8 @@ def payload_of(size: int) -> dict[str, str]:
 
 def redis_cpu(client: redis.Redis) -> tuple[float, int]:
     """(used_cpu_user + used_cpu_sys in µs, the scripts' usec from INFO commandstats)."""
-    cpu = client.info("cpu")
-    stats = client.info("commandstats")
-    scripts = sum(int(v["usec"]) for name, v in stats.items() if name in ("cmdstat_fcall", "cmdstat_evalsha"))
-    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6, scripts
+    usec = commandstats_usec(client)
+    return server_totals(client)["cpu_s"] * 1e6, usec.get("fcall", 0) + usec.get("evalsha", 0)
 
 
 def cpu_run(url: str, client: redis.Redis, payload: dict[str, str], n: int) -> tuple[float, ...]:
