@@ -8,7 +8,15 @@ long-lived worker process (no burst mode for anyone), from the first body's INCR
 by polling the counter, the worker stopped by SIGTERM afterwards; the Redis commands executed and
 the Redis CPU (used_cpu_user + used_cpu_sys) per task in that window, from INFO commandstats and
 INFO cpu; end-to-end latency of sequential tasks on an idle worker (enqueue call -> the body's
-INCR, seen by a keyspace notification), p50/p99 of all samples of all rounds; peak RSS.
+INCR, seen by a keyspace notification), p50/p99 of all samples of all rounds; peak RSS; Redis
+memory per queued task (Redis's own count of its keys after the pre-fill, MEMORY STATS' dataset
+and key tables as in bench.bench_memory, less the empty server's).
+
+`--payload-bytes N` gives every task a second argument of N characters (bench/peers/apps/body.py),
+which every system stores, reads back and hands to the task: the benchmark's own bodies are a
+counter key, where real tasks carry ids, addresses, a few hundred bytes of JSON. `--redis-config
+NAME=VALUE` starts the benchmark's Redis with a setting (e.g. dtq's recommended
+`hash-max-listpack-value=1024`, docs/deployment.md); both are stated in the report's header.
 
 `--explore` drains every configuration of systems.candidates() instead and reports the fastest
 per system and body: the winners are then fixed in systems.SYSTEMS.
@@ -24,11 +32,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
 
+from ..bench_memory import keyspace_bytes
 from ..common import (
     RESULTS,
     ROOT,
@@ -97,8 +107,10 @@ def redis_work(before: tuple[dict[str, int], float], after: tuple[dict[str, int]
 
 
 class Runner:
-    def __init__(self, url: str, tasks: int = 0) -> None:
+    def __init__(self, url: str, tasks: int = 0, payload_bytes: int = 0) -> None:
         self.url = url
+        self.payload_bytes = payload_bytes
+        self.warmed: set[str] = set()  # systems whose scripts this Redis has loaded
         # dtq at its defaults, the depth gate included (every submit checks it).
         cap = depth_cap_for(tasks)
         self.dtq_settings = {} if cap is None else {"DTQ_MAX_QUEUE_DEPTH": str(cap)}
@@ -110,6 +122,7 @@ class Runner:
         env.update({"BENCH_REDIS_URL": self.url, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1",
                     "DTQ_REDIS_URL": self.url, "DTQ_TASK_MODULES": "bench.peers.apps.dtq_app",
                     "DTQ_LOG_LEVEL": "WARNING", **self.dtq_settings,
+                    "BENCH_PAYLOAD_BYTES": str(self.payload_bytes),
                     "DJANGO_SETTINGS_MODULE": "dtq_site.settings", **dict(system.env)})
         return env
 
@@ -157,8 +170,16 @@ class Runner:
 
     def drain(self, system: System, tasks: int) -> dict[str, Any]:
         n = min(tasks, system.max_tasks or tasks)
+        if system.key not in self.warmed:
+            # A system's first enqueue loads its scripts into Redis (dtq's library: about 0.5 MB),
+            # which FLUSHALL keeps: paid here, not by its first round's memory per task.
+            self.client.flushall()
+            self.driver(system, "enqueue", "--n", "10", "--single", "10", timeout=120)
+            self.warmed.add(system.key)
         self.client.flushall()
+        empty = keyspace_bytes(self.client)
         out = self.driver(system, "enqueue", "--n", str(n), "--single", str(min(2000, n // 2)), timeout=300)
+        out["queued_bytes_per_task"] = (keyspace_bytes(self.client) - empty) / n
         proc = self.start_worker(system)
         try:
             rss, polls, gets = None, 0, 0
@@ -224,8 +245,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="a smoke run of about 2 minutes: 2,000 tasks, 1 drain round, 1 round of 200 latency samples")
     p.add_argument("--explore", action="store_true",
                    help="drain every candidate configuration (no latency) and report the fastest per system")
+    p.add_argument("--payload-bytes", type=int, default=0,
+                   help="give every task a second argument of this many characters (default 0: none)")
+    p.add_argument("--redis-config", action="append", default=[], metavar="NAME=VALUE",
+                   help="a redis-server setting for the benchmark's Redis (repeatable), e.g. "
+                        "hash-max-listpack-value=1024")
     p.add_argument("--results-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    if args.payload_bytes < 0:
+        p.error("--payload-bytes must be 0 or more")
+    for setting in args.redis_config:
+        if "=" not in setting or not setting.split("=", 1)[0]:
+            p.error(f"--redis-config takes NAME=VALUE, not {setting!r}")
     if args.quick:
         args.tasks, args.rounds, args.latency_rounds, args.latency_samples = 2000, 1, 1, 200
     if args.explore:
@@ -233,14 +264,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def start_redis(port: int) -> RedisServer:
+def start_redis(port: int, config: Sequence[str] = ()) -> RedisServer:
     try:
         redis.Redis(port=port, socket_connect_timeout=0.5).ping()
     except redis.ConnectionError:
         pass
     else:
         raise SystemExit(f"port {port} is taken by another Redis: pick a free one with --port")
-    return RedisServer(VAR / f"redis-peers-{os.getpid()}", appendonly=False, port=port).start()
+    args = [part for setting in config for part in (f"--{setting.split('=', 1)[0]}", setting.split("=", 1)[1])]
+    return RedisServer(VAR / f"redis-peers-{os.getpid()}", appendonly=False, port=port, args=args).start()
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -260,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                             "install_errors": ensure_venvs(), "failures": {}, "runs": {}}
     systems = [s for s in systems if s.venv == "dtq" or s.venv not in data["install_errors"]]
-    server = start_redis(args.port)
-    runner = Runner(server.url, args.tasks)
+    server = start_redis(args.port, args.redis_config)
+    runner = Runner(server.url, args.tasks, args.payload_bytes)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {s.key: {"drain": [], "latency": []} for s in systems}
     per_round = math.ceil(args.latency_samples / args.latency_rounds) if args.latency_rounds else 0
     skipped_rounds = 0
@@ -306,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 DRAIN_KEYS = ("drain_per_s", "enqueue_single_per_s", "enqueue_bulk_per_s", "peak_rss_mb", "redis_commands_per_task",
-              "redis_cpu_us_per_task", "extra_runs")
+              "redis_cpu_us_per_task", "queued_bytes_per_task", "extra_runs")
 
 
 def summarise(systems: list[System], runs: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
@@ -356,9 +388,15 @@ def winners(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _header(data: dict[str, Any]) -> list[str]:
-    m = data["machine"]
-    return [f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}, "
-            f"Redis {m['redis']} (one throwaway server for all, port {data['args']['port']}); load average at "
+    m, a = data["machine"], data["args"]
+    payload = (f"Every task carries a second argument of {a['payload_bytes']:,} characters, which each system stores "
+               "and hands to the body (`--payload-bytes`)." if a.get("payload_bytes")
+               else "Tasks carry only the counter's key (no `--payload-bytes`).")
+    settings = (f"The benchmark's Redis runs with {', '.join(f'`{c}`' for c in a['redis_config'])}."
+                if a.get("redis_config") else "The benchmark's Redis runs at Redis's defaults.")
+    return [f"{payload} {settings}", "",
+            f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}, "
+            f"Redis {m['redis']} (one throwaway server for all, port {a['port']}); load average at "
             f"start {m['load_avg_at_start']}."]
 
 
@@ -377,8 +415,8 @@ def report(data: dict[str, Any]) -> str:
             ("drain_rounds", "drain per round"), ("enqueue_single_per_s", "enqueue 1-by-1/s"),
             ("enqueue_bulk_per_s", "enqueue bulk/s"), ("p50_ms", "p50 ms"), ("p50_x_best_peer", "p50 × best peer"),
             ("p99_ms", "p99 ms"), ("samples", "latency samples"), ("redis_commands_per_task", "Redis cmds/task"),
-            ("redis_cpu_us_per_task", "Redis CPU µs/task"), ("peak_rss_mb", "worker RSS MB"),
-            ("extra_runs", "bodies run twice"), ("note", "configuration")]
+            ("redis_cpu_us_per_task", "Redis CPU µs/task"), ("queued_bytes_per_task", "Redis B/queued task"),
+            ("peak_rss_mb", "worker RSS MB"), ("extra_runs", "bodies run twice"), ("note", "configuration")]
     for body in BODIES:
         rows = [r for r in data["results"] if r["body"] == body]
         if not rows:

@@ -15,9 +15,10 @@ import pytest
 
 from bench.common import markdown_table, percentile
 from bench.peers import driver
-from bench.peers.__main__ import redis_work, summarise
+from bench.peers.__main__ import Runner, _header, parse, redis_work, start_redis, summarise
 from bench.peers.systems import SYNC_ONLY, SYSTEMS
 from bench.rtcount import _label
+from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -156,3 +157,44 @@ def test_peer_redis_work_leaves_out_the_benchmarks_own_commands() -> None:
     assert work["redis_commands_per_task"] == (50 + 50 + 10) / 50
     assert work["redis_commands"] == {"incr": 1.0, "xack": 1.0, "evalsha": 0.2}
     assert round(work["redis_cpu_us_per_task"], 6) == 100.0
+
+
+@pytest.mark.slow
+def test_peer_runs_carry_the_payload_asked_for_and_count_its_memory(tmp_path: Path) -> None:
+    # --payload-bytes: every task carries the pad to its body (each task still runs once), and
+    # Redis's memory per queued task grows by at least the pad, as a user's larger tasks would.
+    dtq = next(s for s in SYSTEMS if s.name == "dtq" and s.config == "default" and s.body == "sync")
+    args = parse(["--payload-bytes", "2000", "--redis-config", "hash-max-listpack-value=1024",
+                  "--port", str(free_port())])
+    server = start_redis(args.port, args.redis_config)
+    try:
+        import redis
+
+        client = redis.Redis.from_url(server.url)
+        assert client.config_get("hash-max-listpack-value") == {"hash-max-listpack-value": "1024"}
+        plain = Runner(server.url, 0).drain(dtq, 200)
+        padded = Runner(server.url, 0, payload_bytes=args.payload_bytes)
+        queued = padded.driver(dtq, "enqueue", "--n", "5", "--single", "5", timeout=120)
+        assert queued["enqueue_single_per_s"] > 0
+        payloads = [json.loads(client.hget(k, "payload")) for k in client.scan_iter(match="*task:*", count=1000)
+                    if client.type(k) == b"hash" and client.hexists(k, "payload")]
+        assert len(payloads) == 5
+        assert all(len(p["p"]) == 2000 and p["k"] == "bench:count" for p in payloads)
+        drained = padded.drain(dtq, 200)
+    finally:
+        server.stop()
+    assert plain["extra_runs"] == drained["extra_runs"] == 0  # every body ran exactly once
+    # Redis's count moves by a few KB between readings (client structures): 200 tasks make that ~25 B.
+    assert drained["queued_bytes_per_task"] - plain["queued_bytes_per_task"] >= 1950
+    header = " ".join(_header({"machine": {"cpu": "x", "cores": 2, "memory_gb": 1, "os": "l", "python": "3",
+                                           "redis": "7", "load_avg_at_start": []}, "args": vars(args)}))
+    assert "a second argument of 2,000 characters" in header and "`hash-max-listpack-value=1024`" in header
+
+
+def test_peer_options_refuse_what_they_cannot_use(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in (["--payload-bytes", "-1"], ["--redis-config", "no-equals-sign"], ["--redis-config", "=1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parse(bad)
+        assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--payload-bytes must be 0 or more" in err and "--redis-config takes NAME=VALUE" in err

@@ -9,12 +9,13 @@ from typing import Any
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 
+from .body import PAD_ARGS
 from .body import incr_async as _incr_async
 
 SETTINGS = RedisSettings.from_dsn(os.environ["BENCH_REDIS_URL"])
 
 
-async def incr_async(ctx: dict[str, Any], key: str) -> None:
+async def incr_async(ctx: dict[str, Any], key: str, pad: str = "") -> None:
     await _incr_async(key)
 
 
@@ -34,4 +35,4 @@ async def send(key: str, body: str) -> None:
     assert body == "async"
     if _pool is None:
         _pool = await create_pool(SETTINGS)
-    await _pool.enqueue_job("incr_async", key)
+    await _pool.enqueue_job("incr_async", key, *PAD_ARGS)

@@ -6,6 +6,7 @@ import os
 
 from celery import Celery
 
+from .body import PAD_ARGS
 from .body import incr_sync as _incr_sync
 
 app = Celery("bench", broker=os.environ["BENCH_REDIS_URL"])
@@ -14,10 +15,10 @@ app.conf.broker_connection_retry_on_startup = True
 
 
 @app.task(name="incr_sync", ignore_result=True)
-def incr_sync(key: str) -> None:
+def incr_sync(key: str, pad: str = "") -> None:
     _incr_sync(key)
 
 
 def send(key: str, body: str) -> None:
     assert body == "sync"
-    incr_sync.delay(key)
+    incr_sync.delay(key, *PAD_ARGS)

@@ -9,16 +9,17 @@ import os
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from .body import PAD_ARGS
 from .body import incr_sync as _incr_sync
 
 dramatiq.set_broker(RedisBroker(url=os.environ["BENCH_REDIS_URL"]))
 
 
 @dramatiq.actor(queue_name="bench", actor_name="incr_sync")
-def incr_sync(key: str) -> None:
+def incr_sync(key: str, pad: str = "") -> None:
     _incr_sync(key)
 
 
 def send(key: str, body: str) -> None:
     assert body == "sync"
-    incr_sync.send(key)
+    incr_sync.send(key, *PAD_ARGS)

@@ -14,7 +14,10 @@ django.setup()
 import dtq_tasks  # noqa: E402
 from dtq_core.conf import get_engine  # noqa: E402
 
-from .body import incr_async, incr_sync  # noqa: E402
+from .body import PAD, incr_async, incr_sync  # noqa: E402
+
+# The task's payload: {"k": counter key}, and "p" the pad when the run asks for one (body.py).
+PAYLOAD_PAD: dict[str, str] = {"p": PAD} if PAD else {}
 
 
 @dtq_tasks.task("bench.incr_sync")
@@ -28,11 +31,11 @@ async def incr_async_task(payload: Any) -> None:
 
 
 def send(key: str, body: str) -> None:
-    dtq_tasks.enqueue(f"bench.incr_{body}", {"k": key}, queue="bench")
+    dtq_tasks.enqueue(f"bench.incr_{body}", {"k": key, **PAYLOAD_PAD}, queue="bench")
 
 
 def send_many(key: str, n: int, body: str) -> None:
     tasks = get_engine().tasks
     for start in range(0, n, 1000):
-        tasks.enqueue_many([tasks.validate(f"bench.incr_{body}", {"k": key}, queue="bench")
+        tasks.enqueue_many([tasks.validate(f"bench.incr_{body}", {"k": key, **PAYLOAD_PAD}, queue="bench")
                             for _ in range(min(1000, n - start))])

@@ -8,22 +8,23 @@ from typing import Any
 
 from saq import Queue
 
-from .body import incr_async, incr_sync
+from .body import PAD, incr_async, incr_sync
 
 queue = Queue.from_url(os.environ["BENCH_REDIS_URL"], name="bench")
 
 
-async def incr_async_task(ctx: dict[str, Any], *, counter: str) -> None:
+async def incr_async_task(ctx: dict[str, Any], *, counter: str, pad: str = "") -> None:
     await incr_async(counter)
 
 
-def incr_sync_task(ctx: dict[str, Any], *, counter: str) -> None:
+def incr_sync_task(ctx: dict[str, Any], *, counter: str, pad: str = "") -> None:
     incr_sync(counter)
 
 
 settings = {"queue": queue, "functions": [("incr_async", incr_async_task), ("incr_sync", incr_sync_task)],
             "concurrency": int(os.environ.get("BENCH_SAQ_CONCURRENCY", "10"))}
 _connected = False
+PAD_KWARGS: dict[str, str] = {"pad": PAD} if PAD else {}  # SAQ passes keyword arguments only
 
 
 async def send(key: str, body: str) -> None:
@@ -31,4 +32,4 @@ async def send(key: str, body: str) -> None:
     if not _connected:
         await queue.connect()
         _connected = True
-    await queue.enqueue(f"incr_{body}", counter=key)  # "key" is SAQ's job key
+    await queue.enqueue(f"incr_{body}", counter=key, **PAD_KWARGS)  # "key" is SAQ's job key

@@ -9,6 +9,7 @@ import os
 
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
+from .body import PAD_ARGS
 from .body import incr_async as _incr_async
 from .body import incr_sync as _incr_sync
 
@@ -23,12 +24,12 @@ else:
 
 
 @broker.task(task_name="incr_sync")
-def incr_sync(key: str) -> None:
+def incr_sync(key: str, pad: str = "") -> None:
     _incr_sync(key)
 
 
 @broker.task(task_name="incr_async")
-async def incr_async(key: str) -> None:
+async def incr_async(key: str, pad: str = "") -> None:
     await _incr_async(key)
 
 
@@ -40,4 +41,4 @@ async def send(key: str, body: str) -> None:
     if not _started:
         await broker.startup()
         _started = True
-    await (incr_sync if body == "sync" else incr_async).kiq(key)
+    await (incr_sync if body == "sync" else incr_async).kiq(key, *PAD_ARGS)
