@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from bench.common import markdown_table, percentile
 from bench.peers import driver
@@ -168,8 +169,6 @@ def test_peer_runs_carry_the_payload_asked_for_and_count_its_memory(tmp_path: Pa
                   "--port", str(free_port())])
     server = start_redis(args.port, args.redis_config)
     try:
-        import redis
-
         client = redis.Redis.from_url(server.url)
         assert client.config_get("hash-max-listpack-value") == {"hash-max-listpack-value": "1024"}
         plain = Runner(server.url, 0).drain(dtq, 200)
