@@ -110,7 +110,7 @@ class Runner:
     def __init__(self, url: str, tasks: int = 0, payload_bytes: int = 0) -> None:
         self.url = url
         self.payload_bytes = payload_bytes
-        self.warmed: set[str] = set()  # systems whose scripts this Redis has loaded
+        self.warmed: set[str] = set()  # apps (bench.peers.apps modules) whose scripts this Redis holds
         # dtq at its defaults, the depth gate included (every submit checks it).
         cap = depth_cap_for(tasks)
         self.dtq_settings = {} if cap is None else {"DTQ_MAX_QUEUE_DEPTH": str(cap)}
@@ -170,12 +170,12 @@ class Runner:
 
     def drain(self, system: System, tasks: int) -> dict[str, Any]:
         n = min(tasks, system.max_tasks or tasks)
-        if system.key not in self.warmed:
-            # A system's first enqueue loads its scripts into Redis (dtq's library: about 0.5 MB),
+        if system.module not in self.warmed:
+            # A library's first enqueue loads its scripts into Redis (dtq's library: about 0.5 MB),
             # which FLUSHALL keeps: paid here, not by its first round's memory per task.
             self.client.flushall()
             self.driver(system, "enqueue", "--n", "10", "--single", "10", timeout=120)
-            self.warmed.add(system.key)
+            self.warmed.add(system.module)
         self.client.flushall()
         empty = keyspace_bytes(self.client)
         out = self.driver(system, "enqueue", "--n", str(n), "--single", str(min(2000, n // 2)), timeout=300)
