@@ -271,8 +271,17 @@ def start_redis(port: int, config: Sequence[str] = ()) -> RedisServer:
         pass
     else:
         raise SystemExit(f"port {port} is taken by another Redis: pick a free one with --port")
-    args = [part for setting in config for part in (f"--{setting.split('=', 1)[0]}", setting.split("=", 1)[1])]
-    return RedisServer(VAR / f"redis-peers-{os.getpid()}", appendonly=False, port=port, args=args).start()
+    server = RedisServer(VAR / f"redis-peers-{os.getpid()}", appendonly=False, port=port).start()
+    # CONFIG SET, not the command line: a setting Redis does not know gets its own error message.
+    client = redis.Redis(port=port)
+    for setting in config:
+        name, value = setting.split("=", 1)
+        try:
+            client.config_set(name, value)
+        except redis.ResponseError as exc:
+            server.stop()
+            raise SystemExit(f"--redis-config {setting}: Redis refused it ({exc})") from None
+    return server
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
