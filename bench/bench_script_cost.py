@@ -44,7 +44,7 @@ import redis
 
 from tests.redis_server import RedisServer
 
-from .common import ROOT, VAR, start_redis
+from .common import ROOT, VAR, apply_redis_settings, start_redis
 
 CHILD = r'''
 import json, os, sys, time, uuid
@@ -196,9 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     server, env = _start_server(args.instructions)
     env["BENCH_PAYLOAD_BYTES"] = str(args.payload_bytes)
     try:
-        for setting in args.config:
-            name, _, value = setting.partition("=")
-            redis.Redis.from_url(server.url).config_set(name, value)
+        apply_redis_settings(redis.Redis.from_url(server.url), args.config)
         for _ in range(args.rounds):
             for case in cases:
                 for tree, cwd in trees:

@@ -31,6 +31,19 @@ def start_redis(name: str) -> RedisServer:
     return RedisServer(VAR / f"redis-{name}-{os.getpid()}", appendonly=False).start()
 
 
+def apply_redis_settings(client: redis.Redis, settings: Sequence[str]) -> None:
+    """CONFIG SET each "NAME=VALUE" (a benchmark's --redis-config / --config) on the benchmark's
+    own Redis; a malformed one, or one Redis refuses, ends the run with Redis's message."""
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"a Redis setting is NAME=VALUE, not {setting!r}")
+        try:
+            client.config_set(name, value)
+        except redis.ResponseError as exc:
+            raise SystemExit(f"Redis setting {setting}: Redis refused it ({exc})") from None
+
+
 def depth_cap_for(submits: int) -> int | None:
     """dtq's depth gate (DTQ_MAX_QUEUE_DEPTH) for a run that queues `submits` tasks without
     draining: None when the default cap holds them (dtq at its defaults), else a cap above them.

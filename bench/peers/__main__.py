@@ -44,6 +44,7 @@ from ..common import (
     ROOT,
     VAR,
     RedisServer,
+    apply_redis_settings,
     depth_cap_for,
     machine,
     markdown_table,
@@ -255,7 +256,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.payload_bytes < 0:
         p.error("--payload-bytes must be 0 or more")
     for setting in args.redis_config:
-        if "=" not in setting or not setting.split("=", 1)[0]:
+        name, sep, _ = setting.partition("=")
+        if not sep or not name:
             p.error(f"--redis-config takes NAME=VALUE, not {setting!r}")
     if args.quick:
         args.tasks, args.rounds, args.latency_rounds, args.latency_samples = 2000, 1, 1, 200
@@ -272,15 +274,11 @@ def start_redis(port: int, config: Sequence[str] = ()) -> RedisServer:
     else:
         raise SystemExit(f"port {port} is taken by another Redis: pick a free one with --port")
     server = RedisServer(VAR / f"redis-peers-{os.getpid()}", appendonly=False, port=port).start()
-    # CONFIG SET, not the command line: a setting Redis does not know gets its own error message.
-    client = redis.Redis(port=port)
-    for setting in config:
-        name, value = setting.split("=", 1)
-        try:
-            client.config_set(name, value)
-        except redis.ResponseError as exc:
-            server.stop()
-            raise SystemExit(f"--redis-config {setting}: Redis refused it ({exc})") from None
+    try:  # CONFIG SET, not the command line: a setting Redis does not know gets its own message
+        apply_redis_settings(redis.Redis(port=port), config)
+    except SystemExit:
+        server.stop()
+        raise
     return server
 
 

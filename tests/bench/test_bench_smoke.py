@@ -199,7 +199,7 @@ def test_peer_options_refuse_what_they_cannot_use(capsys: pytest.CaptureFixture[
     assert "--payload-bytes must be 0 or more" in err and "--redis-config takes NAME=VALUE" in err
     # A name Redis does not know: its own message, and no redis-server left behind on the port.
     port = free_port()
-    with pytest.raises(SystemExit, match="--redis-config no-such-setting=1: Redis refused it"):
+    with pytest.raises(SystemExit, match="Redis setting no-such-setting=1: Redis refused it"):
         start_redis(port, ["no-such-setting=1"])
     with pytest.raises(redis.ConnectionError):
         redis.Redis(port=port, socket_connect_timeout=0.5).ping()
