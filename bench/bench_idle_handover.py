@@ -1,10 +1,11 @@
 """`python -m bench.bench_idle_handover`: where an idle sync worker's latency goes, point by point.
 
 One worker process (`--concurrency 10`) serves one queue on a throwaway Redis; tasks are sent one
-at a time, each once the previous body's INCR is seen, with a pause of 2 ms between them (the
-worker is idle when each arrives, as in the latency figures). The worker imports
+at a time, each once the previous body's INCR is seen, with a pause between them (`--pause-ms`,
+default 2: the worker is idle when each arrives, as in the latency figures; 20 or more: sporadic
+tasks, fewer than 100 a second). The worker imports
 bench/probes/dtq_idle_probe.py, which stamps its path (see there); the driver stamps the submit.
-Reported per tree, medians in µs over all tasks of all rounds:
+Reported per tree, the median, 90th and 99th percentile in µs over all tasks of all rounds:
 
 - submit: the enqueue call, to its reply;
 - reply -> claimed: the submit's reply at the client to the worker's wait returning with the task
@@ -57,7 +58,7 @@ def _worker(tree: Path, url: str, prefix: str, log: Path) -> subprocess.Popen[by
                                  "10"], cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _round(tree: Path, url: str, tasks: int) -> list[dict[str, float]]:
+def _round(tree: Path, url: str, tasks: int, pause_s: float) -> list[dict[str, float]]:
     """One worker of `tree`, `tasks` sequential tasks; the stamps of each task, driver's and worker's."""
     from dtq_core.config import DtqConfig
     from dtq_core.engine import Engine
@@ -78,7 +79,7 @@ def _round(tree: Path, url: str, tasks: int) -> list[dict[str, float]]:
                        interval=0.001, what=f"task {i} of the worker in {tree}")
             if i >= 10:
                 sent[task_id] = (start, replied)
-            time.sleep(0.002)
+            time.sleep(pause_s)
         engine.tasks.enqueue("bench.handover_dump", {"path": str(dump_path)}, queue=QUEUE, record=False)
         wait_until(lambda: dump_path.exists() and dump_path.stat().st_size > 0, timeout=10, what="the stamps")
         time.sleep(0.1)  # the file is written by one json.dump: let it finish
@@ -101,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=300, help="timed tasks per round and tree (default 300)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--compare", type=Path, default=None, help="another dtq tree, reported as 'compare'")
+    p.add_argument("--pause-ms", type=float, default=2.0,
+                   help="pause between one task's body and the next submit (default 2; 20 and more: sporadic "
+                        "tasks, under 100 a second)")
     args = p.parse_args(argv)
+    if args.pause_ms < 0:
+        p.error("--pause-ms must be 0 or more")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dtq_site.settings")
     import django
 
@@ -113,20 +119,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in range(1, args.rounds + 1):
             for name, tree in trees.items():
-                rows = _round(tree, server.url, args.tasks)
+                rows = _round(tree, server.url, args.tasks, args.pause_ms / 1000)
                 samples[name] += rows
                 print(f"round {n}: {name}: {len(rows)} of {args.tasks} tasks stamped", flush=True)
     finally:
         server.stop()
-    print(f"\nAn idle sync worker, one task at a time: medians in µs ({args.rounds} round(s) of {args.tasks} "
-          "tasks per tree, pooled)\n")
-    print("| tree | tasks | " + " | ".join(label for label, _, _ in SEGMENTS) + " |")
-    print("|---|---|" + "---|" * len(SEGMENTS))
-    for name, rows in samples.items():
-        cells = [f"{statistics.median([r[b] - r[a] for r in rows]) * 1e6:,.0f}" if rows else "n/a"
-                 for _, a, b in SEGMENTS]
-        print(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
+    for title, q in (("medians", 50), ("90th percentiles", 90), ("99th percentiles", 99)):
+        print(f"\nAn idle sync worker, one task at a time, {args.pause_ms:g} ms apart: {title} in µs ({args.rounds} "
+              f"round(s) of {args.tasks} tasks per tree, pooled; each column on its own, so the columns do not add "
+              "up)\n")
+        print("| tree | tasks | " + " | ".join(label for label, _, _ in SEGMENTS) + " |")
+        print("|---|---|" + "---|" * len(SEGMENTS))
+        for name, rows in samples.items():
+            cells = [f"{percentile([r[b] - r[a] for r in rows], q) * 1e6:,.0f}" if rows else "n/a"
+                     for _, a, b in SEGMENTS]
+            print(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
     return 0 if all(samples.values()) else 1
+
+
+def percentile(values: list[float], q: int) -> float:
+    """The q-th percentile (statistics' inclusive method: the median at 50)."""
+    return statistics.median(values) if q == 50 or len(values) < 2 else \
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 if __name__ == "__main__":

@@ -7,18 +7,29 @@ import re
 
 import pytest
 
-from bench.bench_idle_handover import SEGMENTS, main
+from bench.bench_idle_handover import SEGMENTS, main, percentile
 
 
 def test_every_task_is_stamped_at_every_point_in_order(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--tasks", "5", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert "round 1: current: 5 of 5 tasks stamped" in out
-    row = re.search(r"^\| current \| 5 \| (.+) \|$", out, re.M)
-    assert row is not None, out
-    cells = dict(zip([label for label, _, _ in SEGMENTS],
-                     [float(cell.replace(",", "")) for cell in row.group(1).split(" | ")], strict=True))
+    rows = re.findall(r"^\| current \| 5 \| (.+) \|$", out, re.M)
+    assert len(rows) == 3, out  # medians, 90th and 99th percentiles
+    tables = [dict(zip([label for label, _, _ in SEGMENTS],
+                       [float(cell.replace(",", "")) for cell in row.split(" | ")], strict=True)) for row in rows]
+    cells = tables[0]
     # The worker's own points come in order; "reply -> claimed" compares two processes' moments
     # that Redis answers in one turn, and may be below zero.
     ordered = ("submit", "claimed -> handed", "handed -> thread", "thread -> body", "submit -> body")
     assert all(cells[label] > 0 for label in ordered), cells
+    for label, _, _ in SEGMENTS:  # each column's percentiles rise from table to table
+        assert tables[0][label] <= tables[1][label] <= tables[2][label], (label, tables)
+
+
+def test_percentiles_of_a_known_sample() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert percentile(values, 50) == 50.5
+    assert percentile(values, 90) == pytest.approx(90.1)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([7.0], 99) == 7.0  # one sample: itself
