@@ -28,6 +28,7 @@ the threads let go, the worker's child processes (and theirs) still on exactly t
 every CPU back (free_descendants), so a program started by a pinned thread is confined for at
 most one tick.
 """
+
 from __future__ import annotations
 
 import asyncio

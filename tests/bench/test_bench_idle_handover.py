@@ -33,3 +33,11 @@ def test_percentiles_of_a_known_sample() -> None:
     assert percentile(values, 90) == pytest.approx(90.1)
     assert percentile(values, 99) == pytest.approx(99.01)
     assert percentile([7.0], 99) == 7.0  # one sample: itself
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_a_bad_pause_exits_2_with_a_usage_message(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--pause-ms", value])
+    assert exit_.value.code == 2
+    assert "--pause-ms" in capsys.readouterr().err
