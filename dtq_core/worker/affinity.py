@@ -12,7 +12,8 @@ hands a task over and goes back to its wait before the handler thread runs, so n
 for the other's GIL, and a task reaches its body's first I/O sooner (docs/performance.md, "Issue
 20 goal 5: the pin for sporadic tasks").
 
-When it applies, re-decided every TICK_S (Keeper.tick):
+When it applies, decided as the first sync handler starts (Keeper.first_sync) and re-decided
+every TICK_S (Keeper.tick):
 - only once sync handlers have run (handler threads exist), and only while no attempt has run
   LONG_S or longer (nor did for LONG_HOLD_S): a worker whose tasks run long gains nothing from
   the pin, and keeps every CPU for what its handlers start. Idle, the threads stay pinned, ready
@@ -173,7 +174,23 @@ class Keeper:
         self._cpu = CpuMeter()  # this process's share of a CPU between two measures
         self._last: tuple[float, dict[int, float], int] | None = None
         self._announced: int | None = None  # the CPU last logged at info (a probe's return is not news)
+        self.woken = asyncio.Event()  # set by wake: decide now, not at the next tick
         self.measure()  # the first tick measures from here
+
+    def wake(self) -> None:
+        """The worker's first sync handler is starting: its threads need not wait for the next
+        tick to be pinned (a worker's first tasks reach their bodies sooner too)."""
+        self.woken.set()
+
+    def first_sync(self) -> None:
+        """Pin now, on the least busy CPU since the last measure, unless a rule says otherwise.
+        The process's CPU use over so short a time says nothing: the next ticks judge it."""
+        now = self.clock()
+        if self.pinned is not None or now < self.parallel_until or now < self.long_until or not self.sync_started():
+            return
+        sample = self.measure()
+        busy = sample.busy if sample is not None else {cpu: 0.0 for cpu in self.allowed}
+        self._pin(least_busy(busy, self.allowed, self.rng), sample)
 
     def measure(self) -> Sample | None:
         now, (_, share), busy, ended = self.clock(), self._cpu.read(), cpu_busy(), self.ended()
@@ -210,14 +227,23 @@ class Keeper:
                          self.worker_id, self.pinned, 100 * (sample.busy.get(self.pinned, 0.0) - sample.usage), move)
             self.pinned = move
 
-    def _pin(self, cpu: int, sample: Sample) -> None:
+    def _pin(self, cpu: int, sample: Sample | None) -> None:
         self.apply({cpu})
         self.pinned = cpu
         self.probe_at = self.clock() + PROBE_S * self.rng.uniform(0.8, 1.2)
-        logger.log(logging.DEBUG if cpu == self._announced else logging.INFO,
-                   "worker_id=%s threads on CPU %d (%.0f attempts/s, %.2f CPUs used unpinned)",
-                   self.worker_id, cpu, sample.rate, sample.usage)
+        if sample is None:
+            logger.log(logging.DEBUG if cpu == self._announced else logging.INFO,
+                       "worker_id=%s threads on CPU %d (its first sync handler)", self.worker_id, cpu)
+        else:
+            logger.log(logging.DEBUG if cpu == self._announced else logging.INFO,
+                       "worker_id=%s threads on CPU %d (%.0f attempts/s, %.2f CPUs used unpinned)",
+                       self.worker_id, cpu, sample.rate, sample.usage)
         self._announced = cpu
+
+    def release(self) -> None:
+        """Every CPU again, for good (the worker stops)."""
+        if self.pinned is not None:
+            self._unpin()
 
     def _unpin(self) -> None:
         self.apply(self.allowed)
@@ -235,9 +261,20 @@ class Keeper:
 
 async def keep(keeper: Keeper) -> None:
     """The worker's affinity loop: a measure and a decision every TICK_S (jittered, so two
-    workers on one machine do not move in step)."""
-    while True:
-        await asyncio.sleep(TICK_S * random.uniform(0.9, 1.1))
-        sample = keeper.measure()
-        if sample is not None:
-            keeper.tick(sample)
+    workers on one machine do not move in step), and one as the first sync handler starts. When
+    it ends (the worker stops) the threads get every CPU back: a process that ran a Worker among
+    other work (a test suite, an embedding program) goes on unpinned."""
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(TICK_S * random.uniform(0.9, 1.1)):
+                    await keeper.woken.wait()
+            except TimeoutError:
+                sample = keeper.measure()
+                if sample is not None:
+                    keeper.tick(sample)
+            else:
+                keeper.woken.clear()
+                keeper.first_sync()
+    finally:
+        keeper.release()

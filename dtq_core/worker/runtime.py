@@ -428,6 +428,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             logger.warning("worker_id=%s DTQ_WORKER_CPU_AFFINITY=auto: cannot read CPU use (%s); threads left to "
                            "the OS", self.worker_id, exc)
             return
+        self.threads.on_start = keeper.wake
         self._loops["affinity"] = asyncio.create_task(self._supervise("affinity", lambda: affinity.keep(keeper)),
                                                       name="dtq-affinity")
 

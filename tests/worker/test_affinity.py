@@ -4,6 +4,7 @@ long, or the operator said off, and gives the programs its handlers start every 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -11,12 +12,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from dtq_core import registry
 from dtq_core.config import ConfigError, DtqConfig
 from dtq_core.engine import Engine
-from dtq_core.worker import affinity
+from dtq_core.worker import Worker, affinity
 from dtq_core.worker.affinity import Keeper, Sample
 
 from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
@@ -86,6 +89,49 @@ def test_an_idle_worker_of_sync_handlers_is_pinned_ready_for_its_next_task() -> 
     k.tick(sample(usage=0.01, rate=0))  # sporadic tasks: the next one reaches its body sooner pinned
     k.tick(sample(usage=0.01, rate=0))
     assert applied == [{2}] and k.pinned == 2
+
+
+def test_the_first_sync_handler_pins_at_once_unless_a_rule_says_otherwise() -> None:
+    k, applied, clock, attempts, _ = keeper_with()
+    k.first_sync()  # the worker's handler threads just started: no need to wait for a tick
+    assert len(applied) == 1 and k.pinned is not None and applied[0] == {k.pinned}
+    k.first_sync()  # pinned already: nothing more
+    assert len(applied) == 1
+    k2, applied2, clock2, attempts2, _ = keeper_with()
+    attempts2.longest_s = affinity.LONG_S
+    k2.tick(sample(usage=0.5, rate=10))  # a long attempt ran: every CPU for LONG_HOLD_S
+    k2.first_sync()
+    k3, applied3, _ = keeper(sync=False)
+    k3.first_sync()  # no sync handler after all
+    assert applied2 == [] and applied3 == [] and k2.pinned is None and k3.pinned is None
+
+
+def test_the_affinity_loop_decides_when_woken_without_waiting_for_its_tick() -> None:
+    k, applied, _, _, _ = keeper_with()
+
+    async def run() -> None:
+        loop = asyncio.create_task(affinity.keep(k))
+        try:
+            k.wake()
+            deadline = time.monotonic() + affinity.TICK_S / 2  # well before the first tick
+            while not applied and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+        finally:
+            loop.cancel()
+
+    asyncio.run(run())
+    assert len(applied) == 2 and k.pinned is None  # pinned when woken, every CPU once the loop ended
+    assert applied[0] != ALLOWED and applied[1] == ALLOWED
+
+
+def test_a_stopping_worker_gives_its_threads_and_their_programs_every_cpu_back() -> None:
+    k, applied, _, _, freed = keeper_with()
+    k.release()  # never pinned: nothing to undo
+    assert applied == [] and freed == []
+    k.first_sync()
+    cpu = k.pinned
+    k.release()
+    assert applied[-1] == ALLOWED and freed == [cpu] and k.pinned is None
 
 
 def test_async_handlers_alone_and_long_attempts_leave_the_threads_alone() -> None:
@@ -289,6 +335,27 @@ def test_the_programs_on_the_pinned_cpu_get_every_cpu_and_others_keep_theirs() -
         for proc in (shell, chooser):
             proc.kill()
             proc.wait(timeout=10)
+
+
+@needs_cpus
+def test_a_worker_run_inside_another_process_leaves_it_on_every_cpu_when_it_stops(config: DtqConfig) -> None:
+    """A Worker run in a process that does other work too (this test suite; an embedding program)
+    pins all that process's threads while it runs sync handlers: they get every CPU back as it stops."""
+    allowed = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+
+    def where(payload: Any) -> None:
+        seen.append(os.sched_getaffinity(0))
+        time.sleep(0.01)
+
+    registry.register("test.where_cpu", where)  # as test_worker_behaviour's handlers: kept for the session
+    engine = Engine(config)
+    for _ in range(30):
+        engine.tasks.enqueue("test.where_cpu", queue="inproc")
+    worker = Worker(config, queues=["inproc"], burst=True, name=f"inproc-{time.monotonic_ns()}")
+    asyncio.run(asyncio.wait_for(worker.run(), 60))
+    assert len(seen) == 30 and any(len(cpus) == 1 for cpus in seen), seen  # it did pin while it ran
+    assert all(c == allowed for c in thread_cpus(os.getpid()))
 
 
 @needs_cpus
