@@ -188,9 +188,9 @@ class Keeper:
         now = self.clock()
         if self.pinned is not None or now < self.parallel_until or now < self.long_until or not self.sync_started():
             return
-        sample = self.measure()
+        sample = self.measure()  # each CPU's use since the last measure, and the next tick's start
         busy = sample.busy if sample is not None else {cpu: 0.0 for cpu in self.allowed}
-        self._pin(least_busy(busy, self.allowed, self.rng), sample)
+        self._pin(least_busy(busy, self.allowed, self.rng), None)
 
     def measure(self) -> Sample | None:
         now, (_, share), busy, ended = self.clock(), self._cpu.read(), cpu_busy(), self.ended()
