@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -413,8 +414,8 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             logger.warning("worker_id=%s shutdown step failed: %s", self.worker_id, exc)
 
     def _keep_cpus(self) -> None:
-        """DTQ_WORKER_CPU_AFFINITY=auto: the threads of a worker busy with short sync handlers on
-        one CPU at a time (dtq_core/worker/affinity.py)."""
+        """DTQ_WORKER_CPU_AFFINITY=auto: the threads of a worker of short sync handlers on one CPU
+        at a time (dtq_core/worker/affinity.py)."""
         if self.config.worker_cpu_affinity != "auto" or not affinity.available():
             return
         allowed = os.sched_getaffinity(0)
@@ -422,13 +423,22 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             return
         try:
             keeper = affinity.Keeper(self.worker_id, allowed, sync_started=lambda: self.threads.started,
-                                     ended=lambda: self.processed)
+                                     ended=lambda: self.processed, running_for=self._longest_sync_attempt_s)
         except (OSError, ValueError) as exc:  # a /proc without the per-CPU lines it needs
             logger.warning("worker_id=%s DTQ_WORKER_CPU_AFFINITY=auto: cannot read CPU use (%s); threads left to "
                            "the OS", self.worker_id, exc)
             return
+        self.threads.on_start = keeper.wake
         self._loops["affinity"] = asyncio.create_task(self._supervise("affinity", lambda: affinity.keep(keeper)),
                                                       name="dtq-affinity")
+
+    def _longest_sync_attempt_s(self) -> float:
+        """How long the longest-running sync attempt has run, in seconds (0: none runs). A
+        detached handler (one the worker gave up on, still running in its thread) is long."""
+        if self.threads.detached or self.threads.abandoned:
+            return float("inf")
+        now = time.perf_counter()
+        return max((now - ex.started for ex in self._running.values() if ex.in_thread and ex.started), default=0.0)
 
     async def _supervise(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
         """Run a loop; on error log, back off exponentially (capped) and restart it, at once when a

@@ -50,6 +50,7 @@ class HandlerThreads:
         self.released = released  # on the loop: a detached handler's thread ended
         self.take_next = take_next  # in a thread, under the lock: the next attempt it may start itself
         self.name = name
+        self.on_start: Callable[[], None] | None = None  # on the loop: the threads just started
         self.detached = 0  # threads running a handler the loop gave up on (loop thread only)
         # The drain's detached handlers (entry id -> attempt): their entries stay this worker's,
         # kept fresh by heartbeats, until their threads end.
@@ -79,6 +80,8 @@ class HandlerThreads:
             self._loop = asyncio.get_running_loop()
             for _ in range(self.size):
                 self._spawn()
+            if self.on_start is not None:
+                self.on_start()
         ex.threads = self
         self._queue.put(ex)
 

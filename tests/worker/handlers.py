@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from typing import Any
 
 import dtq_tasks
@@ -12,3 +14,18 @@ import dtq_tasks
 def pid(payload: Any) -> dict[str, int]:
     """Return the worker's pid, to show which process ran the task."""
     return {"pid": os.getpid()}
+
+
+@dtq_tasks.task("test.sleep")
+def sleep(payload: Any) -> None:
+    """Run for payload["s"] seconds: a long attempt."""
+    time.sleep(float(payload["s"]))
+
+
+@dtq_tasks.task("test.spawn")
+def spawn(payload: Any) -> dict[str, int]:
+    """Start a program that outlives the attempt (`sleep`, for payload["s"] seconds) and return its
+    pid: the test that enqueues it stops it."""
+    child = subprocess.Popen(["sleep", str(payload["s"])], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    return {"pid": child.pid}

@@ -1,21 +1,25 @@
-"""DTQ_WORKER_CPU_AFFINITY: a worker busy with short sync handlers keeps its threads on one CPU
-(dtq_core/worker/affinity.py), and leaves them every CPU when its handlers run in parallel, run
-long, or the operator said off."""
+"""DTQ_WORKER_CPU_AFFINITY: a worker of short sync handlers keeps its threads on one CPU, busy or
+idle (dtq_core/worker/affinity.py), leaves them every CPU when its handlers run in parallel, run
+long, or the operator said off, and gives the programs its handlers start every CPU back."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from dtq_core import registry
 from dtq_core.config import ConfigError, DtqConfig
 from dtq_core.engine import Engine
-from dtq_core.worker import affinity
+from dtq_core.worker import Worker, affinity
 from dtq_core.worker.affinity import Keeper, Sample
 
 from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
@@ -38,12 +42,36 @@ class Clock:
         return self.now
 
 
+class Attempts:
+    """What the keeper asks the worker: how long its longest-running sync attempt has run."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+
+    def __call__(self) -> float:
+        return self.longest_s
+
+
 def keeper(*, sync: bool = True) -> tuple[Keeper, list[set[int]], Clock]:
-    applied: list[set[int]] = []
-    clock = Clock()
-    k = Keeper("w1", set(ALLOWED), sync_started=lambda: sync, ended=lambda: 0, apply=applied.append, clock=clock,
-               rng=AlwaysLow(7))
+    k, applied, clock, _, _ = keeper_with(sync=sync)
     return k, applied, clock
+
+
+def keeper_with(*, sync: bool = True) -> tuple[Keeper, list[set[int]], Clock, Attempts, list[int]]:
+    """A keeper with its inputs and outputs: the CPU sets applied, the clock, the attempts, and
+    the CPUs whose inheriting child processes it freed."""
+    applied: list[set[int]] = []
+    freed: list[int] = []
+    clock, attempts = Clock(), Attempts()
+
+    def free(cpu: int, allowed: set[int]) -> int:
+        assert allowed == ALLOWED
+        freed.append(cpu)
+        return 0
+
+    k = Keeper("w1", set(ALLOWED), sync_started=lambda: sync, ended=lambda: 0, running_for=attempts,
+               apply=applied.append, free=free, clock=clock, rng=AlwaysLow(7))
+    return k, applied, clock, attempts, freed
 
 
 def sample(usage: float, rate: float, busy: dict[int, float] | None = None) -> Sample:
@@ -56,11 +84,62 @@ def test_a_worker_turning_over_short_sync_attempts_goes_to_the_least_busy_cpu() 
     assert applied == [{2}] and k.pinned == 2
 
 
-def test_async_handlers_alone_and_slow_turnover_leave_the_threads_alone() -> None:
+def test_an_idle_worker_of_sync_handlers_is_pinned_ready_for_its_next_task() -> None:
+    k, applied, _ = keeper()
+    k.tick(sample(usage=0.01, rate=0))  # sporadic tasks: the next one reaches its body sooner pinned
+    k.tick(sample(usage=0.01, rate=0))
+    assert applied == [{2}] and k.pinned == 2
+
+
+def test_the_first_sync_handler_pins_at_once_unless_a_rule_says_otherwise() -> None:
+    k, applied, clock, attempts, _ = keeper_with()
+    k.first_sync()  # the worker's handler threads just started: no need to wait for a tick
+    assert len(applied) == 1 and k.pinned is not None and applied[0] == {k.pinned}
+    k.first_sync()  # pinned already: nothing more
+    assert len(applied) == 1
+    k2, applied2, clock2, attempts2, _ = keeper_with()
+    attempts2.longest_s = affinity.LONG_S
+    k2.tick(sample(usage=0.5, rate=10))  # a long attempt ran: every CPU for LONG_HOLD_S
+    k2.first_sync()
+    k3, applied3, _ = keeper(sync=False)
+    k3.first_sync()  # no sync handler after all
+    assert applied2 == [] and applied3 == [] and k2.pinned is None and k3.pinned is None
+
+
+def test_the_affinity_loop_decides_when_woken_without_waiting_for_its_tick() -> None:
+    k, applied, _, _, _ = keeper_with()
+
+    async def run() -> None:
+        loop = asyncio.create_task(affinity.keep(k))
+        try:
+            k.wake()
+            deadline = time.monotonic() + affinity.TICK_S / 2  # well before the first tick
+            while not applied and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+        finally:
+            loop.cancel()
+
+    asyncio.run(run())
+    assert len(applied) == 2 and k.pinned is None  # pinned when woken, every CPU once the loop ended
+    assert applied[0] != ALLOWED and applied[1] == ALLOWED
+
+
+def test_a_stopping_worker_gives_its_threads_and_their_programs_every_cpu_back() -> None:
+    k, applied, _, _, freed = keeper_with()
+    k.release()  # never pinned: nothing to undo
+    assert applied == [] and freed == []
+    k.first_sync()
+    cpu = k.pinned
+    k.release()
+    assert applied[-1] == ALLOWED and freed == [cpu] and k.pinned is None
+
+
+def test_async_handlers_alone_and_long_attempts_leave_the_threads_alone() -> None:
     k, applied, _ = keeper(sync=False)
     k.tick(sample(usage=0.9, rate=4000))  # no handler threads: nothing to gain
-    k2, applied2, _ = keeper()
-    k2.tick(sample(usage=0.9, rate=affinity.SHORT_RATE - 1))  # long tasks: every CPU for what they start
+    k2, applied2, _, attempts, _ = keeper_with()
+    attempts.longest_s = affinity.LONG_S  # long tasks: every CPU for what they start
+    k2.tick(sample(usage=0.9, rate=4000))
     assert applied == [] and applied2 == [] and k.pinned is None and k2.pinned is None
 
 
@@ -75,15 +154,34 @@ def test_handlers_that_ran_on_more_than_one_cpu_keep_every_cpu_for_a_while() -> 
     assert applied == [{2}]
 
 
-def test_a_pinned_worker_lets_go_when_work_slows_and_to_measure_again() -> None:
-    k, applied, clock = keeper()
+def test_a_pinned_worker_lets_go_when_an_attempt_runs_long_and_to_measure_again() -> None:
+    k, applied, clock, attempts, freed = keeper_with()
     k.tick(sample(usage=0.9, rate=4000))
-    k.tick(sample(usage=0.1, rate=10))  # idle, or its tasks became long
+    attempts.longest_s = affinity.LONG_S + 0.05  # e.g. a handler running a program
+    k.tick(sample(usage=0.5, rate=10))
     assert applied == [{2}, ALLOWED] and k.pinned is None
+    assert freed == [2]  # what that handler started on CPU 2 gets every CPU too
+    # Short again: still every CPU until LONG_HOLD_S after the last long attempt was seen.
+    attempts.longest_s = 0.0
+    clock.now += affinity.LONG_HOLD_S - 1
+    k.tick(sample(usage=0.5, rate=400))
+    assert k.pinned is None and len(applied) == 2
+    clock.now += 2
     k.tick(sample(usage=0.9, rate=4000))
+    assert applied[-1] == {2} and k.pinned == 2
     clock.now += affinity.PROBE_S * 1.2 + 1  # past the jittered probe time
     k.tick(sample(usage=0.9, rate=4000, busy={0: 0.9, 1: 0.6, 2: 0.95, 3: 0.4}))
     assert applied[-1] == ALLOWED and k.pinned is None  # one tick unpinned: the parallel measure stays current
+
+
+def test_a_pinned_worker_frees_the_programs_its_handlers_start_every_tick() -> None:
+    k, _, _, _, freed = keeper_with()
+    k.tick(sample(usage=0.9, rate=4000))
+    assert freed == []  # nothing was pinned before
+    k.tick(sample(usage=0.9, rate=4000))
+    k.tick(sample(usage=0.2, rate=4000, busy={0: 0.9, 1: 0.6, 2: 1.0, 3: 0.1}))  # crowded: moves to CPU 3
+    k.tick(sample(usage=0.9, rate=4000, busy={0: 0.9, 1: 0.6, 2: 0.3, 3: 0.9}))
+    assert freed == [2, 2, 3] and k.pinned == 3  # each tick, those started on the CPU pinned then
 
 
 def test_workers_started_together_spread_over_the_cpus_that_are_equally_free() -> None:
@@ -148,22 +246,116 @@ def done(engine: Engine, total: int) -> int:
     return total - row["waiting"] - row["pending"]
 
 
+def pinned_to(pid: int) -> int | None:
+    """The one CPU every thread of `pid` is on (0 is one), or None."""
+    cpus = {frozenset(c) for c in thread_cpus(pid)}
+    if len(cpus) == 1 and len(only := next(iter(cpus))) == 1:
+        return next(iter(only))
+    return None
+
+
 @needs_cpus
-def test_a_worker_draining_short_sync_tasks_runs_its_threads_on_one_cpu_then_lets_go(
+def test_a_worker_draining_short_sync_tasks_runs_its_threads_on_one_cpu_and_stays_there_idle(
         engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
     allowed = os.sched_getaffinity(0)
     fill(engine, 30000)
     worker = start_worker("--queues", "aff", "--concurrency", "10", DTQ_TASK_MODULES="tests.worker.handlers",
                           DTQ_LOG_LEVEL="INFO")
     wait_for(lambda: len(thread_cpus(worker.pid)) > 10, message=worker.output)  # its handler threads started
-    pinned = wait_for(lambda: {frozenset(c) for c in thread_cpus(worker.pid)} if all(
-        len(c) == 1 for c in thread_cpus(worker.pid)) else None, timeout=30, message=worker.output)
-    assert len(pinned) == 1 and next(iter(pinned)) <= allowed  # every thread on the same one
+    wait_for(lambda: pinned_to(worker.pid) is not None, timeout=30, message=worker.output)
+    assert pinned_to(worker.pid) in allowed  # every thread on the same one
     assert done(engine, 30000) < 30000, "drained before the check: the test proves nothing"
     assert "threads on CPU" in worker.output()
-    # Drained: no short attempts to turn over, every CPU again.
+    # Drained, idle: still on one CPU (the next sporadic task reaches its body sooner), tick after tick.
     wait_for(lambda: done(engine, 30000) == 30000, timeout=120, message=worker.output)
-    wait_for(lambda: all(c == allowed for c in thread_cpus(worker.pid)), timeout=10, message=worker.output)
+    # Every look finds each thread on one CPU (a move off a crowded CPU goes thread by thread, so a
+    # look during one may find two).
+    looks, until = 0, time.monotonic() + 4 * affinity.TICK_S
+    while time.monotonic() < until:
+        cpus = thread_cpus(worker.pid)
+        assert all(len(c) == 1 for c in cpus), cpus
+        looks += 1
+        time.sleep(0.02)  # a look every 20 ms, not a wait for anything
+    assert looks > 10
+
+
+@needs_cpus
+def test_a_long_attempt_gives_the_threads_every_cpu_while_it_runs(
+        engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
+    allowed = os.sched_getaffinity(0)
+    worker = start_worker("--queues", "aff", "--concurrency", "4", DTQ_TASK_MODULES="tests.worker.handlers")
+    engine.tasks.enqueue("test.pid", queue="aff")  # its first sync task starts the handler threads
+    wait_for(lambda: pinned_to(worker.pid) is not None, timeout=20, message=worker.output)
+    task_id = engine.tasks.enqueue("test.sleep", {"s": 30}, queue="aff").id
+    wait_for(lambda: engine.tasks.get(task_id)["status"] == "RUNNING", timeout=20, message=worker.output)
+    # Within a tick of the attempt passing LONG_S, and for as long as it runs.
+    wait_for(lambda: all(c == allowed for c in thread_cpus(worker.pid)), timeout=5, message=worker.output)
+    assert engine.tasks.get(task_id)["status"] == "RUNNING"
+
+
+@needs_cpus
+def test_a_program_a_pinned_handler_starts_gets_every_cpu_back(
+        engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
+    allowed = os.sched_getaffinity(0)
+    worker = start_worker("--queues", "aff", "--concurrency", "4", DTQ_TASK_MODULES="tests.worker.handlers")
+    engine.tasks.enqueue("test.pid", queue="aff")
+    wait_for(lambda: pinned_to(worker.pid) is not None, timeout=20, message=worker.output)
+    task_id = engine.tasks.enqueue("test.spawn", {"s": 120}, queue="aff").id
+    task = wait_for(lambda: (t := engine.tasks.get(task_id))["status"] == "SUCCEEDED" and t, timeout=20,
+                    message=worker.output)
+    child = task["result"]["pid"]
+    try:
+        assert child in affinity.children(worker.pid)  # started by the worker's handler thread
+        wait_for(lambda: os.sched_getaffinity(child) == allowed, timeout=5,
+                 message=lambda: f"the program is still on {os.sched_getaffinity(child)}\n{worker.output()}")
+        assert all(len(c) == 1 for c in thread_cpus(worker.pid))  # the worker's own threads stay pinned
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+@needs_cpus
+def test_the_programs_on_the_pinned_cpu_get_every_cpu_and_others_keep_theirs() -> None:
+    allowed = os.sched_getaffinity(0)
+    cpu, other = sorted(allowed)[:2]
+    shell = subprocess.Popen(["sh", "-c", "sleep 120 & wait"])
+    chooser = subprocess.Popen(["sleep", "120"])
+    grandchild = None
+    try:
+        grandchild = wait_for(lambda: next(iter(affinity.children(shell.pid)), None), timeout=10,
+                              message="the shell started no sleep")
+        for pid in (shell.pid, grandchild):
+            os.sched_setaffinity(pid, {cpu})  # as if started by a thread pinned to cpu
+        os.sched_setaffinity(chooser.pid, {other})  # a program that chose its CPU itself
+        assert affinity.free_descendants(cpu, allowed) >= 2
+        assert os.sched_getaffinity(shell.pid) == allowed and os.sched_getaffinity(grandchild) == allowed
+        assert os.sched_getaffinity(chooser.pid) == {other}
+    finally:
+        if grandchild is not None:
+            os.kill(grandchild, signal.SIGKILL)
+        for proc in (shell, chooser):
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@needs_cpus
+def test_a_worker_run_inside_another_process_leaves_it_on_every_cpu_when_it_stops(config: DtqConfig) -> None:
+    """A Worker run in a process that does other work too (this test suite; an embedding program)
+    pins all that process's threads while it runs sync handlers: they get every CPU back as it stops."""
+    allowed = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+
+    def where(payload: Any) -> None:
+        seen.append(os.sched_getaffinity(0))
+        time.sleep(0.01)
+
+    registry.register("test.where_cpu", where)  # as test_worker_behaviour's handlers: kept for the session
+    engine = Engine(config)
+    for _ in range(30):
+        engine.tasks.enqueue("test.where_cpu", queue="inproc")
+    worker = Worker(config, queues=["inproc"], burst=True, name=f"inproc-{time.monotonic_ns()}")
+    asyncio.run(asyncio.wait_for(worker.run(), 60))
+    assert len(seen) == 30 and any(len(cpus) == 1 for cpus in seen), seen  # it did pin while it ran
+    assert all(c == allowed for c in thread_cpus(os.getpid()))
 
 
 @needs_cpus
