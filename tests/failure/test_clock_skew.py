@@ -35,8 +35,17 @@ def _skewed(offset_s: int) -> dict[str, str]:
     libfaketime 0.9.10 (Debian 12) and Python 3.11 agree only this way, and not entirely: with the
     monotonic clock faked too, thread waits with a timeout (Lock.acquire, Queue.get) hang; with it
     kept true, time.sleep fails with EINVAL (its absolute clock_nanosleep is shifted anyway). So the
-    skewed workers here run async handlers, which sleep on the event loop (epoll timeouts)."""
-    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{offset_s:+d}s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    skewed workers here run async handlers, which sleep on the event loop (epoll timeouts).
+
+    Nor does libfaketime keep the GIL's switch interval (a timed condition wait) working: a thread
+    waiting for the GIL is not given it after 5 ms but when the holder blocks. On several CPUs
+    that comes soon; with the process's threads on one CPU (DTQ_WORKER_CPU_AFFINITY=auto pins a
+    worker of sync handlers) the event loop waited 0.5 s behind a busy thread in a 2 s probe
+    (6 ms without libfaketime) and up to 3.9 s in this test, so heartbeats stopped and a peer
+    reclaimed live tasks. A host whose clock is off has working timed waits, so the skewed
+    workers keep every CPU here: what this test injects is the skew, not libfaketime's GIL."""
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{offset_s:+d}s", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "DTQ_WORKER_CPU_AFFINITY": "off"}
 
 
 PROBE = """

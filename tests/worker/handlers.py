@@ -29,3 +29,12 @@ def spawn(payload: Any) -> dict[str, int]:
     child = subprocess.Popen(["sleep", str(payload["s"])], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     return {"pid": child.pid}
+
+
+@dtq_tasks.task("test.spin")
+def spin(payload: Any) -> None:
+    """Compute in Python for payload["ms"] milliseconds of this thread's CPU time: a handler that
+    holds the GIL the whole time, releasing it only when the interpreter makes it switch."""
+    until = time.thread_time() + float(payload["ms"]) / 1000
+    while time.thread_time() < until:
+        pass

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 
 from dtq_core import registry
 from dtq_core.config import ConfigError, DtqConfig
@@ -23,6 +24,7 @@ from dtq_core.worker import Worker, affinity
 from dtq_core.worker.affinity import Keeper, Sample
 
 from ..conftest import ROOT, WorkerProcess, wait_for, worker_env
+from ..failure.support import counter, outcomes
 
 ALLOWED = {0, 1, 2, 3}
 
@@ -277,6 +279,35 @@ def test_a_worker_draining_short_sync_tasks_runs_its_threads_on_one_cpu_and_stay
         looks += 1
         time.sleep(0.02)  # a look every 20 ms, not a wait for anything
     assert looks > 10
+
+
+@needs_cpus
+def test_pinned_workers_whose_handlers_hold_the_gil_keep_their_heartbeats_and_lose_nothing(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Two workers, each with its threads on one CPU, running handlers that compute in Python
+    # (each thread holds the GIL for its whole attempt) for several visibility timeouts. The loop
+    # thread that heartbeats gets the GIL at the interpreter's switch interval, pinned or not: no
+    # heartbeat gap, so neither worker's reaper takes a task the other still runs.
+    n, fast = 3500, {"DTQ_VISIBILITY_TIMEOUT_S": 2, "DTQ_HEARTBEAT_INTERVAL_S": 0.5,
+                     "DTQ_TASK_MODULES": "tests.worker.handlers"}
+    workers = [start_worker("--name", f"gil{i}", "--queues", "aff", "--concurrency", "4", **fast) for i in range(2)]
+    for i, w in enumerate(workers):
+        wait_for(lambda i=i: redis_client.zscore(engine.keys.workers(), f"gil{i}") is not None, timeout=30,
+                 message=w.output)
+    started = time.monotonic()
+    for _ in range(0, n, 500):  # about 4 ms of CPU each: short attempts, so the threads stay pinned
+        engine.tasks.enqueue_many([engine.tasks.validate("test.spin", {"ms": 4}, queue="aff") for _ in range(500)])
+    wait_for(lambda: all(pinned_to(w.pid) is not None for w in workers), timeout=30,
+             message=lambda: "\n".join(w.output() for w in workers))
+    assert done(engine, n) < n / 2, "drained before both were pinned: the test proves nothing"
+    wait_for(lambda: done(engine, n) == n, timeout=120, message=lambda: "\n".join(w.output() for w in workers))
+    assert time.monotonic() - started > 3 * 2, "drained within three visibility timeouts: too short to tell"
+    assert counter(redis_client, engine.keys, "redeliveries") == 0
+    assert counter(redis_client, engine.keys, "absorbed") == 0
+    assert outcomes(redis_client, engine.keys).get("aff|test.spin|succeeded") == n
+    for w in workers:
+        assert "heartbeats resumed" not in w.output(), w.output()
+        assert "threads on CPU" in w.output()
 
 
 @needs_cpus
