@@ -61,8 +61,8 @@ def run_drains(rigs: dict[str, b.Rig], args: argparse.Namespace) -> dict[str, An
     for round_no in range(args.rounds):
         for tree, rig in rigs.items():
             for workers in counts:
-                if tree != "current" and workers != 1:
-                    continue
+                if tree == "no-history" and workers != 1:
+                    continue  # history's cost, measured with one worker (bench.no_history)
                 label = f"{tree}/{workers}w"
                 r = b.drain(rig, tasks=args.tasks, workers=workers, concurrency=args.concurrency)
                 runs.setdefault(label, []).append(r)
@@ -162,11 +162,13 @@ def report(data: dict[str, Any]) -> str:
     if drains:
         base = drains.get("current/1w", {}).get("drain_per_s")
         rows = [{"config": label, **v, "ratio": ratio(v.get("drain_per_s"), base),
+                 "vs_current": ratio(v.get("drain_per_s"), drains.get(f"current/{label.split('/', 1)[1]}", {})
+                                     .get("drain_per_s")) if not label.startswith("current/") else None,
                  "runs": " / ".join(f"{r:,}" for r in v.get("runs_drain_per_s", []))} for label, v in drains.items()]
         lines += [f"Drain of {data['args']['tasks']:,} pre-filled no-op tasks (median of {data['args']['rounds']} "
                   "interleaved runs; `tree/Nw` = N worker processes):", "",
                   markdown_table([("config", "config"), ("drain_per_s", "tasks/s"), ("runs", "each run"),
-                                  ("ratio", "× 1 worker"),
+                                  ("ratio", "× 1 worker"), ("vs_current", "× current, same workers"),
                                   ("round_trips_per_task", "round trips/task"),
                                   ("hot_path_round_trips_per_task", "hot-path round trips/task"),
                                   ("redis_commands_per_task", "Redis commands/task"),

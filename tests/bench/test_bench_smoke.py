@@ -63,13 +63,13 @@ def test_it_runs_every_dtq_measurement_and_writes_results(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_a_compare_tree_enqueues_its_pre_fill_with_its_own_engine(tmp_path: Path) -> None:
     # --compare is an A/B: the other tree's engine makes its pre-fill (so the enqueue columns
-    # compare the trees), as its workers drain it.
+    # compare the trees), as its workers drain it, with each number of workers asked for.
     other = tmp_path / "other"
     other.mkdir()
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(other)], input=archive, check=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--compare", str(other), "--tasks", "2500", "--rounds", "1", "--workers", "1",
+        [sys.executable, "-m", "bench", "--compare", str(other), "--tasks", "2500", "--rounds", "1", "--workers", "1,2",
          "--skip", "limits,history,latency,redelivery,http,others", "--results-dir", str(tmp_path), "--name", "ab"],
         cwd=ROOT, capture_output=True, text=True, timeout=150,
     )
@@ -77,9 +77,12 @@ def test_a_compare_tree_enqueues_its_pre_fill_with_its_own_engine(tmp_path: Path
     drain = json.loads((tmp_path / "ab-latest.json").read_text())["drain"]
     assert drain["current/1w"]["enqueue_tree"] == str(ROOT)
     assert drain["compare/1w"]["enqueue_tree"] == str(other.resolve())
-    for label in ("current/1w", "compare/1w"):
+    assert drain["compare/2w"]["enqueue_tree"] == str(other.resolve())
+    for label in ("current/1w", "compare/1w", "current/2w", "compare/2w"):
         assert drain[label]["tasks"] == 2500 and drain[label]["body_round_trips_per_task"] == 1, label
         assert drain[label]["enqueue_single_per_s"] > 0 and drain[label]["enqueue_bulk_per_s"] > 0, label
+    markdown = (tmp_path / "ab-latest.md").read_text()
+    assert "× current, same workers" in markdown and "| compare/2w |" in markdown
 
 
 def test_it_labels_round_trips_by_command_and_script() -> None:
