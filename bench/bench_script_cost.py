@@ -44,7 +44,7 @@ import redis
 
 from tests.redis_server import RedisServer
 
-from .common import ROOT, VAR, apply_redis_settings, start_redis
+from .common import ROOT, VAR, apply_redis_settings, redis_setting, start_redis
 
 CHILD = r'''
 import json, os, sys, time, uuid
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     p.add_argument("--payload-bytes", type=int, default=0,
                    help="the tasks' payload as this many bytes of JSON (default: {\"k\": \"k\"}, 9 bytes)")
-    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE", type=redis_setting,
                    help="CONFIG SET on the benchmark's Redis before the runs (e.g. hash-max-listpack-value=1024)")
     args = p.parse_args(argv)
     cases = tuple(c for c in CASES if c in args.cases.split(","))

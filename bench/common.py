@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -31,13 +32,32 @@ def start_redis(name: str) -> RedisServer:
     return RedisServer(VAR / f"redis-{name}-{os.getpid()}", appendonly=False).start()
 
 
+def split_redis_setting(setting: str) -> tuple[str, str]:
+    """"NAME=VALUE" as (name, value); ValueError for any other shape."""
+    name, sep, value = setting.partition("=")
+    if not sep or not name:
+        raise ValueError(f"a Redis setting is NAME=VALUE, not {setting!r}")
+    return name, value
+
+
+def redis_setting(setting: str) -> str:
+    """The argparse type of a benchmark's --redis-config / --config: a bad shape is a usage error
+    (exit 2) before any Redis starts."""
+    try:
+        split_redis_setting(setting)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return setting
+
+
 def apply_redis_settings(client: redis.Redis, settings: Sequence[str]) -> None:
     """CONFIG SET each "NAME=VALUE" (a benchmark's --redis-config / --config) on the benchmark's
     own Redis; a malformed one, or one Redis refuses, ends the run with Redis's message."""
     for setting in settings:
-        name, sep, value = setting.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"a Redis setting is NAME=VALUE, not {setting!r}")
+        try:
+            name, value = split_redis_setting(setting)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
         try:
             client.config_set(name, value)
         except redis.ResponseError as exc:

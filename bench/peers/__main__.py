@@ -52,6 +52,7 @@ from ..common import (
     now_iso,
     peak_rss_mb,
     percentile,
+    redis_setting,
     write_results,
 )
 from .systems import BODIES, SYNC_ONLY, SYSTEMS, VENVS, System, candidates
@@ -248,17 +249,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="drain every candidate configuration (no latency) and report the fastest per system")
     p.add_argument("--payload-bytes", type=int, default=0,
                    help="give every task a second argument of this many characters (default 0: none)")
-    p.add_argument("--redis-config", action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--redis-config", action="append", default=[], metavar="NAME=VALUE", type=redis_setting,
                    help="a redis-server setting for the benchmark's Redis (repeatable), e.g. "
                         "hash-max-listpack-value=1024")
     p.add_argument("--results-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     if args.payload_bytes < 0:
         p.error("--payload-bytes must be 0 or more")
-    for setting in args.redis_config:
-        name, sep, _ = setting.partition("=")
-        if not sep or not name:
-            p.error(f"--redis-config takes NAME=VALUE, not {setting!r}")
     if args.quick:
         args.tasks, args.rounds, args.latency_rounds, args.latency_samples = 2000, 1, 1, 200
     if args.explore:
