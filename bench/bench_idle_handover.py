@@ -5,7 +5,8 @@ at a time, each once the previous body's INCR is seen, with a pause between them
 default 2: the worker is idle when each arrives, as in the latency figures; 20 or more: sporadic
 tasks, fewer than 100 a second). The worker imports
 bench/probes/dtq_idle_probe.py, which stamps its path (see there); the driver stamps the submit.
-Reported per tree, the median, 90th and 99th percentile in µs over all tasks of all rounds:
+Reported per tree, the median, 90th and 99th percentile (nearest rank, as bench.peers) in µs over all
+tasks of all rounds:
 
 - submit: the enqueue call, to its reply;
 - reply -> claimed: the submit's reply at the client to the worker's wait returning with the task
@@ -28,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -37,7 +37,7 @@ from uuid import uuid4
 
 import redis
 
-from .common import ROOT, VAR, start_redis, wait_until
+from .common import ROOT, VAR, percentile, start_redis, wait_until
 from .dtq_bench import _stop, counter_key
 
 QUEUE = "handover"
@@ -131,16 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         print("| tree | tasks | " + " | ".join(label for label, _, _ in SEGMENTS) + " |")
         print("|---|---|" + "---|" * len(SEGMENTS))
         for name, rows in samples.items():
-            cells = [f"{percentile([r[b] - r[a] for r in rows], q) * 1e6:,.0f}" if rows else "n/a"
+            cells = [f"{(percentile([r[b] - r[a] for r in rows], q) or 0) * 1e6:,.0f}" if rows else "n/a"
                      for _, a, b in SEGMENTS]
             print(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
     return 0 if all(samples.values()) else 1
-
-
-def percentile(values: list[float], q: int) -> float:
-    """The q-th percentile (statistics' inclusive method: the median at 50)."""
-    return statistics.median(values) if q == 50 or len(values) < 2 else \
-        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 if __name__ == "__main__":
