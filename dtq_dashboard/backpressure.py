@@ -51,6 +51,14 @@ class SendGate:
                 pass
         self._open.set()
 
+    def allow_close_time(self, seconds: float) -> None:
+        """Give the client this long to read the close frame we are about to send before the
+        connection is dropped. autobahn (under daphne) drops it 1 s after sending the close frame,
+        which sits behind everything the socket already holds: a client that was slow, not gone,
+        would get a reset instead of its close code."""
+        if hasattr(self._protocol, "closeHandshakeTimeout"):
+            self._protocol.closeHandshakeTimeout = seconds
+
     @property
     def is_open(self) -> bool:
         return self._open.is_set()

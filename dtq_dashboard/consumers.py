@@ -14,6 +14,9 @@ from .permissions import can_view_console
 
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4008
+# How long a client closed for being too slow has to read its 4008 (behind up to a few MB its
+# socket already holds) before the connection is dropped; the socket is all it costs meanwhile.
+TOO_SLOW_CLOSE_TIME_S = 10.0
 SEND_CHUNK = 32  # events written per look at the socket: at most this many land past its high-water mark
 # The handshake waits at most this long for the process's subscription (daphne's own handshake
 # timeout is 5 s): the page's "live" and its REST re-read then come after events reach it.
@@ -72,6 +75,8 @@ class EventsConsumer(AsyncWebsocketConsumer):
                 await _either(self.gate.wait_open(), buffer.overflowed.wait())
             batch = await buffer.take(SEND_CHUNK)
             if buffer.overflowed.is_set():
+                if self.gate is not None:
+                    self.gate.allow_close_time(TOO_SLOW_CLOSE_TIME_S)
                 await self.close(code=CLOSE_TOO_SLOW)
                 return
             if buffer.dropped != reported:
