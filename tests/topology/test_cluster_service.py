@@ -54,6 +54,11 @@ QUEUE = "failover"
 PARTITIONS = 6  # two on each master (the registry spreads a queue's partitions evenly)
 RECOVERY_S = 10.0  # the API and every worker must carry on within this of the promotion
 SETTLE_S = 30.0  # after the submits, how long every task has to end (reclaims take a visibility timeout)
+CONCURRENCY = 50  # start_workers' --concurrency
+# Each worker holds at most 2 × CONCURRENCY (running, and claimed ahead for the slots that free
+# next): this many tasks of a second each cannot all go to WORKERS - 1 workers.
+PROBE_TASKS = 2 * CONCURRENCY * WORKERS
+PROBE_TASK_S = 1.0
 FIELDS = ("status", "attempt", "worker_id", "started_at")
 
 
@@ -198,17 +203,34 @@ def test_a_cluster_failover_mid_run(fresh_cluster: ClusterSetup, prefix: str, tm
     gone = sum(1 for r in final if r[0] is None)
     left = sum(1 for r in final if r[0] not in ("SUCCEEDED", None))
     rerun = sum(1 for r in final if r[1] and int(r[1]) > 1)
-    # 4. Every worker ran tasks of the moved partitions again, from the promoted replica: when each
-    # first started one after the promotion (task records say who started them, and when).
+    # 4. The workers ran tasks of the moved partitions again, from the promoted replica, within
+    # RECOVERY_S of the promotion (task records say who started them, and when).
     promoted_ms = (times["kill_wall"] + times["promoted"]) * 1000
     first_start: dict[str, float] = {}
     for task_id, (status, _, worker_id, started_at) in zip(acknowledged, final, strict=True):
         if status and worker_id and started_at and tag_of(task_id) in moved and float(started_at) > promoted_ms:
             first_start[worker_id] = min(first_start.get(worker_id, 1e18), float(started_at))
-    assert sorted(first_start) == [f"w{i}" for i in range(WORKERS)], f"workers back on the promoted replica: " \
-        f"{sorted(first_start)}; {times}\n{workers[0].output()[-3000:]}"
+    assert first_start, f"no worker ran a task of the moved partitions after the promotion: {times}"
     times["workers"] = max(first_start.values()) / 1000 - times["kill_wall"]
     assert times["workers"] - times["promoted"] < RECOVERY_S, times
+    # A worker can find none of the run's tasks left there (the others took them while it waited
+    # out a fetch retry), so to be sure every worker fetches from the promoted replica: more slow
+    # tasks than the other workers can hold at once (running, and claimed ahead), into the moved
+    # partitions. Each worker starts some of them within RECOVERY_S.
+    probe_at = time.time()
+    probe_ids = [e.id for e in engine.tasks.enqueue_many([  # type: ignore[union-attr]
+        engine.tasks.validate("dtq.sleep", {"seconds": PROBE_TASK_S}, queue=QUEUE,
+                              idempotency_key=key_in(layout, tag, f"after-{tag}-{n}"))
+        for tag in sorted(moved) for n in range(PROBE_TASKS // len(moved))])]
+    wait_for(lambda: all(r[0] == "SUCCEEDED" for r in records(reader, engine, probe_ids)), timeout=SETTLE_S,
+             interval=0.25, message=lambda: f"probe tasks not done: {times}")
+    probe_start: dict[str, float] = {}
+    for status, _, worker_id, started_at in records(reader, engine, probe_ids):
+        assert worker_id and started_at, (status, worker_id, started_at)
+        probe_start[worker_id] = min(probe_start.get(worker_id, 1e18), float(started_at) / 1000 - probe_at)
+    assert sorted(probe_start) == [f"w{i}" for i in range(WORKERS)], f"workers back on the promoted replica: " \
+        f"{sorted(probe_start)} ({sorted(first_start)} in the run); {times}\n{workers[0].output()[-3000:]}"
+    assert max(probe_start.values()) < RECOVERY_S, probe_start
     # 5. Meanwhile the partitions on the other masters were served on (printed, not asserted: Redis
     # answers CLUSTERDOWN everywhere once the dead master is marked failing, until the promotion):
     # tasks started there between the SIGKILL and the promotion.
@@ -218,8 +240,9 @@ def test_a_cluster_failover_mid_run(fresh_cluster: ClusterSetup, prefix: str, tm
     print(f"\ncluster failover DTQ_REDIS_MIN_REPLICAS={min_replicas}: {TASKS} tasks acknowledged, {gone + left} lost "
           f"({gone} records gone, {left} left unfinished), {rerun} run again; after the SIGKILL: promotion "
           f"{times['promoted']:.1f}s, API submits into the moved partitions {times['api']:.1f}s, every worker "
-          f"heartbeating {times['heartbeats']:.1f}s, every worker running tasks from the promoted replica "
-          f"{times['workers']:.1f}s; {during} tasks started on the other masters during the failover")
+          f"heartbeating {times['heartbeats']:.1f}s, {len(first_start)} of {WORKERS} workers running the run's "
+          f"tasks from the promoted replica {times['workers']:.1f}s (a later probe: each worker within "
+          f"{max(probe_start.values()):.1f}s); {during} tasks started on the other masters during the failover")
     # Submits and completions waited for replicas exactly when asked to (on the masters that stayed,
     # and on the promoted one).
     waits = sum(int(reader.get_redis_connection(node).info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
