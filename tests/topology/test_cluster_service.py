@@ -36,6 +36,7 @@ from ..redis_server import RedisServer
 from ..redis_topologies import ClusterSetup, client
 from .test_sentinel_service import (  # noqa: F401 - prefix and started are fixtures
     SUBMIT_TROUBLE,
+    WORKER_CONCURRENCY,
     WORKER_ENV,
     http,
     prefix,
@@ -54,10 +55,9 @@ QUEUE = "failover"
 PARTITIONS = 6  # two on each master (the registry spreads a queue's partitions evenly)
 RECOVERY_S = 10.0  # the API and every worker must carry on within this of the promotion
 SETTLE_S = 30.0  # after the submits, how long every task has to end (reclaims take a visibility timeout)
-CONCURRENCY = 50  # start_workers' --concurrency
-# Each worker holds at most 2 × CONCURRENCY (running, and claimed ahead for the slots that free
-# next): this many tasks of a second each cannot all go to WORKERS - 1 workers.
-PROBE_TASKS = 2 * CONCURRENCY * WORKERS
+# Each worker holds at most 2 × WORKER_CONCURRENCY (running, and claimed ahead for the slots that
+# free next): this many tasks of a second each cannot all go to WORKERS - 1 workers.
+PROBE_TASKS = 2 * WORKER_CONCURRENCY * WORKERS
 PROBE_TASK_S = 1.0
 FIELDS = ("status", "attempt", "worker_id", "started_at")
 

@@ -41,6 +41,7 @@ RECOVERY_S = 10.0  # the API and every worker must carry on within this of the p
 # pending, reclaimed after the visibility timeout; heartbeats under it.
 WORKER_ENV = {"DTQ_VISIBILITY_TIMEOUT_S": 2, "DTQ_HEARTBEAT_INTERVAL_S": 0.5, "DTQ_DRAIN_TIMEOUT_S": 2,
               "DTQ_SCHEDULER_LOCK_TTL_S": 2, "DTQ_STALE_CLAIM_S": 2}
+WORKER_CONCURRENCY = 50
 SUBMIT_TROUBLE = (redis.RedisError, DtqError, ConnectionError, TimeoutError, OSError)
 
 
@@ -68,8 +69,8 @@ def start_api(started: list[Any], directory: Path, url: str, prefix: str, **env:
 
 def start_workers(started: list[Any], directory: Path, url: str, prefix: str, count: int,
                   **env: Any) -> list[WorkerProcess]:
-    workers = [WorkerProcess(["--name", f"w{i}", "--concurrency", "50"], worker_env(url, prefix, **env),
-                             directory / f"worker-{i}.log") for i in range(count)]
+    workers = [WorkerProcess(["--name", f"w{i}", "--concurrency", str(WORKER_CONCURRENCY)],
+                             worker_env(url, prefix, **env), directory / f"worker-{i}.log") for i in range(count)]
     started.extend(workers)
     return workers
 
