@@ -267,7 +267,8 @@ def test_a_worker_draining_short_sync_tasks_runs_its_threads_on_one_cpu_and_stay
     wait_for(lambda: pinned_to(worker.pid) is not None, timeout=30, message=worker.output)
     assert pinned_to(worker.pid) in allowed  # every thread on the same one
     assert done(engine, 30000) < 30000, "drained before the check: the test proves nothing"
-    assert "threads on CPU" in worker.output()
+    # The worker logs the pin just after making it.
+    wait_for(lambda: "threads on CPU" in worker.output(), timeout=10, message=worker.output)
     # Drained, idle: still on one CPU (the next sporadic task reaches its body sooner), tick after tick.
     wait_for(lambda: done(engine, 30000) == 30000, timeout=120, message=worker.output)
     # Every look finds each thread on one CPU (a move off a crowded CPU goes thread by thread, so a
