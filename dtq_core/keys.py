@@ -226,6 +226,11 @@ class Keys:
         100; later ones count as "(other)")."""
         return f"{self.partition(tag)}hist:types"
 
+    def samples_applied(self, tag: str, writer: str) -> str:
+        """The number of the last statistics write of one worker process applied to the partition
+        (flushStats-1.lua: a write sent again after a lost reply is not added twice); an hour."""
+        return f"{self.partition(tag)}samples:{writer}"
+
     def event_seq(self, tag: str) -> str:
         """Counter that makes event ids unique (the partition's tag is part of the id)."""
         return f"{self.partition(tag)}events:seq"

@@ -22,14 +22,20 @@
              packs every argument in Python, which cost more than cjson decoding them here.)
              A result of JSON null is not stored: the record says so (result_null = 1).
     ARGV[9] events (1/0: publish task events, see events_on in common.lua; absent = 1)
+    ARGV[10] samples (1: return the batch's samples instead of writing them, for the worker to
+             write once a second with flushStats; absent or 0: write them here)
   Output:
     one status per record: the new status (PENDING for a limited one); 'fenced' (a newer
     attempt owns the task); 'resent'
     (this record was applied already); or {'quarantined', new status ('' when the task could not
-    be written), reason}
+    be written), reason};
+    with ARGV[10] = 1, one more element after them: the samples, as JSON
+    {"h": {history field: n}, "f": {queue: n}, "b": {bucket label: n}, "s": run-time sum} (history
+    fields under the type's own name, includes/samples.lua; the minute is that of ARGV[2])
 ]]
 -- #include common
 -- #include limits
+-- #include samples
 local K = partition_keys(KEYS[1])
 -- Flow control (includes/limits.lua): one read of the partition's limits per batch.
 local lim_conc, lim_gconc = unpack(rcall('HMGET', K.limits, 'conc', 'gconc'))
@@ -43,6 +49,11 @@ local task_prefix, result_prefix, dlq_enabled, dlq_maxlen = K.task_prefix, K.res
 events_on = ARGV[9] ~= '0'
 events_pending = {}
 history_batched = true
+-- The statistics' samples (history, finished per minute, run times) returned, not written: 0.8
+-- of a drain's 9.3 commands per task and a tenth of its Redis CPU (docs/performance.md, issue 20
+-- goal 4). The outcome counts stay here, exact.
+local samples_out = ARGV[10] == '1'
+history_raw = samples_out
 
 -- The batch's entries, acknowledged and deleted with one XACK and one XDEL per stream, and its
 -- tasks, taken out of the running index with one ZREM, after the records: a Redis command per
@@ -190,18 +201,13 @@ for stream, ids in pairs(settled) do
 end
 retain_trim(R, K, now_ms)
 emit_flush(K)
-history_flush(K, now_ms)
 for field, n in pairs(task_counts) do rcall('HINCRBY', K.stats_tasks, field, n) end
-if next(finished) then
-  -- The partition's count of tasks finished in the current minute (Keys.throughput). The key
-  -- lives an hour from its first count (a later PEXPIRE would only move that by a minute).
-  local finished_key = K.throughput_prefix .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
-  local new = false
-  for field, n in pairs(finished) do new = rcall('HINCRBY', finished_key, field, n) == n or new end
-  if new then rcall('PEXPIRE', finished_key, '3600000') end
+if samples_out then
+  statuses[#statuses + 1] = cjson.encode({h = history_fields, f = finished, b = buckets, s = duration_sum})
+  history_fields = {}
+  return statuses
 end
-if next(buckets) then
-  for field, n in pairs(buckets) do rcall('HINCRBY', K.stats_duration, field, n) end
-  rcall('HINCRBYFLOAT', K.stats_duration, 'sum', string.format('%.6f', duration_sum))
-end
+history_flush(K, now_ms)
+samples_write_finished(K, math.floor(tonumber(now_ms) / 60000), finished)
+samples_write_duration(K, buckets, duration_sum)
 return statuses

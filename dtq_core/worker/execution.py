@@ -14,6 +14,7 @@ from typing import Any
 from .. import faults, hooks, registry
 from ..task import TERMINAL, Outcome
 from .executor import EXACT_TIMEOUT_BELOW_S, TIMEOUT_CHECK_S, Completion, Execution, Row, cancel, expire, expire_overdue
+from .samples import FLUSH_EVERY_S
 from .state import WorkerState
 from .threads import Finished
 from .workflows import WorkflowDriver
@@ -157,6 +158,13 @@ class ExecutionLoops(WorkerState):
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
             await self._flush_once()
+
+    async def _samples_loop(self) -> None:
+        """Write the completions' statistics samples about once a second (worker/samples.py)."""
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            async with self._samples_lock:
+                await self.store.write_samples()
 
     async def _flush_once(self) -> None:
         advance: dict[str, list[str]] = {}

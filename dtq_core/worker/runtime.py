@@ -135,6 +135,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._slot_freed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._flush_lock = asyncio.Lock()  # held while a batch of completions is being written
+        self._samples_lock = asyncio.Lock()  # held while the statistics' samples are being written
         self._loops: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -189,6 +190,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             logger.info("worker_id=%s started queues=%s concurrency=%d", self.worker_id,
                         ",".join(self.fixed_queues or ["*"]), self.concurrency)
             for name, body in (("consume", self._consume), ("flush", self._flush_loop),
+                               ("samples", self._samples_loop),
                                ("heartbeat", self._heartbeat_loop), ("reaper", self._reaper_loop),
                                ("timeouts", self._timeout_loop),
                                ("cancel-watcher", self._cancel_watch_loop), ("scheduler", self._scheduler_loop),
@@ -350,6 +352,11 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
                 await cancel_and_wait([flush])
         if self._completions:
             await self._quietly(self._flush_once())
+        samples = self._loops.pop("samples", None)
+        if samples is not None:
+            async with self._samples_lock:  # as the flush: never cut a write off mid-exchange
+                await cancel_and_wait([samples])
+        await self._quietly(self.store.write_samples())
         await self._outlast_threads()
         # Heartbeats kept in-flight entries fresh through the drain; stop them now, because one
         # landing after the deregistration would re-register a worker that is gone.

@@ -74,6 +74,7 @@ class WorkerState:
     _slot_freed: asyncio.Event
     _flush_wanted: asyncio.Event
     _flush_lock: asyncio.Lock
+    _samples_lock: asyncio.Lock
     _loops: dict[str, asyncio.Task[None]]
 
     if TYPE_CHECKING:  # Worker's own and the loops', which they call on each other

@@ -37,6 +37,7 @@ from ..wire import pack
 from .executor import Completion, Row
 from .fairness import share
 from .hotpath import Call, HotPath
+from .samples import Samples
 
 COMPLETE_BATCH = 500
 WAKE_SELF_TTL_MS = 60_000  # a push to a worker's own wake list outlives no wait by much
@@ -103,6 +104,7 @@ class WorkerStore:
         self._types_at = 0  # when they were last registered (ms)
         self._reclaim_offset = 0  # rotates the reaper's shares (fairness.share)
         self.events = EventsGate(config, self.keys)  # the hot-path scripts' events argument
+        self.samples = Samples(worker_id)  # the completions' statistics samples, written by write_samples
 
     async def aclose(self) -> None:
         try:
@@ -417,15 +419,16 @@ class WorkerStore:
         return sum(int(n) for n in await self.scripts.aexecute(pipe))
 
     # -- complete -----------------------------------------------------------------------------
-    def _complete_calls(self, completions: Sequence[Completion], events: int = 1
+    def _complete_calls(self, completions: Sequence[Completion], events: int = 1, now: int | None = None
                         ) -> tuple[list[Call], list[list[int]]]:
         """completeTasks calls, one per partition (per COMPLETE_BATCH of it): completions grouped
-        by the tag of their task ids; and, for each call, the indexes of its completions."""
+        by the tag of their task ids; and, for each call, the indexes of its completions. The
+        calls return their statistics' samples (ARGV[10]) for complete() to keep."""
         c = self.config
         by_tag: dict[str, list[int]] = {}
         for i, completion in enumerate(completions):
             by_tag.setdefault(completion.row.partition_tag, []).append(i)
-        now = self.clock.now_ms()
+        now = self.clock.now_ms() if now is None else now
         head = [Keys.GROUP, now, iso(now), c.retention_arg, c.result_retention_s * 1000,
                 1 if c.dlq_enabled else 0, c.dlq_maxlen]
         calls, groups = [], []
@@ -438,7 +441,7 @@ class WorkerStore:
                     record[3] = stream_suffix(record[3])  # the script adds its partition's prefix
                     records.append(record)
                 calls.append(Call.of(self.scripts, "completeTasks", keys=[self.keys.partition(tag)],
-                                     args=[*head, json.dumps(records), events]))
+                                     args=[*head, json.dumps(records), events, 1]))
                 groups.append(batch)
         return calls, groups
 
@@ -450,7 +453,8 @@ class WorkerStore:
         """
         if not completions:
             return []
-        calls, groups = self._complete_calls(completions, await self.events.aflag(self.client))
+        now = self.clock.now_ms()
+        calls, groups = self._complete_calls(completions, await self.events.aflag(self.client), now)
         wait = self._waits(calls)  # DTQ_REDIS_MIN_REPLICAS
         replies = await self.complete_path.exchange(calls, wait, self.replication.wait_s)
         acked = _fewest(replies[len(calls):])
@@ -458,11 +462,35 @@ class WorkerStore:
         for indexes, reply in zip(groups, replies[:len(calls)], strict=True):
             if isinstance(reply, Exception):
                 raise reply  # all are sent again: a record applied already comes back "resent"
-            for i, status in zip(indexes, reply, strict=True):
+            *batch_statuses, samples = reply
+            for i, status in zip(indexes, batch_statuses, strict=True):
                 statuses[i] = status
+            self.samples.add(completions[indexes[0]].row.partition_tag, now // 60000, samples)
         if wait:
             await self._until_replicated(calls, acked, len(completions))
         return statuses
+
+    async def write_samples(self) -> int:
+        """Write the completions' statistics samples gathered since the last write: one
+        flushStats call per partition, pipelined (worker/samples.py). A write not answered is sent
+        again, unchanged, by the next call. Returns the number of partitions written."""
+        writes = self.samples.writes()
+        if not writes:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        for tag, number, payload in writes:
+            await self.scripts("flushStats", keys=[self.keys.partition(tag)],
+                               args=[payload, self.samples.writer, number], client=pipe)
+        replies = await self.scripts.aexecute(pipe, raise_on_error=False)
+        failed = None
+        for (tag, number, _payload), reply in zip(writes, replies, strict=True):
+            if isinstance(reply, Exception):
+                failed = failed or reply
+            else:
+                self.samples.answered(tag, number)
+        if failed is not None:
+            raise failed
+        return len(writes)
 
     def _waits(self, calls: Sequence[Call]) -> list[Routed]:
         """The WAITs that follow completions (none with DTQ_REDIS_MIN_REPLICAS=0): one on one node;

@@ -37,6 +37,9 @@ def test_charts_are_named_images_with_their_numbers_and_redraw_as_tasks_finish(
     first = [console_engine.tasks.enqueue("hist.sleep", {"ms": 5}, queue="hist-live").id for _ in range(3)]
     wait_for(lambda: all(console_engine.tasks.get(t)["status"] == "SUCCEEDED" for t in first), timeout=20,
              message=history_worker.output)
+    # The worker writes its history samples about once a second (dtq_core/worker/samples.py).
+    wait_for(lambda: console_engine.history.stats(queue="hist-live")["totals"]["succeeded"] == 3, timeout=10,
+             message=history_worker.output)
     log_in(page, console, "admin", "/queues/hist-live/")
     chart = page.get_by_role("img", name=f"{TITLE}")
     assert chart.count() == 1

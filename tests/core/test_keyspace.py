@@ -63,6 +63,7 @@ def test_lua_builds_a_partitions_keys_as_keys_py_names_them(redis_client: redis.
     assert lua["limits_wait_prefix"] + "acme" == keys.limits_wait(TAG, "acme")
     assert lua["limits_grate_prefix"] + "acme" == keys.limits_group_rate(TAG, "acme")
     assert lua["throughput_prefix"] + "7" == keys.throughput(TAG, 7)
+    assert lua["samples_prefix"] + "w1:ab" == keys.samples_applied(TAG, "w1:ab")
     assert lua["schedule"] + ":counts" == keys.schedule_counts(TAG)
     assert lua["dlq"] + ":counts" == keys.dlq_counts(TAG)
     assert lua["periodic_prefix"] + "report.nightly" == keys.periodic(TAG, "report.nightly")

@@ -92,6 +92,8 @@ def test_a_task_whose_worker_was_sigkilled_is_counted_once(
     wait_for(lambda: first.proc.poll() is not None, timeout=20, message=first.output)  # it killed itself
     second = start_worker("--name", "second", "--queues", "crash", **ENV)
     wait_for(lambda: engine.tasks.get(task_id)["status"] == "SUCCEEDED", timeout=30, message=second.output)
+    # The worker writes its history samples about once a second (dtq_core/worker/samples.py).
+    wait_for(lambda: _stats(api, queue="crash")["totals"]["succeeded"] > 0, timeout=10, message=second.output)
     totals = _stats(api, queue="crash")["totals"]
     assert (totals["succeeded"], totals["retried"], totals["dead_lettered"], totals["failed"]) == (1, 0, 0, 0)
     counts = _minute_fields(redis_client, engine, "crash")
@@ -199,7 +201,8 @@ def test_deleting_a_queue_deletes_its_history(live_engine: Engine, redis_client:
     worker = start_worker("--name", "g", "--queues", "gone", **ENV)
     wait_for(lambda: engine.tasks.get(task_id)["status"] == "SUCCEEDED", timeout=20, message=worker.output)
     t = tag(engine, "gone")
-    assert list(redis_client.scan_iter(match=f"{engine.keys.history(t)}*"))
+    wait_for(lambda: list(redis_client.scan_iter(match=f"{engine.keys.history(t)}m:*")), timeout=10,
+             message=worker.output)
     # Folded hours and days, as the leader leaves them over 30 days.
     now = time.time()
     redis_client.hset(f"{engine.keys.history(t)}h:{int(now // 3600) - 200}", "hist.sleep|s", 3)

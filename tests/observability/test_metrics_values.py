@@ -49,6 +49,9 @@ def test_metrics_show_real_work_and_a_crash(dtq_settings: Any, live_engine: Engi
              and status(engine, last_try) == "RUNNING",
              timeout=30, message="the worker did not finish the tasks")
     wait_for(lambda: scrape().value("dtq_scheduler_leader") == 1 and scrape().value("dtq_retry_scheduled") == 1)
+    # The run-time histogram is written by the worker about once a second (worker/samples.py).
+    wait_for(lambda: scrape().value("dtq_task_duration_seconds_count") == 5,
+             message="the worker did not write its run-time samples")
 
     m = scrape()
     assert m.status == 200 and m.value("dtq_redis_up") == 1

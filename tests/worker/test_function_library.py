@@ -107,6 +107,7 @@ def test_an_expiry_after_a_batched_completion_still_writes_its_history(engine: E
         try:
             rows = await fetch(worker_store, [served], 10)
             statuses = await worker_store.complete(_succeeded(rows))
+            await worker_store.write_samples()  # the worker's once-a-second write of its samples
             doomed = engine.tasks.enqueue("dtq.echo", queue="hx", ttl_seconds=0.05)
             expires_at = int(redis_client.hget(engine.keys.task(doomed.id), "expires_at"))
             while time.time() * 1000 <= expires_at + 5:  # until the clock has passed its expiry

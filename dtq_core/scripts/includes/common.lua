@@ -66,7 +66,7 @@ local PARTITION_SUFFIX = {
   limits_held = 'limits:held', limits_groups = 'limits:groups', limits_waiting = 'limits:waiting',
   limits_wait_prefix = 'limits:wait:', limits_grate_prefix = 'limits:grate:', limits_gpause = 'limits:gpause',
   wf_outbox = 'wf_outbox', wf_outbox_due = 'wf_outbox:due', wf_prefix = 'wf:', hist = 'hist:',
-  hist_types = 'hist:types'}
+  hist_types = 'hist:types', samples_prefix = 'samples:'}
 local PARTITION_CHANNEL = {events_channel = ':events', wake_channel = ':wake'}
 
 -- A partition's names: its prefix, tag and global prefix, and each key name once built. In a
@@ -323,5 +323,5 @@ end
 local function call_begin()
   in_library = true
   events_on, events_pending = true, nil
-  history_fields, history_names, history_batched = {}, {}, false
+  history_fields, history_names, history_batched, history_raw = {}, {}, false, false
 end

@@ -16,11 +16,15 @@ local HISTORY_OUTCOME = {SUCCEEDED = 's', FAILED = 'f', RETRYING = 'r', DEAD_LET
 local HISTORY_LOG2X2 = 2.8853900817779268  -- 2 / ln 2 (a literal: a Redis function library may not call math as it loads)
 local history_fields, history_names = {}, {}
 local history_batched = false
+-- Set by a completion whose worker writes the samples later (completeTasks' ARGV[10]): a type is
+-- counted under its own name, and flushStats maps it to its series when the samples land.
+local history_raw = false
 
 -- The series name of a task type in this partition: itself while the partition has fewer than
 -- HISTORY_MAX_TYPES, "(other)" past them. Asked once per type and script call.
 local function history_type(K, ttype)
   ttype = ttype or ''
+  if history_raw and ttype ~= '' then return ttype end
   local name = history_names[ttype]
   if name then return name end
   name = ttype
@@ -50,14 +54,19 @@ local function history_bump(name)
   history_fields[name] = (history_fields[name] or 0) + 1
 end
 
--- Write what history_add counted into the minute of now_ms. The key's TTL is set when this call
--- created it (a later PEXPIRE would only move it by a minute).
+-- Add counts (field name -> n) to the history of a minute (a number: ms since the epoch / 60000).
+-- The key's TTL is set when this call created it (a later PEXPIRE would only move it by a minute).
+local function history_write(K, minute, fields)
+  local key = K.hist .. 'm:' .. string.format('%d', minute)
+  local new = false
+  for name, n in pairs(fields) do new = rcall('HINCRBY', key, name, n) == n or new end
+  if new then rcall('PEXPIRE', key, HISTORY_MINUTE_TTL_MS) end
+end
+
+-- Write what history_add counted into the minute of now_ms.
 local function history_flush(K, now_ms)
   if next(history_fields) == nil then return end
-  local key = K.hist .. 'm:' .. string.format('%d', math.floor(tonumber(now_ms) / 60000))
-  local new = false
-  for name, n in pairs(history_fields) do new = rcall('HINCRBY', key, name, n) == n or new end
-  if new then rcall('PEXPIRE', key, HISTORY_MINUTE_TTL_MS) end
+  history_write(K, math.floor(tonumber(now_ms) / 60000), history_fields)
   history_fields = {}
 end
 
