@@ -459,13 +459,19 @@ class WorkerStore:
         replies = await self.complete_path.exchange(calls, wait, self.replication.wait_s)
         acked = _fewest(replies[len(calls):])
         statuses: list[Any] = [None] * len(completions)
+        failed = None
         for indexes, reply in zip(groups, replies[:len(calls)], strict=True):
             if isinstance(reply, Exception):
-                raise reply  # all are sent again: a record applied already comes back "resent"
+                failed = failed or reply
+                continue
             *batch_statuses, samples = reply
             for i, status in zip(indexes, batch_statuses, strict=True):
                 statuses[i] = status
+            # Kept even when another call failed: sent again, these records come back "resent",
+            # which carries no samples.
             self.samples.add(completions[indexes[0]].row.partition_tag, now // 60000, samples)
+        if failed is not None:
+            raise failed  # all are sent again: a record applied already comes back "resent"
         if wait:
             await self._until_replicated(calls, acked, len(completions))
         return statuses

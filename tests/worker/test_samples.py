@@ -153,6 +153,39 @@ def test_a_write_sent_again_after_a_lost_reply_is_not_added_twice(
     assert _finished(redis_client, engine, served.tag, "resend", _minutes(began)) == 5
 
 
+def test_a_failed_completion_call_keeps_the_samples_of_the_calls_that_landed(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    # Two partitions, one call each; one call fails (its limits key is of the wrong type, so the
+    # script stops at its first read). The batch is sent again by the worker, and the records of
+    # the call that landed come back "resent", with no samples: they are kept from this reply.
+    config = dataclasses.replace(config, queue_partitions=(("pair", 2),))
+    engine = Engine(config)
+    began = time.time()
+    served = partitions(engine, "pair")
+    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", {"n": n}, queue="pair") for n in range(8)])
+    worker_store = store(config)
+
+    async def complete_with_one_call_failing() -> tuple[dict[str, int], str]:
+        try:
+            rows = await fetch(worker_store, served, 8)
+            by_tag = {p.tag: sum(1 for r in rows if r.partition_tag == p.tag) for p in served}
+            broken = rows[0].partition_tag  # the first call the worker sends
+            redis_client.set(engine.keys.limits(broken), "not a hash")
+            with pytest.raises(redis.exceptions.ResponseError):
+                await worker_store.complete(_done(rows))
+            await worker_store.write_samples()
+            return by_tag, broken
+        finally:
+            await worker_store.aclose()
+
+    by_tag, broken = asyncio.run(complete_with_one_call_failing())
+    assert sum(by_tag.values()) == 8 and all(by_tag.values()), by_tag  # both partitions hold tasks
+    for tag, n in by_tag.items():
+        want = 0 if tag == broken else n
+        assert _history(redis_client, engine, tag, _minutes(began)).get("dtq.echo|s", 0) == want, by_tag
+        assert _finished(redis_client, engine, tag, "pair", _minutes(began)) == want, by_tag
+
+
 @pytest.mark.single_node
 def test_samples_wait_out_a_redis_outage_and_land_once(tmp_path: Path, config: DtqConfig) -> None:
     server = RedisServer(tmp_path / "redis", appendonly=True).start()
