@@ -419,7 +419,7 @@ class WorkerStore:
         return sum(int(n) for n in await self.scripts.aexecute(pipe))
 
     # -- complete -----------------------------------------------------------------------------
-    def _complete_calls(self, completions: Sequence[Completion], events: int = 1, now: int | None = None
+    def _complete_calls(self, completions: Sequence[Completion], events: int, now: int
                         ) -> tuple[list[Call], list[list[int]]]:
         """completeTasks calls, one per partition (per COMPLETE_BATCH of it): completions grouped
         by the tag of their task ids; and, for each call, the indexes of its completions. The
@@ -428,7 +428,6 @@ class WorkerStore:
         by_tag: dict[str, list[int]] = {}
         for i, completion in enumerate(completions):
             by_tag.setdefault(completion.row.partition_tag, []).append(i)
-        now = self.clock.now_ms() if now is None else now
         head = [Keys.GROUP, now, iso(now), c.retention_arg, c.result_retention_s * 1000,
                 1 if c.dlq_enabled else 0, c.dlq_maxlen]
         calls, groups = [], []

@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 import redis
 
+import dtq_tasks  # noqa: F401 - registers the built-in task types in this process
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.task import Outcome
+from dtq_core.worker import execution
 from dtq_core.worker.executor import Completion, Row
+from dtq_core.worker.runtime import Worker
 from dtq_core.worker.store import WorkerStore
 from tests.redis_server import RedisServer
 
@@ -229,3 +232,18 @@ def test_a_worker_stopped_by_sigterm_writes_its_samples_before_it_exits(
     assert worker.proc.wait(timeout=30) == 0, worker.output()
     assert _history(redis_client, engine, served.tag, _minutes(began))["dtq.echo|s"] == 30
     assert _finished(redis_client, engine, served.tag, "term", _minutes(began)) == 30
+
+
+def test_a_draining_worker_writes_the_samples_its_loop_has_not(
+        engine: Engine, config: DtqConfig, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The once-a-second loop held off for an hour: only the drain's own write can land them.
+    monkeypatch.setattr(execution, "FLUSH_EVERY_S", 3600.0)
+    began = time.time()
+    (served,) = partitions(engine, "drained")
+    for n in range(12):
+        engine.tasks.enqueue("dtq.echo", {"n": n}, queue="drained")
+    worker = Worker(config, queues=["drained"], burst=True, name=f"drain-{time.monotonic_ns()}")
+    assert asyncio.run(asyncio.wait_for(worker.run(), 60)) == 0
+    assert worker.processed == 12
+    assert _history(redis_client, engine, served.tag, _minutes(began))["dtq.echo|s"] == 12
+    assert _finished(redis_client, engine, served.tag, "drained", _minutes(began)) == 12
