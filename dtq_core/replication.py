@@ -12,6 +12,7 @@ The choke points (docs/deployment.md, "Acknowledged means replicated"):
   the action's last write. Replication is one ordered stream, so replicas that have the outcome
   entry have every write the action made before it;
 - completions: WorkerStore.complete, which cannot answer 503 to anyone: it warns and asks again.
+- a worker's statistics samples: WorkerStore.write_samples, which keeps them to send again.
 
 WAIT is not consensus: a write that times out was still made on the master (it may or may not
 survive a failover), and one confirmed can still be lost if every replica that has it dies too.

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 
 from ..routing import Routed, RoutedLines
@@ -66,7 +67,7 @@ class HotPath:
         unknown = [i for i, reply in enumerate(replies[:len(calls)]) if is_unknown(reply)]
         if unknown:
             for name in sorted({calls[i].script for i in unknown}):
-                await load(self.client, name)
+                await _load(self.client, name)
             again = await self.lines.exchange([(calls[i].key, calls[i].packed_again()) for i in unknown]
                                               + list(tail), timeout_s)
             for i, reply in zip(unknown, again, strict=False):
@@ -77,3 +78,13 @@ class HotPath:
 
     async def close(self) -> None:
         await self.lines.close()
+
+
+async def _load(client: aioredis.Redis, name: str) -> None:
+    """Load a script the node lacks. A node that forgot it has usually just restarted, and the
+    client's pooled connection may still be the one from before (the hot path's own lines do not
+    use the pool): redis-py drops a connection that fails, so once more goes out on a new one."""
+    try:
+        await load(client, name)
+    except redis.exceptions.ConnectionError:
+        await load(client, name)

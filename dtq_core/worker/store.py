@@ -477,18 +477,28 @@ class WorkerStore:
 
     async def write_samples(self) -> int:
         """Write the completions' statistics samples gathered since the last write: one
-        flushStats call per partition, pipelined (worker/samples.py). A write not answered is sent
-        again, unchanged, by the next call. Returns the number of partitions written."""
+        flushStats call per partition, sent together on the completions' line (worker/samples.py).
+        A write not answered is sent again, unchanged, by the next call; so is one that fewer
+        replicas than DTQ_REDIS_MIN_REPLICAS confirmed (a WAIT follows the writes, as it follows
+        completions: a failover must not lose samples whose completions it keeps). Returns the
+        number of partitions written."""
         writes = self.samples.writes()
         if not writes:
             return 0
-        pipe = self.client.pipeline(transaction=False)
-        for tag, number, payload in writes:
-            await self.scripts("flushStats", keys=[self.keys.partition(tag)],
-                               args=[payload, self.samples.writer, number], client=pipe)
-        replies = await self.scripts.aexecute(pipe, raise_on_error=False)
+        calls = [Call.of(self.scripts, "flushStats", keys=[self.keys.partition(tag)],
+                         args=[payload, self.samples.writer, number]) for tag, number, payload in writes]
+        wait = self._waits(calls)
+        replies = await self.complete_path.exchange(calls, wait, self.replication.wait_s)
+        if wait:
+            acked = _fewest(replies[len(calls):])
+            if not self.replication.enough(acked):
+                logger.warning("worker_id=%s statistics samples of %d partition(s) not confirmed by %d replica(s) "
+                               "within %d ms (WAIT answered %s): sending them again with the next write",
+                               self.worker_id, len(writes), self.replication.replicas,
+                               self.replication.timeout_ms, acked)
+                return 0
         failed = None
-        for (tag, number, _payload), reply in zip(writes, replies, strict=True):
+        for (tag, number, _payload), reply in zip(writes, replies[:len(calls)], strict=True):
             if isinstance(reply, Exception):
                 failed = failed or reply
             else:

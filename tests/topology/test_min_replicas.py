@@ -7,7 +7,9 @@ are not confirmed warns, asks again and goes on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +25,13 @@ from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import ReplicationTimeout
 from dtq_core.keys import Keys
+from dtq_core.task import Outcome
+from dtq_core.worker.executor import Completion
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
 from ..redis_topologies import HOST, REPLICATION_ARGS, link_up, poll
+from ..worker.support import fetch, partitions, store
 
 WAIT_MS = 100
 
@@ -165,3 +170,49 @@ def test_a_worker_whose_completions_are_not_confirmed_warns_asks_again_and_goes_
         assert "Traceback" not in worker.output()
     finally:
         worker.kill()
+
+
+def test_a_worker_s_statistics_samples_are_sent_again_until_replicas_confirm_them(
+        master: RedisServer, prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The samples (history, finished per minute, run times) leave the completion for the worker's
+    # write once a second; with DTQ_REDIS_MIN_REPLICAS that write waits for replicas as the
+    # completion does, and one they do not confirm is sent again (flushStats applies it once).
+    config = DtqConfig(redis_url=master.url, key_prefix=prefix, redis_min_replicas=1, redis_wait_timeout_ms=WAIT_MS)
+    engine = Engine(config)
+    (only,) = engine.registry.ensure("smp").all_tags
+    began = time.time()
+
+    def history(port: int) -> int:
+        client = redis.Redis(port=port, decode_responses=True)
+        return sum(int(client.hget(f"{engine.keys.history(only)}m:{m}", "dtq.echo|s") or 0)
+                   for m in range(int(began // 60), int(time.time() // 60) + 1))
+
+    async def run() -> None:
+        worker_store = store(config)
+        try:
+            replica = attach_replica(tmp_path / "replica", master)
+            try:
+                for n in range(3):
+                    engine.tasks.enqueue("dtq.echo", {"n": n}, queue="smp")
+                rows = await fetch(worker_store, partitions(engine, "smp"), 3)
+                assert await worker_store.complete(
+                    [Completion(r, Outcome.SUCCEEDED, result_json="null", duration_s=0.01) for r in rows]
+                ) == ["SUCCEEDED"] * 3
+            finally:
+                replica.stop()
+            with caplog.at_level(logging.WARNING, logger="dtq.worker"):
+                assert await worker_store.write_samples() == 0  # made on the master, not confirmed
+            assert "statistics samples of 1 partition(s) not confirmed by 1 replica(s)" in caplog.text
+            assert history(master.port) == 3 and worker_store.samples  # kept, to be sent again
+            again = attach_replica(tmp_path / "again", master)
+            try:
+                assert await worker_store.write_samples() == 1
+                assert not worker_store.samples
+                assert history(master.port) == 3  # sent twice, counted once
+                assert history(again.port) == 3
+            finally:
+                again.stop()
+        finally:
+            await worker_store.aclose()
+
+    asyncio.run(run())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from dtq_core.task import Outcome
 from dtq_core.worker import execution
 from dtq_core.worker.executor import Completion, Row
 from dtq_core.worker.runtime import Worker
+from dtq_core.worker.samples import MAX_MINUTES, Samples
 from dtq_core.worker.store import WorkerStore
 from tests.redis_server import RedisServer
 
@@ -187,6 +189,21 @@ def test_a_failed_completion_call_keeps_the_samples_of_the_calls_that_landed(
         want = 0 if tag == broken else n
         assert _history(redis_client, engine, tag, _minutes(began)).get("dtq.echo|s", 0) == want, by_tag
         assert _finished(redis_client, engine, tag, "pair", _minutes(began)) == want, by_tag
+
+
+def test_samples_kept_through_an_outage_are_bounded_to_the_history_s_lifetime() -> None:
+    # Minutes older than the history keeps (25 h) would expire before anyone read them: a worker
+    # cut off from Redis for longer keeps the newest MAX_MINUTES of each partition, not all.
+    samples = Samples("w-bound")
+    reply = json.dumps({"h": {"dtq.echo|s": 1}, "f": {"q": 1}, "b": {"le_0.005": 1}, "s": 0.001})
+    for minute in range(MAX_MINUTES + 100):
+        samples.add("t1", minute, reply)
+    ((tag, number, payload),) = samples.writes()
+    written = json.loads(payload)
+    assert (tag, number) == ("t1", 1)
+    assert [m[0] for m in written["m"]] == list(range(100, MAX_MINUTES + 100))  # the newest, in order
+    assert all(m[1] == {"dtq.echo|s": 1} and m[2] == {"q": 1} for m in written["m"])
+    assert written["b"] == {"le_0.005": MAX_MINUTES + 100}  # run times are not by minute: none dropped
 
 
 @pytest.mark.single_node
