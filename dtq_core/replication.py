@@ -12,7 +12,8 @@ The choke points (docs/deployment.md, "Acknowledged means replicated"):
   the action's last write. Replication is one ordered stream, so replicas that have the outcome
   entry have every write the action made before it;
 - completions: WorkerStore.complete, which cannot answer 503 to anyone: it warns and asks again.
-- a worker's statistics samples: WorkerStore.write_samples, which keeps them to send again.
+- a worker's statistics samples: WorkerStore.write_samples, which logs a shortfall and goes on
+  (its next write's WAIT waits for them again).
 
 WAIT is not consensus: a write that times out was still made on the master (it may or may not
 survive a failover), and one confirmed can still be lost if every replica that has it dies too.

@@ -13,10 +13,15 @@
     ARGV[1] JSON {"m": [[minute (ms since the epoch / 60000), {history field: n}, {queue: n}], ...],
                   "b": {bucket label: n}, "s": run-time sum (s)}
     ARGV[2] writer (the worker's id and a token of its process)  ARGV[3] the write's number
+  Each part (a minute's history, a minute's finished counts, the histogram) is written on its
+  own: one that fails (a key of the wrong type) is left out and named in the reply, and the write
+  still counts as applied. Redis keeps what a script wrote before an error, so a write that
+  failed midway and was sent again would add its first parts twice.
   Output:
-    the number of minutes written; -1 when the partition is closed or gone (a queue deleted
-    since: its statistics were folded and dropped, and samples written now would outlive it);
-    -2 when this write was applied already
+    the number of minutes written; {that number, the first error} when a part could not be
+    written (the rest was); -1 when the partition is closed or gone (a queue deleted since: its
+    statistics were folded and dropped, and samples written now would outlive it); -2 when this
+    write was applied already
 ]]
 -- #include common
 -- #include samples
@@ -26,9 +31,14 @@ if not owner or string.sub(owner, 1, 8) == 'deleted|' then return -1 end
 local applied_key, number = K.samples_prefix .. ARGV[2], tonumber(ARGV[3])
 if (tonumber(rcall('GET', applied_key)) or 0) >= number then return -2 end
 local samples = cjson.decode(ARGV[1])
-for _, m in ipairs(samples.m) do
-  local minute, fields = tonumber(m[1]), {}
-  for raw, n in pairs(m[2]) do
+local failed = nil
+local function part(f, ...)
+  local ok, err = pcall(f, ...)
+  if not ok and not failed then failed = error_text(err) end
+end
+local function write_history(minute, raw_fields)
+  local fields = {}
+  for raw, n in pairs(raw_fields) do
     local cut = string.find(raw, '|', 1, true)
     if cut then
       local ttype = string.sub(raw, 1, cut - 1)
@@ -38,8 +48,13 @@ for _, m in ipairs(samples.m) do
     end
   end
   if next(fields) ~= nil then history_write(K, minute, fields) end
-  samples_write_finished(K, minute, m[3])
 end
-samples_write_duration(K, samples.b, tonumber(samples.s) or 0)
+for _, m in ipairs(samples.m) do
+  local minute = tonumber(m[1])
+  part(write_history, minute, m[2])
+  part(samples_write_finished, K, minute, m[3])
+end
+part(samples_write_duration, K, samples.b, tonumber(samples.s) or 0)
 rcall('SET', applied_key, number, 'PX', 3600000)
+if failed then return {#samples.m, failed} end
 return #samples.m

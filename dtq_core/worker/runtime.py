@@ -356,7 +356,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         if samples is not None:
             async with self._samples_lock:  # as the flush: never cut a write off mid-exchange
                 await cancel_and_wait([samples])
-        await self._quietly(self.store.write_samples())
+        await self._quietly(self.store.write_all_samples())
         await self._outlast_threads()
         # Heartbeats kept in-flight entries fresh through the drain; stop them now, because one
         # landing after the deregistration would re-register a worker that is gone.

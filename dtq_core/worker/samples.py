@@ -13,7 +13,7 @@ a second late, and a worker killed without its drain (SIGKILL, a lost host) lose
 of them, as does a completion batch whose reply is lost (the batch sent again is "resent" and
 carries none); never a task, an outcome count or a record. While Redis cannot be reached they
 wait here (at most MAX_MINUTES minutes per partition: older ones would expire before they could
-be read), as do writes that fewer replicas than DTQ_REDIS_MIN_REPLICAS confirmed.
+be read).
 """
 
 from __future__ import annotations

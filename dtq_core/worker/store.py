@@ -478,10 +478,11 @@ class WorkerStore:
     async def write_samples(self) -> int:
         """Write the completions' statistics samples gathered since the last write: one
         flushStats call per partition, sent together on the completions' line (worker/samples.py).
-        A write not answered is sent again, unchanged, by the next call; so is one that fewer
-        replicas than DTQ_REDIS_MIN_REPLICAS confirmed (a WAIT follows the writes, as it follows
-        completions: a failover must not lose samples whose completions it keeps). Returns the
-        number of partitions written."""
+        A write not answered is sent again, unchanged, by the next call, ahead of the partition's
+        newer samples (a drain calls until none is left: write_all_samples). With
+        DTQ_REDIS_MIN_REPLICAS a WAIT follows the writes, as it follows completions; a shortfall
+        is logged and the writes stand (they are on the master), and the next write's WAIT, on the
+        same line, waits for them again. Returns the number of partitions written."""
         writes = self.samples.writes()
         if not writes:
             return 0
@@ -489,23 +490,31 @@ class WorkerStore:
                          args=[payload, self.samples.writer, number]) for tag, number, payload in writes]
         wait = self._waits(calls)
         replies = await self.complete_path.exchange(calls, wait, self.replication.wait_s)
-        if wait:
-            acked = _fewest(replies[len(calls):])
-            if not self.replication.enough(acked):
-                logger.warning("worker_id=%s statistics samples of %d partition(s) not confirmed by %d replica(s) "
-                               "within %d ms (WAIT answered %s): sending them again with the next write",
-                               self.worker_id, len(writes), self.replication.replicas,
-                               self.replication.timeout_ms, acked)
-                return 0
+        if wait and not self.replication.enough(acked := _fewest(replies[len(calls):])):
+            logger.warning("worker_id=%s statistics samples of %d partition(s) not confirmed by %d replica(s) "
+                           "within %d ms (WAIT answered %s): a failover now could lose them; the next write "
+                           "waits for them again", self.worker_id, len(writes), self.replication.replicas,
+                           self.replication.timeout_ms, acked)
         failed = None
         for (tag, number, _payload), reply in zip(writes, replies[:len(calls)], strict=True):
             if isinstance(reply, Exception):
                 failed = failed or reply
-            else:
-                self.samples.answered(tag, number)
+                continue
+            if isinstance(reply, list):  # a part could not be written; the rest was, once
+                error = reply[-1].decode() if isinstance(reply[-1], bytes) else reply[-1]
+                logger.warning("worker_id=%s statistics samples of partition %s written in part (%s); the rest "
+                               "is left out", self.worker_id, tag, error)
+            self.samples.answered(tag, number)
         if failed is not None:
             raise failed
         return len(writes)
+
+    async def write_all_samples(self, rounds: int = 3) -> None:
+        """Write every sample before the worker stops: a partition's write sent again goes
+        first, its newer samples in the next round (a few rounds at most: the drain is bounded)."""
+        for _ in range(rounds):
+            if not self.samples or not await self.write_samples():
+                return
 
     def _waits(self, calls: Sequence[Call]) -> list[Routed]:
         """The WAITs that follow completions (none with DTQ_REDIS_MIN_REPLICAS=0): one on one node;

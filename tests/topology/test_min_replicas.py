@@ -8,10 +8,11 @@ are not confirmed warns, asks again and goes on."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -20,13 +21,17 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
+import dtq_tasks  # noqa: F401 - registers the built-in task types in this process (the worker below)
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import ReplicationTimeout
 from dtq_core.keys import Keys
 from dtq_core.task import Outcome
+from dtq_core.worker import store as store_module
 from dtq_core.worker.executor import Completion
+from dtq_core.worker.runtime import Worker
+from dtq_core.worker.store import WorkerStore
 
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
@@ -172,13 +177,16 @@ def test_a_worker_whose_completions_are_not_confirmed_warns_asks_again_and_goes_
         worker.kill()
 
 
-def test_a_worker_s_statistics_samples_are_sent_again_until_replicas_confirm_them(
-        master: RedisServer, prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_worker_s_statistics_samples_wait_for_replicas_and_a_shortfall_is_logged_not_held(
+        master: RedisServer, prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "REWAITS", 0)  # completions: no asking again (speed only)
     # The samples (history, finished per minute, run times) leave the completion for the worker's
-    # write once a second; with DTQ_REDIS_MIN_REPLICAS that write waits for replicas as the
-    # completion does, and one they do not confirm is sent again (flushStats applies it once).
+    # write once a second; with DTQ_REDIS_MIN_REPLICAS a WAIT follows that write as it follows a
+    # completion. Without a replica to confirm it, the write stands on the master and is logged:
+    # holding it back would hold every later sample of the partition back with it.
     config = DtqConfig(redis_url=master.url, key_prefix=prefix, redis_min_replicas=1, redis_wait_timeout_ms=WAIT_MS)
-    engine = Engine(config)
+    engine = Engine(dataclasses.replace(config, redis_min_replicas=0))  # submits without WAIT
     (only,) = engine.registry.ensure("smp").all_tags
     began = time.time()
 
@@ -187,32 +195,76 @@ def test_a_worker_s_statistics_samples_are_sent_again_until_replicas_confirm_the
         return sum(int(client.hget(f"{engine.keys.history(only)}m:{m}", "dtq.echo|s") or 0)
                    for m in range(int(began // 60), int(time.time() // 60) + 1))
 
+    async def complete(worker_store: WorkerStore, n: int) -> None:
+        for i in range(n):
+            engine.tasks.enqueue("dtq.echo", {"n": i}, queue="smp")
+        rows = await fetch(worker_store, partitions(engine, "smp"), n)
+        assert await worker_store.complete(
+            [Completion(r, Outcome.SUCCEEDED, result_json="null", duration_s=0.01) for r in rows]) == ["SUCCEEDED"] * n
+
     async def run() -> None:
         worker_store = store(config)
         try:
             replica = attach_replica(tmp_path / "replica", master)
             try:
-                for n in range(3):
-                    engine.tasks.enqueue("dtq.echo", {"n": n}, queue="smp")
-                rows = await fetch(worker_store, partitions(engine, "smp"), 3)
-                assert await worker_store.complete(
-                    [Completion(r, Outcome.SUCCEEDED, result_json="null", duration_s=0.01) for r in rows]
-                ) == ["SUCCEEDED"] * 3
+                await complete(worker_store, 3)
+                with caplog.at_level(logging.WARNING, logger="dtq.worker"):
+                    assert await worker_store.write_samples() == 1
+                assert "statistics samples" not in caplog.text
+                assert history(replica.port) == 3  # confirmed: the replica has them already
             finally:
                 replica.stop()
+            await complete(worker_store, 2)
             with caplog.at_level(logging.WARNING, logger="dtq.worker"):
-                assert await worker_store.write_samples() == 0  # made on the master, not confirmed
-            assert "statistics samples of 1 partition(s) not confirmed by 1 replica(s)" in caplog.text
-            assert history(master.port) == 3 and worker_store.samples  # kept, to be sent again
-            again = attach_replica(tmp_path / "again", master)
-            try:
                 assert await worker_store.write_samples() == 1
-                assert not worker_store.samples
-                assert history(master.port) == 3  # sent twice, counted once
-                assert history(again.port) == 3
-            finally:
-                again.stop()
+            assert ("statistics samples of 1 partition(s) not confirmed by 1 replica(s) within "
+                    f"{WAIT_MS} ms (WAIT answered 0): a failover now could lose them") in caplog.text
+            assert history(master.port) == 5 and not worker_store.samples
+            assert await worker_store.write_samples() == 0  # nothing held back to send again
+            assert history(master.port) == 5
         finally:
             await worker_store.aclose()
 
     asyncio.run(run())
+
+
+def test_a_draining_worker_writes_its_samples_though_no_replica_confirms_them(
+        master: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "REWAITS", 0)  # completions: no asking again (speed only)
+    plain = Engine(DtqConfig(redis_url=master.url, key_prefix=prefix))  # submits without WAIT
+    config = DtqConfig(redis_url=master.url, key_prefix=prefix, redis_min_replicas=1, redis_wait_timeout_ms=50)
+    (only,) = plain.registry.ensure("lag").all_tags
+    began = time.time()
+    first = [plain.tasks.enqueue("dtq.echo", {"n": n}, queue="lag").id for n in range(3)]
+    worker = Worker(config, queues=["lag"], name=f"lag-{time.monotonic_ns()}")
+    data = redis.Redis(port=master.port, decode_responses=True)
+
+    def succeeded(ids: list[str]) -> bool:
+        return all(plain.tasks.get(i)["status"] == "SUCCEEDED" for i in ids)
+
+    def written() -> int:
+        return sum(int(data.hget(f"{plain.keys.history(only)}m:{m}", "dtq.echo|s") or 0)
+                   for m in range(int(began // 60), int(time.time() // 60) + 1))
+
+    async def until(check: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 15
+        while not await asyncio.to_thread(check):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)
+
+    async def scenario() -> bool:
+        running = asyncio.create_task(worker.run())
+        try:
+            await until(lambda: succeeded(first), "the first tasks")
+            await until(lambda: written() == 3, "the loop's write")  # not confirmed: no replica
+            second = [plain.tasks.enqueue("dtq.echo", {"n": n}, queue="lag").id for n in range(3, 5)]
+            await until(lambda: succeeded(second), "the second tasks")
+            worker.request_stop()  # as SIGTERM: the drain writes the samples
+            assert await asyncio.wait_for(running, 20) == 0
+            return bool(worker.store.samples)
+        finally:
+            if not running.done():
+                running.cancel()
+
+    assert asyncio.run(scenario()) is False  # none left behind
+    assert written() == 5

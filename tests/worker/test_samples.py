@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -236,6 +237,33 @@ def test_samples_wait_out_a_redis_outage_and_land_once(tmp_path: Path, config: D
         server.stop()
 
 
+def test_a_write_that_fails_in_part_is_applied_once_and_says_what_it_left_out(
+        engine: Engine, config: DtqConfig, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # Redis keeps what a script wrote before an error: a write that failed midway and went out
+    # again would add its first parts twice. So each part stands alone and the write counts.
+    began = time.time()
+    (served,) = partitions(engine, "midway")
+    worker_store = store(config)
+    duration_key = engine.keys.stats_duration(served.tag)
+
+    async def complete_then_write_three_times() -> tuple[int, int, int]:
+        try:
+            await _complete(worker_store, engine, "midway", 3)
+            redis_client.set(duration_key, "not a hash")  # the histogram's part fails
+            with caplog.at_level(logging.WARNING, logger="dtq.worker"):
+                return (await worker_store.write_samples(), await worker_store.write_samples(),
+                        await worker_store.write_samples())
+        finally:
+            await worker_store.aclose()
+
+    assert asyncio.run(complete_then_write_three_times()) == (1, 0, 0)
+    assert f"statistics samples of partition {served.tag} written in part (WRONGTYPE" in caplog.text
+    history = _history(redis_client, engine, served.tag, _minutes(began))
+    assert history["dtq.echo|s"] == 3
+    assert _finished(redis_client, engine, served.tag, "midway", _minutes(began)) == 3
+    assert redis_client.get(duration_key) == "not a hash"
+
+
 def test_a_worker_stopped_by_sigterm_writes_its_samples_before_it_exits(
         live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
     engine = live_engine
@@ -264,3 +292,56 @@ def test_a_draining_worker_writes_the_samples_its_loop_has_not(
     assert worker.processed == 12
     assert _history(redis_client, engine, served.tag, _minutes(began))["dtq.echo|s"] == 12
     assert _finished(redis_client, engine, served.tag, "drained", _minutes(began)) == 12
+
+
+@pytest.mark.single_node
+def test_a_drain_writes_the_samples_queued_behind_a_write_it_must_send_again(
+        tmp_path: Path, config: DtqConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A write that failed (Redis restarted under it) goes out again first, and the partition's
+    # newer samples wait behind it: the drain must send both, not just the old one. The loop is
+    # held off for an hour, so only the test's write and the drain's can land them.
+    monkeypatch.setattr(execution, "FLUSH_EVERY_S", 3600.0)
+    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    try:
+        private = dataclasses.replace(config, redis_url=server.url)
+        engine = Engine(private)
+        data = redis.Redis.from_url(server.url, decode_responses=True)
+        began = time.time()
+        (served,) = partitions(engine, "again")
+        worker = Worker(private, queues=["again"], name=f"again-{time.monotonic_ns()}")
+
+        def succeeded(ids: list[str]) -> bool:
+            try:
+                return all(engine.tasks.get(i)["status"] == "SUCCEEDED" for i in ids)
+            except redis.exceptions.ConnectionError:
+                return False
+
+        async def until(check: Callable[[], bool], what: str) -> None:
+            deadline = time.monotonic() + 30
+            while not await asyncio.to_thread(check):
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                await asyncio.sleep(0.05)
+
+        async def scenario() -> bool:
+            running = asyncio.create_task(worker.run())
+            try:
+                first = [engine.tasks.enqueue("dtq.echo", {"n": n}, queue="again").id for n in range(3)]
+                await until(lambda: succeeded(first), "the first tasks")
+                await asyncio.to_thread(server.stop)
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await worker.store.write_samples()  # its outcome unknown: to be sent again
+                await asyncio.to_thread(server.start)
+                second = [engine.tasks.enqueue("dtq.echo", {"n": n}, queue="again").id for n in range(3, 5)]
+                await until(lambda: succeeded(second), "the tasks after the restart")
+                worker.request_stop()  # as SIGTERM
+                assert await asyncio.wait_for(running, 30) == 0
+                return bool(worker.store.samples)
+            finally:
+                if not running.done():
+                    running.cancel()
+
+        assert asyncio.run(scenario()) is False  # none left behind
+        assert _history(data, engine, served.tag, _minutes(began))["dtq.echo|s"] == 5
+        assert _finished(data, engine, served.tag, "again", _minutes(began)) == 5
+    finally:
+        server.stop()
