@@ -169,6 +169,7 @@ class Tasks(Noun):
         placed = builtins.list(submissions)
         out: builtins.list[Enqueued | QueueFull | QueueLimitReached | None] = [None] * len(placed)
         pending = builtins.list(range(len(placed)))
+        failed: Exception | None = None  # a task's own error: raised once the others are signalled
         for last_round in (False, True):
             calls: builtins.list[tuple[int, Layout]] = []
             for i in pending:
@@ -181,6 +182,9 @@ class Tasks(Noun):
             replies = self._enqueue_batches([(placed[i], layout) for i, layout in calls])
             pending = []
             for (i, layout), reply in zip(calls, replies, strict=True):
+                if isinstance(reply, Exception):
+                    failed = failed or reply
+                    continue
                 if _closed(reply) and not last_round:
                     pending.append(i)
                     continue
@@ -195,6 +199,8 @@ class Tasks(Noun):
             for s, o in zip(placed, out, strict=True):
                 if isinstance(o, Enqueued) and o.created:
                     _queued(s)
+        if failed is not None:
+            raise failed
         return [o for o in out if o is not None]
 
     def place(self, s: Submission, *, again: bool = False) -> tuple[Submission, Layout]:
@@ -211,12 +217,15 @@ class Tasks(Noun):
         if again:
             self._reopen({s.queue})
         layout = self.registry.ensure(s.queue)
-        if s.task_id and tag_of(s.task_id) in layout.tags:
-            return s, layout
         # The partition: a group's tasks share one, so its group limits hold exactly
         # (engine/limits.py); else a unique key, else an idempotency key always picks the same one.
         # With a group_key, the unique and idempotency keys are kept within the group's partition.
-        return s.placed(layout.tag_for(s.group_key or (s.unique.key if s.unique else s.idempotency_key))), layout
+        key = s.group_key or (s.unique.key if s.unique else s.idempotency_key)
+        if s.task_id and tag_of(s.task_id) in layout.tags and (not key or tag_of(s.task_id) == layout.tag_for(key)):
+            # Kept only where its key leads: a queue created again with another partition count
+            # sends the key elsewhere, where the next submit with it looks.
+            return s, layout
+        return s.placed(layout.tag_for(key)), layout
 
     def _reopen(self, queues: set[str]) -> None:
         """Read the registry anew and open the partitions of these queues (see place)."""
@@ -252,7 +261,14 @@ class Tasks(Noun):
         """enqueueTask's replies for placed submissions, in their order, from one exchange: the
         tasks of one partition go in enqueueTasks calls of at most BULK_CHUNK tasks and
         BULK_CHUNK_BYTES of payload (one call each, not one per task: the call's own cost and the
-        depth gate's reads paid once); a call of one task is an enqueueTask."""
+        depth gate's reads paid once); a partition's only task goes in an enqueueTask. One script
+        per partition: a node that lacks a script answers its calls "not found", and they are
+        sent again after the exchange, so a partition's chunks in two scripts could land out of
+        order when the node had one script and not the other (a later task overtaking an earlier
+        one: idempotency, the depth gate and stream order would answer for that other order).
+        Each submission's reply, a task's own error as its exception (the batch's others landed)."""
+        if not placed:
+            return []
         by_partition: dict[str, builtins.list[int]] = {}
         for i, (s, _) in enumerate(placed):
             by_partition.setdefault(self.keys.partition(tag_of(s.task_id)), []).append(i)
@@ -263,7 +279,7 @@ class Tasks(Noun):
         for key, indexes in by_partition.items():
             for chunk in _chunks(indexes, [len(placed[i][0].payload_json) for i in indexes]):
                 shares.append(chunk)
-                if len(chunk) == 1:
+                if len(indexes) == 1:
                     calls.append(self._enqueue_call(*placed[chunk[0]], with_record=False))
                     continue
                 layout = placed[chunk[0]][1]
@@ -276,15 +292,13 @@ class Tasks(Noun):
                     args += [s.task_id, s.priority, due, s.idempotency_key or "", unique, len(fields), *fields]
                 calls.append(("enqueueTasks", [key], args))
         replies: builtins.list[Any] = [None] * len(placed)
-        for chunk, reply in zip(shares, self._run(calls), strict=True):
-            if len(chunk) == 1:
-                replies[chunk[0]] = reply
+        for chunk, (name, _, _), reply in zip(shares, calls, self.scripts.call_direct_many(calls), strict=True):
+            if name == "enqueueTask" or isinstance(reply, Exception):  # a call's error is each of its tasks'
+                for i in chunk:
+                    replies[i] = reply
                 continue
             for i, one in zip(chunk, reply, strict=True):
                 replies[i] = one
-        for reply in replies:  # a task's own error (the batch's others landed), as _run raises a call's
-            if isinstance(reply, Exception):
-                raise reply
         return replies
 
     def depth_limit(self, layout: Layout) -> int:
