@@ -23,11 +23,16 @@ every TICK_S (Keeper.tick):
   and the worker leaves them every CPU for HOLD_S before it looks again;
 - on the least busy CPU the process may use (taskset, a cpuset), moved off a CPU that other
   processes crowd; every PROBE_S (jittered) the threads run one tick on all CPUs again so
-  that the measure above stays current.
-A program a handler starts inherits the CPU of the thread that starts it: every tick, and when
-the threads let go, the worker's child processes (and theirs) still on exactly the pinned CPU get
-every CPU back (free_descendants), so a program started by a pinned thread is confined for at
-most one tick.
+  that the measure above stays current, and EARLY_PROBE_S after a pin no measure backs (the
+  first sync handler's; the first busy tick after IDLE_S idle): a pinned process cannot show
+  that its handlers would use more than one CPU.
+A program a handler starts inherits the CPU of the thread that starts it: every tick, after a
+move, and when the threads let go, the worker's child processes (and theirs) still on exactly
+the pinned CPU get every CPU back (free_descendants), so a program started by a pinned thread is
+confined for at most one tick. Not seen (docs/tasks.md says so): a program that chose exactly
+that CPU itself (widened too), one detached from the worker (reparented to PID 1: it keeps the
+CPU), an embedding program's threads' own CPU sets (they get the worker's), and a worker narrowed
+by hand while it runs (its next unpin spreads it over the CPUs it started with).
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ LONG_HOLD_S = 5.0  # how long after the last long attempt the threads stay on ev
 PARALLEL = 1.15  # CPUs the process used at once while free to: its handlers run C code in parallel
 HOLD_S = 30.0  # how long such a worker is left on every CPU before it looks again
 PROBE_S = 30.0  # how often a pinned worker runs a tick unpinned, to measure the above
+# The first probe after a pin that no measure backs (the first sync handler, a busy spell after
+# an idle one): handlers that run C code in parallel are found within seconds, not PROBE_S. Not
+# sooner: a probe's tick unpinned cost a drain of 20,000 short sync tasks (2-3 s) about 10 % at 1 s.
+EARLY_PROBE_S = 5.0
+IDLE_S = 5.0  # a worker that ended no attempt for this long is idle: what it runs next is not known
 CROWDED = 0.5  # of a CPU used by other processes on ours: move when another CPU is this much freer
 TIE = 0.2  # CPUs this close to the least busy one are as good
 
@@ -73,13 +83,25 @@ def cpu_busy() -> dict[int, float]:
     return busy
 
 
-def set_threads(cpus: set[int]) -> None:
-    """Every thread of this process on `cpus` (threads started later inherit their starter's)."""
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), cpus)
-        except (OSError, ValueError):  # the thread ended meanwhile
-            continue
+def set_threads(cpus: set[int], *, passes: int = 100) -> None:
+    """Every thread of this process on `cpus` (threads started later inherit their starter's).
+    Listed again until a listing shows no new thread off `cpus`: a thread not set yet may start
+    one while the others are being set (the GIL is let go between them), and that one would keep
+    the old CPUs."""
+    done: set[str] = set()
+    for _ in range(passes):
+        tids = set(os.listdir("/proc/self/task")) - done
+        changed = False
+        for tid in tids:
+            try:
+                if os.sched_getaffinity(int(tid)) != cpus:
+                    os.sched_setaffinity(int(tid), cpus)
+                    changed = True
+            except (OSError, ValueError):  # the thread ended meanwhile
+                continue
+        if not changed:
+            return
+        done |= tids
 
 
 def children(pid: int) -> list[int]:
@@ -171,6 +193,7 @@ class Keeper:
         self.parallel_until = 0.0
         self.long_until = 0.0  # a long attempt ran: every CPU until then
         self.probe_at = 0.0
+        self.busy_at = 0.0  # when a tick last saw attempts end
         self._cpu = CpuMeter()  # this process's share of a CPU between two measures
         self._last: tuple[float, dict[int, float], int] | None = None
         self._announced: int | None = None  # the CPU last logged at info (a probe's return is not news)
@@ -191,6 +214,7 @@ class Keeper:
         sample = self.measure()  # each CPU's use since the last measure, and the next tick's start
         busy = sample.busy if sample is not None else {cpu: 0.0 for cpu in self.allowed}
         self._pin(least_busy(busy, self.allowed, self.rng), None)
+        self.probe_at = now + EARLY_PROBE_S  # handlers running C code in parallel: known within seconds
 
     def measure(self) -> Sample | None:
         now, (_, share), busy, ended = self.clock(), self._cpu.read(), cpu_busy(), self.ended()
@@ -203,6 +227,9 @@ class Keeper:
 
     def tick(self, sample: Sample) -> None:
         now = self.clock()
+        was_idle = now - self.busy_at > IDLE_S
+        if sample.rate > 0:
+            self.busy_at = now
         long_running = self.running_for() >= LONG_S
         if long_running:
             self.long_until = now + LONG_HOLD_S
@@ -216,6 +243,10 @@ class Keeper:
             elif self.sync_started() and now >= self.parallel_until and now >= self.long_until:
                 self._pin(least_busy(sample.busy, self.allowed, self.rng), sample)
             return
+        if sample.rate > 0 and was_idle:
+            # Busy again after an idle spell, pinned on measures of nothing: what runs now may be
+            # handlers that use several CPUs at once; measure unpinned soon, not in PROBE_S.
+            self.probe_at = min(self.probe_at, now + EARLY_PROBE_S)
         if long_running or now >= self.probe_at:
             self._unpin()  # long attempts, or time to measure unpinned again
             return
@@ -225,7 +256,8 @@ class Keeper:
             self.apply({move})
             logger.debug("worker_id=%s moved its threads from CPU %d (%.0f%% used by others) to CPU %d",
                          self.worker_id, self.pinned, 100 * (sample.busy.get(self.pinned, 0.0) - sample.usage), move)
-            self.pinned = move
+            old, self.pinned = self.pinned, move
+            self._free_children(old)  # programs started between the scan above and the move
 
     def _pin(self, cpu: int, sample: Sample | None) -> None:
         self.apply({cpu})

@@ -183,7 +183,49 @@ def test_a_pinned_worker_frees_the_programs_its_handlers_start_every_tick() -> N
     k.tick(sample(usage=0.9, rate=4000))
     k.tick(sample(usage=0.2, rate=4000, busy={0: 0.9, 1: 0.6, 2: 1.0, 3: 0.1}))  # crowded: moves to CPU 3
     k.tick(sample(usage=0.9, rate=4000, busy={0: 0.9, 1: 0.6, 2: 0.3, 3: 0.9}))
-    assert freed == [2, 2, 3] and k.pinned == 3  # each tick, those started on the CPU pinned then
+    # Each tick, those started on the CPU pinned then; after a move, those started on the old CPU
+    # between that tick's scan and the move too.
+    assert freed == [2, 2, 2, 3] and k.pinned == 3
+
+
+def test_handlers_that_run_c_code_in_parallel_are_measured_unpinned_soon_after_a_pin() -> None:
+    # The first sync handler pins at once, on no measure (a pinned process cannot show it would
+    # use two CPUs): the first probe comes within EARLY_PROBE_S, not PROBE_S, and finds them.
+    k, applied, clock, _, _ = keeper_with()
+    k.first_sync()
+    clock.now += affinity.TICK_S
+    k.tick(sample(usage=0.99, rate=300))
+    assert k.pinned is not None
+    clock.now += affinity.EARLY_PROBE_S
+    k.tick(sample(usage=0.99, rate=300))
+    assert k.pinned is None and applied[-1] == ALLOWED  # the probe: one tick on every CPU
+    clock.now += affinity.TICK_S
+    k.tick(sample(usage=1.8, rate=600))  # what they use when they may
+    clock.now += affinity.TICK_S
+    k.tick(sample(usage=1.8, rate=600))
+    assert k.pinned is None and applied[-1] == ALLOWED  # and left on every CPU for HOLD_S
+
+
+def test_a_pinned_idle_worker_measures_again_soon_once_tasks_come_back() -> None:
+    # Pinned while idle (on measures of nothing), then a busy spell: probed within EARLY_PROBE_S.
+    k, applied, clock, _, _ = keeper_with()
+    for _ in range(3):
+        k.tick(sample(usage=0.01, rate=0))
+        clock.now += affinity.TICK_S
+    assert k.pinned == 2
+    clock.now += affinity.IDLE_S
+    k.tick(sample(usage=0.99, rate=300))  # tasks again
+    assert k.pinned == 2
+    clock.now += affinity.EARLY_PROBE_S
+    k.tick(sample(usage=0.99, rate=300))
+    assert k.pinned is None and applied[-1] == ALLOWED
+    # Short tasks on one CPU's worth: pinned again, and the next probe is PROBE_S away.
+    clock.now += affinity.TICK_S
+    k.tick(sample(usage=0.9, rate=4000))
+    for _ in range(int(affinity.PROBE_S * 0.8 / affinity.TICK_S) - 1):
+        clock.now += affinity.TICK_S
+        k.tick(sample(usage=0.9, rate=4000))
+    assert k.pinned == 2
 
 
 def test_workers_started_together_spread_over_the_cpus_that_are_equally_free() -> None:
