@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -36,7 +36,7 @@ from dtq_core.worker.store import WorkerStore
 from ..conftest import WorkerProcess, wait_for, worker_env
 from ..redis_server import RedisServer
 from ..redis_topologies import HOST, REPLICATION_ARGS, link_up, poll
-from ..worker.support import fetch, partitions, store
+from ..worker.support import fetch, partitions, store, until
 
 WAIT_MS = 100
 
@@ -246,11 +246,6 @@ def test_a_draining_worker_writes_its_samples_though_no_replica_confirms_them(
         return sum(int(data.hget(f"{plain.keys.history(only)}m:{m}", "dtq.echo|s") or 0)
                    for m in range(int(began // 60), int(time.time() // 60) + 1))
 
-    async def until(check: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + 15
-        while not await asyncio.to_thread(check):
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.05)
 
     async def scenario() -> bool:
         running = asyncio.create_task(worker.run())

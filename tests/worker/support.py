@@ -3,6 +3,10 @@ store's calls as the worker makes them."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+
 from dtq_core.clock import Clock, SystemClock
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
@@ -29,3 +33,11 @@ def partitions(engine: Engine, *queues: str) -> list[Partition]:
 async def fetch(worker_store: WorkerStore, served: list[Partition], count: int) -> list[Row]:
     """Fetch up to `count` from each partition (one fetchTasks call each, one round trip)."""
     return (await worker_store.fetch([(p, count) for p in served])).rows
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Poll a blocking check (in a thread, off the event loop a Worker runs on) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)

@@ -31,7 +31,7 @@ from tests.redis_server import RedisServer
 
 from ..conftest import WorkerProcess, wait_for
 from ..failure.support import FAST
-from .support import fetch, partitions, store
+from .support import fetch, partitions, store, until
 
 
 def _done(rows: list[Row], outcome: Outcome = Outcome.SUCCEEDED) -> list[Completion]:
@@ -316,11 +316,6 @@ def test_a_drain_writes_the_samples_queued_behind_a_write_it_must_send_again(
             except redis.exceptions.ConnectionError:
                 return False
 
-        async def until(check: Callable[[], bool], what: str) -> None:
-            deadline = time.monotonic() + 30
-            while not await asyncio.to_thread(check):
-                assert time.monotonic() < deadline, f"timed out waiting for {what}"
-                await asyncio.sleep(0.05)
 
         async def scenario() -> bool:
             running = asyncio.create_task(worker.run())
