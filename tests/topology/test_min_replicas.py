@@ -246,7 +246,6 @@ def test_a_draining_worker_writes_its_samples_though_no_replica_confirms_them(
         return sum(int(data.hget(f"{plain.keys.history(only)}m:{m}", "dtq.echo|s") or 0)
                    for m in range(int(began // 60), int(time.time() // 60) + 1))
 
-
     async def scenario() -> bool:
         running = asyncio.create_task(worker.run())
         try:

@@ -316,7 +316,6 @@ def test_a_drain_writes_the_samples_queued_behind_a_write_it_must_send_again(
             except redis.exceptions.ConnectionError:
                 return False
 
-
         async def scenario() -> bool:
             running = asyncio.create_task(worker.run())
             try:
