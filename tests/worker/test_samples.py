@@ -11,7 +11,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -207,34 +207,47 @@ def test_samples_kept_through_an_outage_are_bounded_to_the_history_s_lifetime() 
     assert written["b"] == {"le_0.005": MAX_MINUTES + 100}  # run times are not by minute: none dropped
 
 
-@pytest.mark.single_node
-def test_samples_wait_out_a_redis_outage_and_land_once(tmp_path: Path, config: DtqConfig) -> None:
+@dataclasses.dataclass
+class OwnRedis:
+    server: RedisServer
+    config: DtqConfig
+    engine: Engine
+    data: redis.Redis
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path, config: DtqConfig) -> Iterator[OwnRedis]:
+    """A redis-server of the test's own, append-only: it can be stopped and started again."""
     server = RedisServer(tmp_path / "redis", appendonly=True).start()
     try:
         private = dataclasses.replace(config, redis_url=server.url)
-        engine = Engine(private)
-        data = redis.Redis.from_url(server.url, decode_responses=True)
-        began = time.time()
-        (served,) = partitions(engine, "out")
-        worker_store = store(private)
-
-        async def complete_then_write_through_an_outage() -> tuple[list[object], bool, int]:
-            try:
-                statuses = await _complete(worker_store, engine, "out", 4)
-                server.stop()
-                with pytest.raises(redis.exceptions.ConnectionError):
-                    await worker_store.write_samples()
-                kept = bool(worker_store.samples)  # for the next write
-                server.start()
-                return statuses, kept, await worker_store.write_samples()
-            finally:
-                await worker_store.aclose()
-
-        assert asyncio.run(complete_then_write_through_an_outage()) == (["SUCCEEDED"] * 4, True, 1)
-        assert _history(data, engine, served.tag, _minutes(began))["dtq.echo|s"] == 4
-        assert _finished(data, engine, served.tag, "out", _minutes(began)) == 4
+        yield OwnRedis(server, private, Engine(private), redis.Redis.from_url(server.url, decode_responses=True))
     finally:
         server.stop()
+
+
+@pytest.mark.single_node
+def test_samples_wait_out_a_redis_outage_and_land_once(own_redis: OwnRedis) -> None:
+    server, engine, data = own_redis.server, own_redis.engine, own_redis.data
+    began = time.time()
+    (served,) = partitions(engine, "out")
+    worker_store = store(own_redis.config)
+
+    async def complete_then_write_through_an_outage() -> tuple[list[object], bool, int]:
+        try:
+            statuses = await _complete(worker_store, engine, "out", 4)
+            server.stop()
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await worker_store.write_samples()
+            kept = bool(worker_store.samples)  # for the next write
+            server.start()
+            return statuses, kept, await worker_store.write_samples()
+        finally:
+            await worker_store.aclose()
+
+    assert asyncio.run(complete_then_write_through_an_outage()) == (["SUCCEEDED"] * 4, True, 1)
+    assert _history(data, engine, served.tag, _minutes(began))["dtq.echo|s"] == 4
+    assert _finished(data, engine, served.tag, "out", _minutes(began)) == 4
 
 
 def test_a_write_that_fails_in_part_is_applied_once_and_says_what_it_left_out(
@@ -296,46 +309,40 @@ def test_a_draining_worker_writes_the_samples_its_loop_has_not(
 
 @pytest.mark.single_node
 def test_a_drain_writes_the_samples_queued_behind_a_write_it_must_send_again(
-        tmp_path: Path, config: DtqConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+        own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch) -> None:
     # A write that failed (Redis restarted under it) goes out again first, and the partition's
     # newer samples wait behind it: the drain must send both, not just the old one. The loop is
     # held off for an hour, so only the test's write and the drain's can land them.
     monkeypatch.setattr(execution, "FLUSH_EVERY_S", 3600.0)
-    server = RedisServer(tmp_path / "redis", appendonly=True).start()
-    try:
-        private = dataclasses.replace(config, redis_url=server.url)
-        engine = Engine(private)
-        data = redis.Redis.from_url(server.url, decode_responses=True)
-        began = time.time()
-        (served,) = partitions(engine, "again")
-        worker = Worker(private, queues=["again"], name=f"again-{time.monotonic_ns()}")
+    server, engine, data = own_redis.server, own_redis.engine, own_redis.data
+    began = time.time()
+    (served,) = partitions(engine, "again")
+    worker = Worker(own_redis.config, queues=["again"], name=f"again-{time.monotonic_ns()}")
 
-        def succeeded(ids: list[str]) -> bool:
-            try:
-                return all(engine.tasks.get(i)["status"] == "SUCCEEDED" for i in ids)
-            except redis.exceptions.ConnectionError:
-                return False
+    def succeeded(ids: list[str]) -> bool:
+        try:
+            return all(engine.tasks.get(i)["status"] == "SUCCEEDED" for i in ids)
+        except redis.exceptions.ConnectionError:
+            return False
 
-        async def scenario() -> bool:
-            running = asyncio.create_task(worker.run())
-            try:
-                first = [engine.tasks.enqueue("dtq.echo", {"n": n}, queue="again").id for n in range(3)]
-                await until(lambda: succeeded(first), "the first tasks")
-                await asyncio.to_thread(server.stop)
-                with pytest.raises(redis.exceptions.ConnectionError):
-                    await worker.store.write_samples()  # its outcome unknown: to be sent again
-                await asyncio.to_thread(server.start)
-                second = [engine.tasks.enqueue("dtq.echo", {"n": n}, queue="again").id for n in range(3, 5)]
-                await until(lambda: succeeded(second), "the tasks after the restart")
-                worker.request_stop()  # as SIGTERM
-                assert await asyncio.wait_for(running, 30) == 0
-                return bool(worker.store.samples)
-            finally:
-                if not running.done():
-                    running.cancel()
+    async def scenario() -> bool:
+        running = asyncio.create_task(worker.run())
+        try:
+            first = [engine.tasks.enqueue("dtq.echo", {"n": n}, queue="again").id for n in range(3)]
+            await until(lambda: succeeded(first), "the first tasks")
+            await asyncio.to_thread(server.stop)
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await worker.store.write_samples()  # its outcome unknown: to be sent again
+            await asyncio.to_thread(server.start)
+            second = [engine.tasks.enqueue("dtq.echo", {"n": n}, queue="again").id for n in range(3, 5)]
+            await until(lambda: succeeded(second), "the tasks after the restart")
+            worker.request_stop()  # as SIGTERM
+            assert await asyncio.wait_for(running, 30) == 0
+            return bool(worker.store.samples)
+        finally:
+            if not running.done():
+                running.cancel()
 
-        assert asyncio.run(scenario()) is False  # none left behind
-        assert _history(data, engine, served.tag, _minutes(began))["dtq.echo|s"] == 5
-        assert _finished(data, engine, served.tag, "again", _minutes(began)) == 5
-    finally:
-        server.stop()
+    assert asyncio.run(scenario()) is False  # none left behind
+    assert _history(data, engine, served.tag, _minutes(began))["dtq.echo|s"] == 5
+    assert _finished(data, engine, served.tag, "again", _minutes(began)) == 5
