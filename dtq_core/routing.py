@@ -74,9 +74,13 @@ def _blocking_cluster(client: object) -> bool:
     return known
 
 
-def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: Sequence[Routed]) -> list[Any]:
+def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: Sequence[Routed], *,
+                    each_master: bool = False) -> list[Any]:
     """Send commands (blocking client) and return their replies in order; an error reply comes
-    back as its exception."""
+    back as its exception. A master that does not answer raises its connection error, unless
+    each_master: then that error is the reply of each of its commands (which may or may not have
+    run) and the other masters' commands still go, for a caller that answers each command on its
+    own (a batch submit: the tasks the live masters queued must not be reported as failed)."""
     if not _blocking_cluster(client):
         pool = client.connection_pool  # type: ignore[union-attr]  # a Redis: _blocking_cluster said so
         return exchange_pooled(pool, [command for _, command in commands])
@@ -84,6 +88,7 @@ def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: 
     replies: list[Any] = [None] * len(commands)
     pending = list(range(len(commands)))
     asked: dict[int, tuple[str, int]] = {}  # command -> the node an ASK sent it to
+    stale_map = False  # a master did not answer (each_master): read the slot map before returning
     for attempt in range(MAX_REDIRECTS + 1):
         groups: dict[Any, list[int]] = defaultdict(list)
         for i in pending:
@@ -97,9 +102,14 @@ def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: 
                       for part in ((ASKING, commands[i][1]) if i in was_asked else (commands[i][1],))]
             try:
                 got = _answers(exchange_pooled(pool, packed), [i in was_asked for i in indexes])
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-                client.nodes_manager.initialize()  # a failover: the next call finds the new master
-                raise
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                if not each_master:
+                    client.nodes_manager.initialize()  # a failover: the next call finds the new master
+                    raise
+                for i in indexes:
+                    replies[i] = exc
+                stale_map = True
+                continue
             for i, reply in zip(indexes, got, strict=True):
                 if not_run_here(reply) and attempt < MAX_REDIRECTS:
                     again.append(i)
@@ -112,7 +122,18 @@ def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: 
         if any(i not in asked for i in again):
             client.nodes_manager.initialize()
         pending = again
+    if stale_map:
+        _read_slot_map(client)
     return replies
+
+
+def _read_slot_map(client: redis.cluster.RedisCluster) -> None:
+    """Read the slot map anew after a master failed to answer (a failover: the next call finds
+    the new master); the replies in hand stand if no node answers that either."""
+    try:
+        client.nodes_manager.initialize()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.RedisClusterException):
+        pass
 
 
 def _answers(replies: list[Any], asking: list[bool]) -> list[Any]:

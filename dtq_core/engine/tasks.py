@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .. import codec, hooks
 from ..clock import iso
@@ -149,7 +149,22 @@ class Tasks(Noun):
     def enqueue_many(self, submissions: Sequence[Submission]
                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
         """Queue validated submissions in one round trip, in order (a new queue adds its
-        registration first; a partition closed meanwhile, a second round for its tasks)."""
+        registration first; a partition closed meanwhile, a second round for its tasks). A task
+        whose call Redis failed raises that error once the others are queued and signalled."""
+        outcomes = self.enqueue_each(submissions)
+        failed = next((o for o in outcomes if isinstance(o, Exception)
+                       and not isinstance(o, (QueueFull, QueueLimitReached))), None)
+        if failed is not None:
+            raise failed
+        return cast("builtins.list[Enqueued | QueueFull | QueueLimitReached]", outcomes)
+
+    def enqueue_each(self, submissions: Sequence[Submission]
+                     ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached | Exception]:
+        """enqueue_many answering each task on its own: a task whose call Redis failed gets that
+        error (its exception, as redis-py raised it) in its place, and on a cluster a master
+        that does not answer fails its own tasks only, the live masters' are queued (a batch
+        submit's caller must learn which landed: sending them all again would queue those
+        twice)."""
         if otel.enabled(self.config):
             placed_first: builtins.list[Submission] = []  # ids first: each span names its task
             refused: dict[int, Submission] = {}
@@ -158,18 +173,25 @@ class Tasks(Noun):
                     placed_first.append(self.place(s)[0])
                 except QueueLimitReached:  # no span: _enqueue_many places it again and answers it in its slot
                     refused[i] = s
-            with otel.publishing(placed_first) as traced:
+            with otel.publishing_each(placed_first) as (traced, failed):
                 spanned = iter(traced)
-                return self._enqueue_many([refused[i] if i in refused else next(spanned)
-                                           for i in range(len(submissions))])
+                outcomes = self._enqueue_many([refused[i] if i in refused else next(spanned)
+                                               for i in range(len(submissions))])
+                span = 0  # the span of each placed submission, in order
+                for i, outcome in enumerate(outcomes):
+                    if i in refused:
+                        continue
+                    if isinstance(outcome, Exception) and not isinstance(outcome, (QueueFull, QueueLimitReached)):
+                        failed(span, outcome)
+                    span += 1
+                return outcomes
         return self._enqueue_many(submissions)
 
     def _enqueue_many(self, submissions: Sequence[Submission]
-                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached]:
+                      ) -> builtins.list[Enqueued | QueueFull | QueueLimitReached | Exception]:
         placed = builtins.list(submissions)
-        out: builtins.list[Enqueued | QueueFull | QueueLimitReached | None] = [None] * len(placed)
+        out: builtins.list[Enqueued | QueueFull | QueueLimitReached | Exception | None] = [None] * len(placed)
         pending = builtins.list(range(len(placed)))
-        failed: Exception | None = None  # a task's own error: raised once the others are signalled
         for last_round in (False, True):
             calls: builtins.list[tuple[int, Layout]] = []
             for i in pending:
@@ -183,7 +205,7 @@ class Tasks(Noun):
             pending = []
             for (i, layout), reply in zip(calls, replies, strict=True):
                 if isinstance(reply, Exception):
-                    failed = failed or reply
+                    out[i] = reply
                     continue
                 if _closed(reply) and not last_round:
                     pending.append(i)
@@ -199,8 +221,6 @@ class Tasks(Noun):
             for s, o in zip(placed, out, strict=True):
                 if isinstance(o, Enqueued) and o.created:
                     _queued(s)
-        if failed is not None:
-            raise failed
         return [o for o in out if o is not None]
 
     def place(self, s: Submission, *, again: bool = False) -> tuple[Submission, Layout]:
@@ -292,7 +312,8 @@ class Tasks(Noun):
                     args += [s.task_id, s.priority, due, s.idempotency_key or "", unique, len(fields), *fields]
                 calls.append(("enqueueTasks", [key], args))
         replies: builtins.list[Any] = [None] * len(placed)
-        for chunk, (name, _, _), reply in zip(shares, calls, self.scripts.call_direct_many(calls), strict=True):
+        answered = self.scripts.call_direct_many(calls, each_master=True)
+        for chunk, (name, _, _), reply in zip(shares, calls, answered, strict=True):
             if name == "enqueueTask" or isinstance(reply, Exception):  # a call's error is each of its tasks'
                 for i in chunk:
                     replies[i] = reply

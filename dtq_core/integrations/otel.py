@@ -51,6 +51,15 @@ def _tracer() -> Any:
 def publishing(submissions: Sequence[Submission]) -> Iterator[list[Submission]]:
     """PRODUCER spans for these submissions (placed: their ids are known), open while they are
     sent; yields the submissions with each span's context in its headers."""
+    with publishing_each(submissions) as (out, _):
+        yield out
+
+
+@contextmanager
+def publishing_each(submissions: Sequence[Submission]
+                    ) -> Iterator[tuple[list[Submission], Callable[[int, BaseException], None]]]:
+    """publishing() for a batch answered task by task: yields the submissions and a function
+    that marks the i-th one's span as failed with its own error (the others' spans stay OK)."""
     tracer = _tracer()
     spans, out = [], []
     for s in submissions:
@@ -61,12 +70,16 @@ def publishing(submissions: Sequence[Submission]) -> Iterator[list[Submission]]:
         propagate.inject(carrier, context=trace.set_span_in_context(span))
         out.append(dataclasses.replace(s, headers_json=_ENCODE(carrier)) if carrier else s)
         spans.append(span)
+
+    def failed(i: int, exc: BaseException) -> None:
+        spans[i].record_exception(exc)
+        spans[i].set_status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+
     try:
-        yield out
+        yield out, failed
     except BaseException as exc:
-        for span in spans:
-            span.record_exception(exc)
-            span.set_status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+        for i in range(len(spans)):
+            failed(i, exc)
         raise
     finally:
         for span in spans:

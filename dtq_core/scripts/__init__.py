@@ -191,42 +191,55 @@ class Scripts:
             raise reply
         return reply
 
-    def call_direct_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[object]]]) -> list[Any]:
+    def call_direct_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[object]]], *,
+                         each_master: bool = False) -> list[Any]:
         """Several call_direct calls, (name, keys, args) each, in one exchange: one write per node
         (a redis-py pipeline of scripts first asks SCRIPT EXISTS, a second round trip). With
         DTQ_REDIS_MIN_REPLICAS a WAIT rides behind the calls of each node, down their connection;
         too few replicas raise ReplicationTimeout once the writes are made. Replies in order, an
-        error reply as its exception."""
+        error reply as its exception. each_master (a cluster): a master that does not answer gives
+        its calls its connection error as their reply, and the others' calls stand
+        (routing.exchange_routed)."""
         commands = [self.routed(name, keys=keys, args=args) for name, keys, args in calls]
-        replies, acked = self._exchange_with_waits(commands)
+        replies, acked = self._exchange_with_waits(commands, each_master)
         missing = [i for i, reply in enumerate(replies) if is_unknown(reply)]
         if missing:  # Redis restarted, failed over, SCRIPT or FUNCTION FLUSH: those calls did not run
-            for name in {calls[i][0] for i in missing}:
-                load(self._client, name)
+            try:
+                for name in {calls[i][0] for i in missing}:
+                    load(self._client, name)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                if not each_master:
+                    raise
+                for i in missing:  # not run, and cannot be yet: a master is down
+                    replies[i] = exc
+                missing = []
+        if missing:
             # Packed again: an FCALL is an EVALSHA now if the load found functions refused.
             resent = [self.routed(name, keys=keys, args=args) for name, keys, args in (calls[i] for i in missing)]
-            again, acked_again = self._exchange_with_waits(resent)
+            again, acked_again = self._exchange_with_waits(resent, each_master)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
             acked += acked_again
         for reply in acked:
+            if each_master and isinstance(reply, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+                continue  # that master's calls carry the error themselves
             self.replication.check(reply)
         return replies
 
-    def _exchange_with_waits(self, commands: list[Routed]) -> tuple[list[Any], list[Any]]:
+    def _exchange_with_waits(self, commands: list[Routed], each_master: bool = False) -> tuple[list[Any], list[Any]]:
         """(the commands' replies, the WAITs' replies): when replication is on, one WAIT behind
         the commands of each node, routed by one of their keys (a node's commands go down one
         connection, and WAIT covers every write its connection made)."""
         wait = self.replication.commands()
         if not wait or not commands:
-            return exchange_routed(self._client, commands), []
+            return exchange_routed(self._client, commands, each_master=each_master), []
         by_node: dict[object, str] = {}
         for key, _ in commands:
             node = self._client.nodes_manager.get_node_from_slot(key_slot(key.encode())).name \
                 if is_cluster(self._client) else None
             by_node.setdefault(node, key)
         waits = [(key, command) for key in by_node.values() for command in wait]
-        replies = exchange_routed(self._client, [*commands, *waits])
+        replies = exchange_routed(self._client, [*commands, *waits], each_master=each_master)
         return replies[:len(commands)], replies[len(commands):]
 
     def sha(self, name: str) -> str:

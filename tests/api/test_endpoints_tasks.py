@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 from rest_framework.test import APIClient
 
 from dtq_core.engine import Engine
@@ -136,6 +137,27 @@ def test_an_empty_batch_is_an_empty_answer(api: APIClient) -> None:
 
 def test_batch_answers_503_when_redis_is_down(settings: Any) -> None:
     assert_error(batch(APIClient(), {"tasks": [{"type": "dtq.echo"}]}), 503, "REDIS_UNAVAILABLE")
+
+
+def test_a_batch_item_redis_fails_gets_its_error_in_its_slot_and_the_others_land(
+        api: APIClient, live_engine: Engine, redis_client: redis.Redis) -> None:
+    # A key of the wrong type (set by hand) fails one task's command in Redis. The others landed:
+    # a 500 for the whole batch would have the client send them again.
+    layout = live_engine.registry.ensure("err")
+    redis_client.hset(live_engine.keys.partition(layout.tag_for("bad")) + "idem:bad", "x", "1")
+    items = [{"type": "dtq.echo", "queue": "err", "payload": i} for i in range(3)]
+    items[1]["idempotency_key"] = "bad"
+    response = batch(api, {"tasks": items})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert results[1]["error"]["code"] == "INTERNAL_ERROR" and "WRONGTYPE" in results[1]["error"]["message"]
+    assert results[1]["error"]["request_id"] == response["X-Request-ID"]
+    assert [live_engine.tasks.get(results[i]["id"])["payload"] for i in (0, 2)] == [0, 2]
+    assert live_engine.queues.get("err")["waiting"] == 2
+    # When every task failed, nothing landed: the request fails as a whole, as before.
+    failing = batch(APIClient(raise_request_exception=False), {"tasks": [items[1]]})
+    assert_error(failing, 500, "INTERNAL_ERROR")
+    assert live_engine.queues.get("err")["waiting"] == 2
 
 
 def test_batch_and_cancel_refuse_wrong_methods(api: APIClient) -> None:

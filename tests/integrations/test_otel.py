@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -104,6 +105,26 @@ def test_a_batch_item_past_the_queue_bound_is_refused_alone_with_tracing_on(
     # A span for each task sent (the first submit's, the batch's two), none for the refused item.
     assert sorted(s["attributes"]["messaging.message.id"] for s in produced) == sorted(
         [first, results[0]["id"], results[2]["id"]])
+
+
+def test_a_batch_item_redis_failed_marks_its_own_span_only(
+        spans: InMemorySpanExporter, live_engine: Engine, redis_client: redis.Redis, settings: Any) -> None:
+    settings.DTQ = {**settings.DTQ, "MAX_QUEUES": 2}
+    layout = live_engine.registry.ensure("err")
+    redis_client.hset(live_engine.keys.partition(layout.tag_for("bad")) + "idem:bad", "x", "1")  # wrong type
+    items = [{"type": "dtq.echo", "queue": "err"}, {"type": "dtq.echo", "queue": "err", "idempotency_key": "bad"},
+             {"type": "dtq.echo", "queue": "new"}, {"type": "dtq.echo", "queue": "more"},
+             {"type": "dtq.echo", "queue": "err"}]
+    results = APIClient().post("/api/v1/tasks/batch", {"tasks": items}, format="json").json()["results"]
+    assert [r.get("error", {}).get("code") for r in results] == [
+        None, "INTERNAL_ERROR", None, "QUEUE_LIMIT_REACHED", None]
+    produced = {s["attributes"]["messaging.message.id"]: s for s in map(span_json, spans.get_finished_spans())
+                if s["kind"] == "PRODUCER"}
+    assert len(produced) == 4  # the refused item has none
+    for i in (0, 2, 4):
+        assert produced.pop(results[i]["id"])["status"] == "UNSET"
+    ((_, failed),) = produced.items()
+    assert failed["status"] == "ERROR" and failed["events"] == ["exception"]
 
 
 def test_off_means_no_span_and_no_header(spans: InMemorySpanExporter, live_engine: Engine, settings: Any) -> None:
