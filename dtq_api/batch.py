@@ -38,7 +38,8 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
     outcomes_list = engine.tasks.enqueue_each(valid) if valid else []
     failed = [o for o in outcomes_list if isinstance(o, Exception) and _failed(o)]
     if failed and len(failed) == len(outcomes_list):
-        raise failed[0]
+        # Redis trouble first: a 503 the client may retry, not a 500 for a by-stander's error.
+        raise next((f for f in failed if translate(f) is not None), failed[0])
     outcomes = iter(outcomes_list)
     results: list[dict[str, Any]] = []
     for c in checked:

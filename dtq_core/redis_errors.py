@@ -14,6 +14,8 @@ the same trouble gives the same code, status and words everywhere:
   writes (<Redis's reply>)"
 - READONLY (a write reached a master demoted by a failover): REDIS_UNAVAILABLE, as an outage; the
   connection is dropped, so the next call finds the new master
+- CLUSTERDOWN, TRYAGAIN, or MOVED / ASK past routing's redirects (a Redis Cluster failing over or
+  resharding): REDIS_UNAVAILABLE, as an outage
 - fewer replicas than DTQ_REDIS_MIN_REPLICAS confirmed a write (replication.py raises it):
   REDIS_REPLICATION_TIMEOUT
 
@@ -30,6 +32,7 @@ import redis
 
 from .connection import UNAVAILABLE_ERRORS, WRONG_DATABASE, demoted, refusal, write_refused, wrong_database
 from .errors import RedisTrouble, RedisUnavailable, RedisWriteRefused
+from .routing import not_run_here
 
 UNREACHABLE, LOADING, WRONG_DB, WRITE_REFUSED = "unreachable", "loading", "wrong_database", "write_refused"
 REPLICATION = "replication"  # too few replicas confirmed a write (replication.py)
@@ -46,7 +49,9 @@ def translate(exc: BaseException) -> RedisTrouble | None:
         return exc
     if isinstance(exc, redis.exceptions.BusyLoadingError):  # restarted on existing data: transient
         return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=LOADING, state=LOADING_STATE, cause=str(exc))
-    if isinstance(exc, UNAVAILABLE_ERRORS) or demoted(exc):  # a demoted master: a failover under way
+    # A demoted master, a cluster that marks a master failed (CLUSTERDOWN) or is moving slots
+    # (TRYAGAIN, MOVED or ASK past the redirects): a failover or resharding under way, nothing run.
+    if isinstance(exc, UNAVAILABLE_ERRORS) or demoted(exc) or not_run_here(exc):
         return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=UNREACHABLE, state=UNAVAILABLE, cause=str(exc))
     if write_refused(exc):
         # Not a bad request and not our bug: the client should retry once the operator frees disk

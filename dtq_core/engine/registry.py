@@ -16,6 +16,7 @@ from ..errors import ErrorCode, PartitionClosed, raise_for_code
 from ..keys import Keys
 from ..partitions import Layout, choose_tags, parse_registry
 from ..replies import text_hash
+from ..routing import is_cluster
 from .plumbing import Noun
 
 LAYOUT_CACHE_S = 2.0
@@ -37,11 +38,20 @@ class Registry(Noun):
     _cache: tuple[float, dict[str, Layout]] | None = None
 
     def layouts(self, *, fresh: bool = False) -> dict[str, Layout]:
-        """Every registered queue's layout (cached for LAYOUT_CACHE_S unless fresh)."""
+        """Every registered queue's layout (cached for LAYOUT_CACHE_S unless fresh). When the
+        registry cannot be read on a cluster (its master is down), a cached copy of any age
+        serves a read that need not be fresh: a submit to a partition on a live master goes on,
+        and a layout gone stale meanwhile is refused by the partition itself (PARTITION_CLOSED)."""
         now = time.monotonic()
         if not fresh and self._cache is not None and now - self._cache[0] < LAYOUT_CACHE_S:
             return self._cache[1]
-        layouts = parse_registry(text_hash(self.client.hgetall(self.keys.queues())))
+        try:
+            raw = self.client.hgetall(self.keys.queues())
+        except redis.exceptions.RedisError:
+            if fresh or self._cache is None or not is_cluster(self.client):
+                raise  # one node (or Sentinel): the partitions are down with it, and a 503 is due at once
+            return self._cache[1]
+        layouts = parse_registry(text_hash(raw))
         self._cache = (now, layouts)
         return layouts
 

@@ -11,11 +11,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import redis
+
 from .. import codec, hooks
 from ..clock import iso
 from ..errors import (
     CancelRequested,
     ErrorCode,
+    PartitionClosed,
     QueueFull,
     QueueLimitReached,
     TaskNotFound,
@@ -31,6 +34,7 @@ from ..integrations import otel
 from ..keys import is_task_id, tag_of
 from ..partitions import Layout
 from ..replies import text_list
+from ..routing import is_cluster
 from ..submit import Submission, validate
 from ..task import TASK_TYPE_RE, TERMINAL
 from .audit import Actor, Audit, audit_selection
@@ -94,7 +98,7 @@ class Tasks(Noun):
         """
         if self.config.accept_unknown_types:
             return
-        types = self._served_types(max_age_s=TYPES_CACHE_S)
+        types = self._served_types(max_age_s=TYPES_CACHE_S, stale_ok=True)
         if types and type not in types:
             types = self._served_types(max_age_s=TYPES_RECHECK_S)
         if types and type not in types:
@@ -102,10 +106,17 @@ class Tasks(Noun):
                 f"no worker serves task type {type!r}: register a handler for it (@dtq_tasks.task) and start "
                 "a worker with it, or set DTQ_ACCEPT_UNKNOWN_TYPES=true", field="type")
 
-    def _served_types(self, *, max_age_s: float) -> frozenset[str]:
+    def _served_types(self, *, max_age_s: float, stale_ok: bool = False) -> frozenset[str]:
+        """The types, read anew past max_age_s. stale_ok: a cached copy of any age when the read
+        fails on a cluster (the types' master is down): a known type goes on to its partition; a
+        miss reads again without it, so an unknown type is Redis trouble then, never refused."""
         now = time.monotonic()
         if self._types is None or now - self._types[0] > max_age_s:
-            self._types = (now, frozenset(text_list(self.client.hkeys(self.keys.task_types()))))
+            try:
+                self._types = (now, frozenset(text_list(self.client.hkeys(self.keys.task_types()))))
+            except redis.exceptions.RedisError:
+                if not stale_ok or self._types is None or not is_cluster(self.client):
+                    raise
         return self._types[1]
 
     def served_types(self) -> frozenset[str]:
@@ -197,8 +208,8 @@ class Tasks(Noun):
             for i in pending:
                 try:
                     placed[i], layout = self.place(placed[i])
-                except QueueLimitReached as exc:
-                    out[i] = exc
+                except (QueueLimitReached, redis.exceptions.RedisError) as exc:
+                    out[i] = exc  # the registry's read failed: this task was not sent
                     continue
                 calls.append((i, layout))
             replies = self._enqueue_batches([(placed[i], layout) for i, layout in calls])
@@ -216,7 +227,12 @@ class Tasks(Noun):
                     out[i] = exc
             if not pending:
                 break
-            self._reopen({placed[i].queue for i in pending})
+            try:
+                self._reopen({placed[i].queue for i in pending})
+            except (redis.exceptions.RedisError, PartitionClosed) as exc:
+                for i in pending:  # refused as closed, so not queued; the first round's tasks stand
+                    out[i] = exc
+                break
         if hooks.SIGNALS is not None:
             for s, o in zip(placed, out, strict=True):
                 if isinstance(o, Enqueued) and o.created:

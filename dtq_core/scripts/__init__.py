@@ -80,6 +80,17 @@ def load(client: Any, name: str) -> Any:
     return client.script_load(SOURCES[name])
 
 
+def load_on(client: redis.cluster.RedisCluster, name: str, node: Any) -> None:
+    """load() on one master of a cluster (blocking client): where a call found the script
+    missing while another master is down (load() would stop at the down one)."""
+    if name in LIBRARIES and not functions_refused(client):
+        try:
+            client.execute_command("FUNCTION LOAD", "REPLACE", LIBRARIES[name].source, target_nodes=node)
+        except redis.exceptions.ResponseError as exc:
+            refuse_functions(client, exc)
+    client.execute_command("SCRIPT LOAD", SOURCES[name], target_nodes=node)
+
+
 async def _aload_with_library(client: Any, name: str) -> Any:
     try:
         await client.function_load(LIBRARIES[name].source, replace=True)
@@ -204,43 +215,75 @@ class Scripts:
         replies, acked = self._exchange_with_waits(commands, each_master)
         missing = [i for i, reply in enumerate(replies) if is_unknown(reply)]
         if missing:  # Redis restarted, failed over, SCRIPT or FUNCTION FLUSH: those calls did not run
-            try:
-                for name in {calls[i][0] for i in missing}:
-                    load(self._client, name)
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                if not each_master:
-                    raise
-                for i in missing:  # not run, and cannot be yet: a master is down
-                    replies[i] = exc
-                missing = []
+            missing = self._load_for(calls, commands, missing, replies, each_master)
         if missing:
             # Packed again: an FCALL is an EVALSHA now if the load found functions refused.
             resent = [self.routed(name, keys=keys, args=args) for name, keys, args in (calls[i] for i in missing)]
             again, acked_again = self._exchange_with_waits(resent, each_master)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
-            acked += acked_again
-        for reply in acked:
-            if each_master and isinstance(reply, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            acked += [(reply, [missing[j] for j in covered]) for reply, covered in acked_again]
+        for reply, covered in acked:
+            if not each_master:
+                self.replication.check(reply)
+            elif isinstance(reply, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
                 continue  # that master's calls carry the error themselves
-            self.replication.check(reply)
+            elif not self.replication.enough(reply):
+                # The master made these writes, its replicas did not confirm them in time: each
+                # call answers that (the other masters' calls stand).
+                shortfall = reply if isinstance(reply, Exception) else self.replication.timeout(reply)
+                for i in covered:
+                    replies[i] = shortfall
         return replies
 
-    def _exchange_with_waits(self, commands: list[Routed], each_master: bool = False) -> tuple[list[Any], list[Any]]:
-        """(the commands' replies, the WAITs' replies): when replication is on, one WAIT behind
-        the commands of each node, routed by one of their keys (a node's commands go down one
-        connection, and WAIT covers every write its connection made)."""
+    def _load_for(self, calls: Sequence[tuple[str, Sequence[str], Sequence[object]]], commands: list[Routed],
+                  missing: list[int], replies: list[Any], each_master: bool) -> list[int]:
+        """Load the scripts the missing calls need and return the calls to send again. each_master
+        (a cluster): when a master is down the load goes to each master a missing call needs, and
+        the calls of a master that cannot take it get its error (they did not run)."""
+        try:
+            for name in {calls[i][0] for i in missing}:
+                load(self._client, name)
+            return missing
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            if not (each_master and is_cluster(self._client)):
+                raise
+        by_node: dict[str, list[int]] = {}
+        for i in missing:
+            by_node.setdefault(self._node_of(commands[i][0]).name, []).append(i)
+        again: list[int] = []
+        for indexes in by_node.values():
+            node = self._node_of(commands[indexes[0]][0])
+            try:
+                for name in {calls[i][0] for i in indexes}:
+                    load_on(self._client, name, node)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                for i in indexes:
+                    replies[i] = exc
+                continue
+            again += indexes
+        return sorted(again)
+
+    def _node_of(self, key: str) -> Any:
+        return self._client.nodes_manager.get_node_from_slot(key_slot(key.encode()))
+
+    def _exchange_with_waits(self, commands: list[Routed], each_master: bool = False
+                             ) -> tuple[list[Any], list[tuple[Any, list[int]]]]:
+        """(the commands' replies, each WAIT's reply with the commands it covers): when
+        replication is on, one WAIT behind the commands of each node, routed by one of their keys
+        (a node's commands go down one connection, and WAIT covers every write its connection
+        made)."""
         wait = self.replication.commands()
         if not wait or not commands:
             return exchange_routed(self._client, commands, each_master=each_master), []
-        by_node: dict[object, str] = {}
-        for key, _ in commands:
-            node = self._client.nodes_manager.get_node_from_slot(key_slot(key.encode())).name \
-                if is_cluster(self._client) else None
-            by_node.setdefault(node, key)
-        waits = [(key, command) for key in by_node.values() for command in wait]
+        by_node: dict[object, list[int]] = {}
+        for i, (key, _) in enumerate(commands):
+            node = self._node_of(key).name if is_cluster(self._client) else None
+            by_node.setdefault(node, []).append(i)
+        covers = [indexes for indexes in by_node.values() for _ in wait]
+        waits = [(commands[indexes[0]][0], command) for indexes in by_node.values() for command in wait]
         replies = exchange_routed(self._client, [*commands, *waits], each_master=each_master)
-        return replies[:len(commands)], replies[len(commands):]
+        return replies[:len(commands)], list(zip(replies[len(commands):], covers, strict=True))
 
     def sha(self, name: str) -> str:
         """The SHA1 of a script (to load it after NOSCRIPT, or to name it in a trace)."""

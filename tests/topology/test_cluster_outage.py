@@ -15,10 +15,6 @@ import asyncio
 import time
 from uuid import uuid4
 
-import pytest
-import redis
-
-from dtq_api.batch import submit_batch
 from dtq_core.clock import SystemClock
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_cluster_client
@@ -96,46 +92,4 @@ def test_a_worker_serves_the_live_masters_while_one_is_down(fresh_cluster: Clust
     assert rows == sorted(task_id for tag, task_id in task_ids.items() if tag not in down)
     assert subscribed, "the wake subscription did not come back through a live node"
     assert woken == {next(tag for tag in layout.tags if tag not in down)}
-    engine.client.close()
-
-
-def test_a_batch_submit_answers_each_task_while_one_master_is_down(fresh_cluster: ClusterSetup) -> None:
-    # One call per partition, so per master: the live masters' calls land whatever the order,
-    # and their tasks are answered with ids (a 503 for the whole batch would have the client send
-    # them again: twice queued). The down master's tasks get REDIS_UNAVAILABLE in their slots.
-    config = DtqConfig(redis_url=fresh_cluster.url, key_prefix=f"dtqtest:{uuid4().hex[:12]}",
-                       queue_partitions=((QUEUE, 6),), accept_unknown_types=True)
-    engine = Engine(config)
-    layout = engine.registry.ensure(QUEUE)
-    items = [{"type": "dtq.echo", "queue": QUEUE, "payload": {"tag": tag, "n": n},
-              "idempotency_key": key_in(layout, tag, f"b{n}")} for n in range(2) for tag in layout.tags]
-    engine.tasks.enqueue_many([engine.tasks.validate("dtq.echo", queue=QUEUE) for _ in range(12)])  # scripts loaded
-    victim = fresh_cluster.masters()[1]
-    down = {tag for tag in layout.tags
-            if int(engine.client.get_node_from_key(engine.keys.partition(tag)).port) == victim.port}  # type: ignore[attr-defined]
-    assert down and len(down) < len(layout.tags)
-    for server in fresh_cluster.live():
-        client(server.port).config_set("cluster-require-full-coverage", "no")
-        if role(server.port) == "slave" and int(client(server.port).info("replication")["master_port"]) == victim.port:
-            client(server.port).config_set("cluster-replica-no-failover", "yes")
-    victim.kill()
-
-    results = submit_batch(engine, items, "req-outage")
-    assert len(results) == len(items)
-    for item, result in zip(items, results, strict=True):
-        if item["payload"]["tag"] in down:
-            assert result["error"]["code"] == "REDIS_UNAVAILABLE", result
-            assert "may or may not have been queued" in result["error"]["message"]
-        else:
-            assert result["status"] == "QUEUED" and result["created"] is True, result
-            assert engine.tasks.get(result["id"])["payload"] == item["payload"]
-    # Sent again (idempotency keys), the landed ones are found, not queued twice.
-    again = submit_batch(engine, items, "req-outage-2")
-    for first, second in zip(results, again, strict=True):
-        if "id" in first:
-            assert (second["id"], second["created"]) == (first["id"], False)
-    # A batch only for the down master landed nothing: the request fails as a whole (503).
-    only_down = [item for item in items if item["payload"]["tag"] in down]
-    with pytest.raises(redis.exceptions.ConnectionError):
-        submit_batch(engine, only_down, "req-outage-3")
     engine.client.close()
