@@ -6,17 +6,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.http import HttpRequest
 from django.templatetags.static import static
 from drf_spectacular import generators, utils
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import views
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.metadata import SimpleMetadata
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.throttling import BaseThrottle
 
 from .exceptions import exception_handler
-from .parsers import JSONParser
+from .parsers import JSONParser, Request
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass  # an alias of DRF's stubs only
@@ -29,7 +33,18 @@ class APIView(views.APIView):
     # views set their own (DestructiveMixin).
     authentication_classes: Sequence[type[BaseAuthentication]] = (SessionAuthentication,)
     permission_classes: Sequence[_PermissionClass] = (AllowAny,)
+    # Pinned too: a project's throttles, versioning or negotiation would hold on the DRF path
+    # alone, not on the submit fast path (dtq_api.fastpath), which answers as these do.
+    throttle_classes: Sequence[type[BaseThrottle]] = ()
+    versioning_class = None
+    content_negotiation_class = DefaultContentNegotiation
+    metadata_class = SimpleMetadata
     schema = AutoSchema()
+
+    def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Request:
+        # DRF's, with dtq's Request: it reads a body sent without Content-Length.
+        return Request(request, parsers=self.get_parsers(), authenticators=self.get_authenticators(),
+                       negotiator=self.get_content_negotiator(), parser_context=self.get_parser_context(request))
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Any]:
         return exception_handler  # the {"error": {...}} envelope, whatever EXCEPTION_HANDLER says

@@ -1,43 +1,137 @@
-"""DRF's JSON parser, refusing the two kinds of valid JSON that Python cannot take further.
+"""How dtq reads a JSON body, through DRF (JSONParser, Request) and on the fast path (load_json).
 
+DRF's JSON parser, refusing what it would let through but Python cannot take further:
 - A string with an unpaired surrogate escape ("\\ud800") parses, but is not Unicode: encoding it
   for Redis would fail later, after part of a request had been acted on.
-- Nesting about a thousand deep exhausts the recursion limit in the parser (or later, when the
-  payload is written back out).
-Both are a 400 MALFORMED_JSON, like any other body that is not JSON the API can use.
+- Nesting past MAX_JSON_DEPTH: about a thousand levels exhaust the recursion limit in the parser,
+  or a little fewer later, when the payload is written back out (after the task was queued).
+- Bytes that do not decode, including an incomplete character at the very end, which DRF's
+  decoding reader drops without a word.
+Each is a 400 MALFORMED_JSON, like any other body that is not JSON the API can use.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any
 
-from rest_framework import parsers
+from django.conf import settings
+from rest_framework import parsers, request
 from rest_framework.exceptions import ParseError
+from rest_framework.utils.json import strict_constant
+
+# Deep enough for any real payload; far enough below the recursion limit (1000) that parsing,
+# storing and answering a body this deep never comes near it, however deep the stack already is.
+MAX_JSON_DEPTH = 200
 
 # A \uD800-\uDFFF escape in the raw body: the only way a surrogate gets into parsed JSON (UTF-8
 # bytes cannot encode one). A pair is fine; the exact check below runs only when this matches.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
+# For the nesting depth: JSON text cut down to its brackets, strings taken out (see _depth).
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING_WITHOUT_ESCAPES = re.compile(rb'"[^"]*"')
+_ALL_BUT_QUOTES_AND_BRACKETS = bytes(b for b in range(256) if b not in b'"[]{}')
+_BRACKET_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as signed bytes
+
 
 class JSONParser(parsers.JSONParser):
+    strict = True  # NaN and Infinity refused, whatever REST_FRAMEWORK's STRICT_JSON says
+
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
-        raw = stream.read() if stream is not None else b""
-        try:
-            data = super().parse(io.BytesIO(raw), media_type, parser_context)
-        except RecursionError:
-            raise ParseError("JSON nested too deeply") from None
-        if _SURROGATE_ESCAPE.search(raw) and _holds_lone_surrogate(data):
-            raise ParseError("a string holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode")
-        return data
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        return load_json(stream.read() if stream is not None else b"", encoding)
+
+
+class Request(request.Request):
+    """DRF's Request, reading a body sent without Content-Length (chunked, which daphne passes on
+    whole): DRF takes any body without one as empty."""
+
+    def _load_stream(self) -> None:
+        if declared_length(self._request.META) is not None:
+            super()._load_stream()  # type: ignore[misc]  # private in DRF, so not in its stubs
+            return
+        body = self._request.body  # past DATA_UPLOAD_MAX_MEMORY_SIZE: RequestDataTooBig, a 413
+        # DRF's own _stream (None: no body), which the stubs confuse with HttpRequest's.
+        self._stream = io.BytesIO(body) if body else None  # type: ignore[assignment]
+
+
+def declared_length(meta: Mapping[str, Any]) -> int | None:
+    """The request's Content-Length as DRF reads it (0 when it is not a number), None without one."""
+    value = meta.get("CONTENT_LENGTH", meta.get("HTTP_CONTENT_LENGTH"))
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (ValueError, TypeError):
+        return 0
+
+
+def load_json(raw: bytes, encoding: str) -> Any:
+    """Parse a request body (ParseError: 400 MALFORMED_JSON), for DRF and the fast path alike."""
+    text = _decode(raw, _text_encoding(encoding))
+    if _depth_exceeds(text, MAX_JSON_DEPTH):
+        raise ParseError(f"JSON nested too deeply: more than {MAX_JSON_DEPTH} levels")
+    try:
+        data = json.loads(text, parse_constant=strict_constant)
+    except RecursionError:  # not for a body the depth check let through; kept so it is never a 500
+        raise ParseError(f"JSON nested too deeply: more than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ParseError(f"JSON parse error - {exc}") from None
+    if _SURROGATE_ESCAPE.search(raw) and _holds_lone_surrogate(data):
+        raise ParseError("a string holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode")
+    return data
+
+
+def _text_encoding(encoding: str) -> str:
+    """The charset if it decodes bytes to text, as DRF's get_encoding checks it (with its message).
+
+    Django takes any name codecs knows, bz2_codec and hex_codec too: bytes to bytes, which
+    bytes.decode refuses (a 500), and a tiny compressed body could expand without bound."""
+    try:
+        "".encode(encoding)  # unlike codecs.lookup, str.encode refuses codecs that are not text
+    except (LookupError, UnicodeError):
+        raise ParseError(f'Unsupported charset "{encoding}" in request Content-Type header.') from None
+    return encoding
+
+
+def _decode(raw: bytes, encoding: str) -> str:
+    # The whole body, strictly: DRF's decoding reader drops an incomplete character at the end.
+    try:
+        return raw.decode(encoding)
+    except ValueError as exc:  # UnicodeDecodeError, or a codec's own complaint
+        raise ParseError(f"JSON parse error - {exc}") from None
+
+
+def _depth_exceeds(text: str, limit: int) -> bool:
+    """Whether JSON text nests arrays and objects more than limit deep; brackets in strings do not count.
+
+    1. JSON deeper than the limit holds more than limit openings and as many closings: a short
+       body (the usual submit) cannot be, and two counts settle most others.
+    2. Else cut the text to its quotes and brackets, escapes taken out first (so an escaped quote
+       neither opens nor closes a string), drop the strings, and take the deepest running sum
+       of +1 per opening and -1 per closing: all in C, a fraction of what parsing costs.
+    A body that is not JSON may pass (unclosed brackets): the parser refuses it, short of the
+    recursion limit.
+    """
+    if len(text) <= 2 * limit or text.count("[") + text.count("{") <= limit:
+        return False
+    skeleton = _ESCAPE.sub(b"", text.encode("utf-8", "surrogatepass")).translate(None, _ALL_BUT_QUOTES_AND_BRACKETS)
+    skeleton = skeleton.replace(b'""', b"")  # strings without a bracket in them: nearly all
+    if b'"' in skeleton:
+        skeleton = _STRING_WITHOUT_ESCAPES.sub(b"", skeleton)
+    steps = memoryview(skeleton.translate(_BRACKET_STEP, b'"')).cast("b")  # an unclosed string's quote out too
+    return max(accumulate(steps), default=0) > limit
 
 
 def _holds_lone_surrogate(value: Any) -> bool:
     stack = [value]
-    while stack:  # no recursion: the value may be nested as deep as the parser allowed
+    while stack:  # no recursion, though the value is at most MAX_JSON_DEPTH deep
         item = stack.pop()
         if isinstance(item, str):
             if _LONE_SURROGATE.search(item):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from dtq_api.parsers import MAX_JSON_DEPTH
 from dtq_core.engine import Engine
 
 from ..redis_server import RedisServer
@@ -37,6 +38,46 @@ def test_submit_refuses_strings_that_are_not_unicode_and_deep_nesting(api: APICl
     error = assert_error(post(api, "/api/v1/tasks", raw), 400, "MALFORMED_JSON")
     assert "surrogate" in error["message"] or "nested too deeply" in error["message"]
     assert live_engine.queues.stats(["default"])[0]["waiting"] == 0
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def submit_body(path: str, payload: str) -> str:
+    task = '{"type": "dtq.echo", "payload": ' + payload + "}"
+    return task if path == "/api/v1/tasks" else '{"tasks": [' + task + "]}"
+
+
+@pytest.mark.parametrize("cookie", [False, True], ids=["fast", "drf"])
+@pytest.mark.parametrize("path", ["/api/v1/tasks", "/api/v1/tasks/batch"])
+def test_nesting_past_the_bound_is_refused_before_anything_is_queued(api: APIClient, live_engine: Engine,
+                                                                     path: str, cookie: bool) -> None:
+    # Near the recursion limit (~900 deep, depending on the stack) bodies once parsed and then
+    # failed when written back out: 500s, some after the task was queued.
+    if cookie:
+        api.cookies["unrelated"] = "1"  # through DRF (tests/api/test_fastpath.py)
+    around = 1 if path == "/api/v1/tasks" else 3  # levels outside the payload: {...}, {"tasks": [{...}]}
+    for depth in (MAX_JSON_DEPTH - around + 1, 895, 899, 903, 950):
+        error = assert_error(post(api, path, submit_body(path, nested(depth))), 400, "MALFORMED_JSON")
+        assert error["message"].endswith(f"JSON nested too deeply: more than {MAX_JSON_DEPTH} levels")
+    assert live_engine.queues.stats(["default"])[0]["waiting"] == 0
+
+
+@pytest.mark.parametrize("cookie", [False, True], ids=["fast", "drf"])
+@pytest.mark.parametrize("path", ["/api/v1/tasks", "/api/v1/tasks/batch"])
+def test_a_payload_as_deep_as_the_bound_allows_is_queued_and_read_back(api: APIClient, live_engine: Engine,
+                                                                      path: str, cookie: bool) -> None:
+    if cookie:
+        api.cookies["unrelated"] = "1"
+    depth = MAX_JSON_DEPTH - (1 if path == "/api/v1/tasks" else 3)
+    response = post(api, path, submit_body(path, nested(depth)))
+    assert response.status_code in (200, 201), response.content
+    task_id = response.json()["id"] if path == "/api/v1/tasks" else response.json()["results"][0]["id"]
+    assert api.get(f"/api/v1/tasks/{task_id}").json()["payload"] == json.loads(nested(depth))
+    # Brackets in a string are not nesting, escaped quotes or not.
+    text = json.dumps('\\"' + "[" * 1000 + '"\\')
+    assert post(api, path, submit_body(path, "[" + text + "]")).status_code in (200, 201)
 
 
 def test_a_surrogate_pair_is_an_ordinary_character(api: APIClient) -> None:
