@@ -12,12 +12,17 @@
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
     ARGV[1..7] group, worker id, now (ms), now (ISO), retention (retain.lua), dlq enabled (1/0),
                dlq maxlen (an empty now takes Redis's clock)
-    ARGV[8] count   ARGV[9] the partition's owner as the worker knows it ("queue|epoch")
+    ARGV[8] count, or "count:now": of those, how many the worker can start at once (its free
+            slots' share; the rest would wait in its backlog). A queue whose limits count starts
+            in a time window (rate, group_rate) gets no more than `now` claims: its claim is its
+            start, so a row claimed ahead and started later cannot overrun the window.
+    ARGV[9] the partition's owner as the worker knows it ("queue|epoch")
     ARGV[10] events (1/0: publish task events, see events_on in common.lua)
     ARGV[11..] the partition's streams after its stream key prefix ("queue:priority"), in the
                order they are served (high, normal, low)
   Output:
-    {drained, rows}, {drained, rows, wait_ms} or {drained, rows, 0, claimed_ms}: drained 1 when
+    {drained, rows}, {drained, rows, wait_ms} or {drained, rows, 0, claimed_ms}, and for a queue
+    with a rate or group_rate limit {drained, rows, wait_ms, claimed_ms or 0, 1}: drained 1 when
     the ready flag was cleared, 0 when more may wait; wait_ms (only when the queue's limits let
     nothing start, includes/limits.lua): ms until a rate token frees or a handler's pause ends,
     0 when a freed slot will ring the partition; claimed_ms (only when the call took Redis's
@@ -32,7 +37,9 @@
 -- #include claim
 local ctx = claim_context(1)
 local K = ctx.K
-local remaining = tonumber(ARGV[8])
+local sep = string.find(ARGV[8], ':', 1, true)
+local remaining = tonumber(sep and string.sub(ARGV[8], 1, sep - 1) or ARGV[8])
+local start_now = sep and tonumber(string.sub(ARGV[8], sep + 1)) or remaining
 events_on = ARGV[10] ~= '0'
 events_pending = {}
 -- The running index gets the batch's claims in one ZADD at the end (claim_entry defers them).
@@ -48,13 +55,20 @@ end
 -- Flow control (includes/limits.lua): the queue's limits cap this fetch before any read.
 local lim = limits_read(K)
 local lim_now = tonumber(ctx.now_ms)
+local rated = lim and (lim.rate_n or lim.grate_n) and 1 or 0
 if lim then
+  if rated == 1 then
+    -- Starts are counted here, at the claim: claim only what starts at once (no backlog).
+    if start_now <= 0 then return {0, {}, 0, 0, 1} end  -- the flag stays: a free slot fetches it
+    remaining = math.min(remaining, start_now)
+  end
   local allowed, wait_ms = limits_allowance(K, lim, remaining, lim_now)
   if allowed <= 0 then
     -- Nothing may start: clear the flag (a freed slot rings again); the reply says how long
     -- until a token frees, so the worker sleeps that long instead of fetching.
     clear_ready(K)
     limits_throttled(K, 1)
+    if rated == 1 then return {1, {}, wait_ms, 0, 1} end
     return {1, {}, wait_ms}
   end
   remaining = allowed
@@ -128,5 +142,6 @@ elseif redis.pcall('EXISTS', K.wake_list) == 0 then
 end
 -- Queued behind a wait, the claims took Redis's clock: say when, so the worker can tell a claim
 -- it reads long after it was made (it was frozen meanwhile) from a fresh one.
+if rated == 1 then return {drained, rows, 0, ctx.server_clock and ctx.now_ms or 0, 1} end
 if ctx.server_clock then return {drained, rows, 0, ctx.now_ms} end
 return {drained, rows}

@@ -28,7 +28,10 @@ class ExecutionLoops(WorkerState):
 
     # -- execution ----------------------------------------------------------------------------
     def _start_backlog(self) -> None:
-        """Start claimed rows waiting in the backlog, as many as there are free slots."""
+        """Start claimed rows waiting in the backlog, as many as there are free slots; none once a
+        stop is requested (the drain hands them back)."""
+        if self._stopping:
+            return
         backlog = self._backlog
         while backlog and self._free_slots() > 0:
             try:
@@ -88,7 +91,13 @@ class ExecutionLoops(WorkerState):
                         raise  # the drain abandoned it: its entry is left for a peer
                     completion = Completion(ex.row, Outcome.CANCELLED)  # fenced if it is no longer ours
                     return
-                if not ours:
+                if not ours:  # a cancelled one ends CANCELLED here; one a peer took is left alone
+                    self._withheld.append(ex.row)
+                    try:
+                        await self._return_withheld("claim re-checked")
+                    except Exception as exc:  # noqa: BLE001 - withheld: the cancel watcher tries again
+                        logger.debug("worker_id=%s handing back task_id=%s failed (%s: %s)", self.worker_id,
+                                     ex.row.task_id, type(exc).__name__, exc)
                     return
                 if handler is not None and not handler.is_async:
                     self._to_thread(ex, handler)
@@ -254,12 +263,53 @@ class ExecutionLoops(WorkerState):
                 expire_overdue(list(self._running.values()), self.clock.monotonic())
 
     async def _cancel_watch_loop(self) -> None:
+        """Every cancel_poll_s, the cancel requests of the attempts running and of the backlog's rows
+        (claimed, RUNNING, not started), in one pipeline: the same round trip as for the running
+        ones alone. A cancelled backlog row never starts: it goes back through returnEntries, which
+        ends it CANCELLED. Withheld rows whose return failed (Redis away) are tried again first."""
         while True:
             await asyncio.sleep(self.config.cancel_poll_s)
+            if self._withheld:
+                await self._return_withheld("retry")
             running = [ex for ex in self._running.values() if not ex.cancel_requested]
-            if not running:
+            waiting = list(self._backlog)
+            if not running and not waiting:
                 continue
-            flags = await self.store.cancel_flags([ex.row.task_id for ex in running])
-            for ex, flag in zip(running, flags, strict=True):
+            flags = await self.store.cancel_flags([ex.row.task_id for ex in running] + [row.task_id for row in waiting])
+            for ex, flag in zip(running, flags, strict=False):
                 if flag and cancel(ex):
                     logger.info("task_id=%s worker_id=%s cancelled on request", ex.row.task_id, self.worker_id)
+            cancelled = {row.entry_id for row, flag in zip(waiting, flags[len(running):], strict=True) if flag}
+            if cancelled:
+                self._withhold(cancelled)
+                await self._return_withheld("cancel requested")
+
+    def _withhold(self, entry_ids: set[str]) -> None:
+        """Take these rows out of the backlog, so that they never start; one started while the
+        flags were read is cancelled as a running attempt is (one a handler thread has just taken,
+        not yet reported, is at the next poll)."""
+        with self.threads.lock:  # no handler thread takes a backlog row meanwhile (_take_next)
+            backlog = self._backlog
+            rows = list(backlog)
+            backlog.clear()
+            backlog.extend(row for row in rows if row.entry_id not in entry_ids)
+        self._withheld += [row for row in rows if row.entry_id in entry_ids]
+        for entry_id in entry_ids.difference(row.entry_id for row in rows):
+            ex = self._running.get(entry_id)
+            if ex is not None and cancel(ex):
+                logger.info("task_id=%s worker_id=%s cancelled on request", ex.row.task_id, self.worker_id)
+
+    async def _return_withheld(self, why: str) -> None:
+        """Put the withheld rows back in their streams, uncharged (returnEntries; one cancelled
+        meanwhile ends CANCELLED, one no longer this worker's claim is left alone). On failure they
+        stay withheld, reported to heartbeats (_in_flight_rows), for the next try."""
+        rows, self._withheld = self._withheld, []
+        if not rows:
+            return
+        try:
+            returned = await self.store.return_unstarted(rows)
+        except BaseException:
+            self._withheld[:0] = rows
+            raise
+        logger.info("worker_id=%s %s: %d claimed task(s) not started put back in their streams, %d not (cancelled, "
+                    "or no longer this worker's)", self.worker_id, why, returned, len(rows) - returned)

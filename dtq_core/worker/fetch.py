@@ -81,7 +81,7 @@ class FetchLoop(WorkerState):
             return
         try:
             returned = await self.store.return_unstarted(held)
-        except Exception:
+        except BaseException:
             self._backlog.extend(held)
             raise
         logger.info("worker_id=%s %s: %d claimed task(s) not started put back in their streams",
@@ -113,7 +113,9 @@ class FetchLoop(WorkerState):
             if rows is None:
                 return
             self._backlog.extend(rows)
-            if self.quiet:  # told while the fetch was out (a wait's queued fetch runs anyway): hand back
+            if self.quiet or self._stopping:
+                # Told to quiet or stop while the fetch was out (a wait's queued fetch runs anyway):
+                # nothing it claimed starts; the quiet (or the drain) hands the rows back.
                 continue
             idle = not self._running
             self._start_backlog()
@@ -131,11 +133,19 @@ class FetchLoop(WorkerState):
         queued for the next worker, not claimed and handed back at exit."""
         ahead = min(self.concurrency, self._turnover.lately(self.clock.monotonic())) - len(self._backlog)
         room = self._free_slots() + max(0, ahead)
+        if self._rated and not self._rated.isdisjoint(self.wake.ready or self._fetchable):
+            # A partition with a rate limit may be fetched: its claims count as its starts
+            # (fetchTasks), so nothing is claimed ahead, lest backlog rows crowd it out of the slots.
+            room = min(room, self._start_room())
         if self.max_tasks is None:
             return room
         # In flight: running, claimed and waiting, and ended with a completion not written yet.
         in_flight = len(self._running) + len(self._backlog) + len(self._unacked)
         return min(room, self.max_tasks - self.processed - in_flight)
+
+    def _start_room(self) -> int:
+        """How many claimed rows could start at once: free slots no backlog row waits for."""
+        return max(0, self._free_slots() - len(self._backlog))
 
     def _worth_fetching(self, room: int) -> bool:
         """While the backlog still feeds the slots, wait for room for half a batch: a fetch per
@@ -222,7 +232,7 @@ class FetchLoop(WorkerState):
             # Awaited here, not raced against the wake-ups in tasks of their own (asyncio.wait):
             # the reply resumes this loop in the next turn of the event loop, not three turns later.
             # A cancel closes the line mid-exchange, and Redis drops the queued fetch.
-            fetched = await self.store.wait_and_fetch(partition, free, BLOCK_MS / 1000)
+            fetched = await self.store.wait_and_fetch(partition, free, BLOCK_MS / 1000, now=self._start_room())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - Redis away, a wake list overwritten: the channel serves
@@ -263,13 +273,22 @@ class FetchLoop(WorkerState):
         """One fetch round: every ready partition asked for its share of the free slots."""
         tags = sorted(self.wake.ready)
         shares = share(free, tags, self._fetch_offset)
+        # What each may start at once, the most a rate-limited partition claims (fetchTasks).
+        now = dict(share(self._start_room(), tags, self._fetch_offset))
         self._fetch_offset += free % len(tags)  # the remainder goes to the next ones next time
         asks = [(self._fetchable[tag], n) for tag, n in shares]
         tickets = {tag: self.wake.ticket(tag) for tag, _ in shares}
-        return self._took(await self.store.fetch(asks), tickets)
+        return self._took(await self.store.fetch(asks, {tag: now.get(tag, 0) for tag, _ in shares}), tickets)
 
     def _took(self, fetched: Fetched, tickets: dict[str, Ticket]) -> list[Row]:
         """Apply a fetch round to the ready set (tickets: taken as each partition's fetch went out)."""
+        for tag in tickets:
+            if tag in fetched.rated:
+                self._rated.add(tag)
+            elif tag not in fetched.failed:
+                self._rated.discard(tag)
+        if fetched.rated:  # their rows start first: each claim of theirs counted as a start
+            fetched.rows.sort(key=lambda row: row.partition_tag not in fetched.rated)
         for tag in fetched.drained:
             self.wake.drained(tag, tickets[tag])
             self._fetch_errors.pop(tag, None)

@@ -107,6 +107,12 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         self._unacked: dict[str, Row] = {}
         # Claimed rows waiting for a slot (fetch.py's prefetch; handler threads take sync ones).
         self._backlog: deque[Row] = deque()
+        # Claimed rows that must not start (a drain's backlog, a backlog row cancelled meanwhile),
+        # on their way back to their streams (returnEntries): heartbeated until they are back.
+        self._withheld: list[Row] = []
+        # Partitions whose limits count starts in a time window (rate, group_rate): as their
+        # fetches say (fetch.py). Their claims are starts: nothing is claimed ahead while one is ready.
+        self._rated: set[str] = set()
         self._turnover = Turnover()
         self._completions: list[Completion] = []
         self._queues: list[str] = []
@@ -288,7 +294,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
     def _in_flight_rows(self) -> list[Row]:
         """The rows whose entries are this worker's: completing, running, and run by the sync
         handlers the drain detached (their entries stay ours until they end)."""
-        rows = list(self._unacked.values()) + list(self._backlog)
+        rows = list(self._unacked.values()) + list(self._backlog) + self._withheld
         rows += [ex.row for ex in self._running.values()]
         rows += [ex.row for ex in self.threads.abandoned.values()]
         return rows
@@ -329,10 +335,14 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         if self.is_leader:
             await self._quietly(self.store.release_lock())
             self.is_leader = False
-        # Claimed rows not started yet go back to their streams, uncharged (returned below).
-        unstarted = self._take_backlog()
+        # Claimed rows not started yet go back to their streams, uncharged, now: held through the
+        # drain, they would wait past the visibility timeout for a peer to reclaim them, charged.
+        # Until they are back (Redis away), heartbeats keep them ours and the cancel watcher
+        # tries again at each of its polls; what is left at the end is tried once more below.
+        self._withheld += self._take_backlog()
         logger.info("worker_id=%s stopped taking work; draining %d attempt(s), handing back %d not started",
-                    self.worker_id, len(self._running), len(unstarted))
+                    self.worker_id, len(self._running), len(self._withheld))
+        await self._quietly(self._return_withheld("stop"))
         abandoned: list[Execution] = []
         await self._wait_slots(lambda: not self._running, self.clock.monotonic() + self.config.drain_timeout_s)
         if self._running:
@@ -365,9 +375,9 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
         # Only now, with no heartbeat left to refresh them again; a thread still running (past
         # its timeout) keeps its entry until this process is gone.
         running = set(self.threads.abandoned)
-        unstarted += self._take_backlog()  # one a handler thread put back as the drain began
+        self._withheld += self._take_backlog()  # one a handler thread put back as the drain began
         await self._quietly(self.store.release([ex.row for ex in abandoned if ex.row.entry_id not in running]))
-        await self._quietly(self.store.return_unstarted(unstarted))
+        await self._quietly(self._return_withheld("stop"))
         await self._quietly(self.store.deregister())
         self.state = "stopped"
         logger.info("worker_id=%s stopped processed=%d", self.worker_id, self.processed)

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,14 @@ class Fetched:
     # Partitions whose limits let nothing start, with the seconds until a token frees (issue 22).
     waits: dict[str, float] = field(default_factory=dict)
     token: bool = False  # wait_and_fetch: its wait ended on a ring's token (not its own push, not the time)
+    # Partitions whose limits count starts in a time window (rate, group_rate): claimed no more
+    # than the fetch said could start at once.
+    rated: set[str] = field(default_factory=set)
+
+
+def _count_arg(count: int, now: int) -> int | str:
+    """fetchTasks' ARGV[8]: the count, with how many of it can start at once when fewer."""
+    return count if now >= count else f"{count}:{max(0, now)}"
 
 
 class WorkerStore:
@@ -167,20 +175,23 @@ class WorkerStore:
         return [Keys.GROUP, self.worker_id, now, iso(now), c.retention_arg, 1 if c.dlq_enabled else 0,
                 c.dlq_maxlen]
 
-    async def fetch(self, asks: Sequence[tuple[Partition, int]]) -> Fetched:
+    async def fetch(self, asks: Sequence[tuple[Partition, int]], now: Mapping[str, int] | None = None) -> Fetched:
         """Read and claim up to `count` new entries of each partition asked (non-blocking), highest
         priority first within each: one fetchTasks call per partition, all pipelined (one write
-        per node). A paused partition gives nothing."""
+        per node). A paused partition gives nothing. now: of each partition's count, how many can
+        start at once (absent: all), the most a rate-limited one claims (fetchTasks-1.lua)."""
         asks = [(p, n) for p, n in asks if n > 0]
         if not asks:
             return Fetched()
         claim = self._claim_args()
         events = await self.events.aflag(self.client)
+        now = now or {}
         calls = [Call.of(self.scripts, "fetchTasks", keys=[self.keys.partition(p.tag)],
-                         args=[*claim, count, p.owner, events, *p.streams]) for p, count in asks]
+                         args=[*claim, _count_arg(count, now.get(p.tag, count)), p.owner, events, *p.streams])
+                 for p, count in asks]
         return self._fetched(asks, await self.fetch_path.exchange(calls))
 
-    async def wait_and_fetch(self, partition: Partition, count: int, block_s: float) -> Fetched:
+    async def wait_and_fetch(self, partition: Partition, count: int, block_s: float, now: int | None = None) -> Fetched:
         """Wait up to block_s for a token on the partition's wake list (or on this worker's own,
         wake_self), then fetch as `fetch` does: the BLPOP and the fetchTasks call go out in one
         write on the consumer's line, so Redis runs the fetch as soon as the wait ends, in the
@@ -193,7 +204,8 @@ class WorkerStore:
         claim[2:4] = ["", ""]  # now (ms, ISO): Redis's clock when the fetch runs
         events = await self.events.aflag(self.client)
         call = Call.of(self.scripts, "fetchTasks", keys=[self.keys.partition(tag)],
-                       args=[*claim, count, partition.owner, events, *partition.streams])
+                       args=[*claim, _count_arg(count, count if now is None else now), partition.owner, events,
+                             *partition.streams])
         replies = await self.fetch_path.exchange([call], head=[(wake_list, blpop)], wait_s=block_s)
         popped = replies[0]
         if isinstance(popped, Exception):  # the wake list is not a list (overwritten by hand)
@@ -220,8 +232,10 @@ class WorkerStore:
                 continue
             drained, rows = reply[0], reply[1]
             claimed_at = received_at
-            if len(reply) > 3:  # claimed on Redis's clock (wait_and_fetch): as old as that says
+            if len(reply) > 3 and int(reply[3]):  # claimed on Redis's clock (wait_and_fetch): as old as that says
                 claimed_at -= max(0.0, (self.clock.now_ms() - int(reply[3])) / 1000)
+            if len(reply) > 4 and int(reply[4]):
+                fetched.rated.add(partition.tag)
             fetched.rows += self._runnable(rows, partition.tag, claimed_at)
             if int(drained):
                 fetched.drained.append(partition.tag)
@@ -551,11 +565,12 @@ class WorkerStore:
                          self.worker_id, count, self.replication.replicas, acked)
 
     async def claim_still_ours(self, row: Row) -> bool:
-        """Whether the task still runs this attempt under this entry and this worker."""
-        status, attempt, entry_id, worker_id = await self.client.hmget(
-            self.keys.task(row.task_id), ["status", "attempt", "entry_id", "worker_id"])
+        """Whether the task still runs this attempt under this entry and this worker, with no cancel
+        requested (a cancelled claim must not start)."""
+        status, attempt, entry_id, worker_id, cancel_requested = await self.client.hmget(
+            self.keys.task(row.task_id), ["status", "attempt", "entry_id", "worker_id", "cancel_requested"])
         return (status == "RUNNING" and attempt == str(row.attempt) and entry_id == row.entry_id
-                and worker_id == self.worker_id)
+                and worker_id == self.worker_id and cancel_requested != "1")
 
     async def cancel_flags(self, task_ids: Sequence[str]) -> list[bool]:
         pipe = self.client.pipeline(transaction=False)

@@ -97,6 +97,11 @@ class HandlerThreads:
         if not self._queue.empty():  # else a thread took it between the two checks
             self._took.wait(timeout_s)
 
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while a handler thread takes the next backlog row (take_next)."""
+        return self._lock
+
     def give_up(self, ex: Execution, completion: Completion | None) -> bool:
         """End an attempt whose thread may still be running it, with this outcome (None: leave
         its entry to redelivery); False when its thread already handed its own outcome back."""

@@ -103,3 +103,52 @@ def test_a_short_timeout_fires_on_an_attempt_a_thread_started_from_the_backlog(
     assert error["error"] == "dtq.HandlerTimeout" and "time.sleep(" in error["traceback"]
     w.proc.send_signal(signal.SIGTERM)
     assert w.wait(15) == 0, w.output()
+
+
+def test_a_drain_hands_back_claimed_rows_at_once_not_after_its_running_ones(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Held until the end of a long drain, a backlog row fell out of the heartbeats: a peer took it
+    # as lost past the visibility timeout (2 s), charged an attempt and dead-lettered a task of
+    # max_attempts=1 that never ran.
+    keys = engine.keys
+    turn_over(engine, "drainq")
+    running = engine.tasks.enqueue("failure.work", {"seconds": 8}, queue="drainq").id  # past the visibility timeout
+    waiting = engine.tasks.enqueue("failure.work", {"seconds": 0}, queue="drainq", max_attempts=1).id
+    a = start_worker("--name", "a", "--queues", "drainq", "--concurrency", "1", **env(DTQ_DRAIN_TIMEOUT_S=20))
+    wait_for(lambda: started(redis_client, keys, running), message=a.output)
+    wait_for(lambda: status(redis_client, keys, waiting) == "RUNNING", message=a.output)  # in a's backlog
+    assert execs(redis_client, keys, waiting) == 0
+    b = start_worker("--name", "b", "--queues", "drainq", **env())
+    wait_for(lambda: redis_client.zscore(keys.workers(), "b") is not None, message=b.output)
+    a.proc.send_signal(signal.SIGTERM)
+    # Put back at once, uncharged, while a's running task drains: b runs it long before that ends.
+    wait_for(lambda: status(redis_client, keys, waiting) == "SUCCEEDED", timeout=4,
+             message=lambda: f"{status(redis_client, keys, waiting)} {a.output()} {b.output()}")
+    assert status(redis_client, keys, running) == "RUNNING"  # still draining
+    done = engine.tasks.get(waiting)
+    assert (done["worker_id"], done["attempt"], done["errors"]) == ("b", 1, [])
+    assert a.wait(30) == 0, a.output()
+    assert status(redis_client, keys, running) == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("handler", ["failure.work", "failure.awork"], ids=["sync", "async"])
+def test_a_task_cancelled_while_in_the_backlog_never_starts_and_ends_cancelled(
+        handler: str, engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    keys = engine.keys
+    turn_over(engine, "cq")
+    running = engine.tasks.enqueue("failure.work", {"seconds": 4}, queue="cq").id
+    waiting = engine.tasks.enqueue(handler, {"seconds": 0}, queue="cq").id
+    w = start_worker("--name", "w", "--queues", "cq", "--concurrency", "1", **env())
+    wait_for(lambda: started(redis_client, keys, running), message=w.output)
+    wait_for(lambda: status(redis_client, keys, waiting) == "RUNNING", message=w.output)  # in the backlog
+    assert execs(redis_client, keys, waiting) == 0
+    engine.tasks.cancel(waiting, Actor.cli())
+    # A backlog row is RUNNING: its cancel is seen within the watcher's poll (0.25 s), and as it
+    # never started, it goes back (returnEntries) and ends CANCELLED while its slot is still busy.
+    wait_for(lambda: status(redis_client, keys, waiting) == "CANCELLED", timeout=2,
+             message=lambda: f"{status(redis_client, keys, waiting)} {w.output()}")
+    assert status(redis_client, keys, running) == "RUNNING"
+    wait_for(lambda: status(redis_client, keys, running) == "SUCCEEDED", timeout=20, message=w.output)
+    assert execs(redis_client, keys, waiting) == 0 and pending(redis_client, keys, ["cq"]) == 0
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.wait(15) == 0, w.output()

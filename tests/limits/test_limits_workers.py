@@ -213,3 +213,25 @@ def test_slots_of_a_killed_worker_whose_tasks_are_out_of_attempts_go_to_the_wait
     assert time.monotonic() - killed_at < 2 + 5
     assert [live.tasks.get(t)["status"] for t in long] == ["DEAD_LETTERED", "DEAD_LETTERED"]
     assert live.limits.get("held")["usage"]["running"] == 0
+
+
+@pytest.mark.parametrize("limit", ["rate", "group_rate"])
+def test_a_rate_counts_handler_starts_a_worker_claims_nothing_ahead_of_its_slots(
+        limit: str, live: Engine, redis_client: redis.Redis, key_prefix: str,
+        start_worker: Callable[..., WorkerProcess]) -> None:
+    # A rate is counted at the claim. A worker whose slots turn over claims rows ahead of them (its
+    # backlog), which start later: a row claimed while a long task ran started 1.5 s after its
+    # token was taken, and made four handler starts in a window of two seconds.
+    live.limits.set("rq", {limit: {"limit": 3, "period_s": 2}}, actor=ACTOR)
+    group = {"group_key": "g"} if limit == "group_rate" else {}
+    seconds = [0, 1.5, 0, 0, 0, 0]  # the first turns the one slot over; the second holds it
+    ids = [live.tasks.enqueue("limits.sleep", {"seconds": s}, queue="rq", **group).id for s in seconds]
+    w = start_worker("--name", "w", "--queues", "rq", "--concurrency", "1", **ENV)
+    wait_for(_all_done(live, ids), timeout=30, message=w.output)
+    starts = sorted(start for start, *_ in intervals(redis_client, key_prefix))
+    assert len(starts) == len(ids)
+    # The window counts claims; a handler starts a few ms after its claim, later for the first
+    # (its thread starts): windows of 1.75 s, not 2, absorb that. A row claimed ahead started
+    # 1.5 s late, with three more starts after it within 0.5 s.
+    most = max(sum(1 for s in starts if first <= s < first + 1750) for first in starts)  # ms
+    assert most <= 3, [round((s - starts[0]) / 1000, 3) for s in starts]

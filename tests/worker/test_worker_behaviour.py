@@ -902,3 +902,42 @@ def test_every_freeze_that_can_age_live_entries_past_the_timeout_shows_as_a_hear
     assert 0 < h <= heartbeat_s and h <= visibility_s / 3
     assert h < g <= visibility_s - h
     assert g - h >= min(1.0, visibility_s / 6) - 1e-9  # room for a late beat
+
+
+@pytest.mark.parametrize("wait", ["fetch", "wait_and_fetch"])
+def test_rows_a_fetch_claimed_while_a_stop_came_are_handed_back_not_started(
+        wait: str, config: DtqConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SIGTERM's handler runs while a fetch's reply is on its way: the worker is stopping by the
+    # time the claimed rows reach the consumer. They must go back as a drain's backlog does.
+    from dtq_core.worker.store import Fetched, WorkerStore
+
+    engine, cfg = make_engine(config)
+    # Two queues: an idle worker waits on the channel, then fetches (store.fetch); one queue of
+    # one partition: it waits on the wake list with its fetch queued behind (wait_and_fetch).
+    worker = Worker(cfg, queues=["stopq", *(["otherq"] if wait == "fetch" else [])], concurrency=1, name="stopper")
+    real = getattr(WorkerStore, wait)
+    target: list[str] = []
+    seen: list[str] = []
+
+    async def stop_when_claimed(store: WorkerStore, *args: Any, **kwargs: Any) -> Fetched:
+        fetched: Fetched = await real(store, *args, **kwargs)
+        if any(row.task_id in target for row in fetched.rows):
+            seen.append(wait)
+            worker.request_stop()
+        return fetched
+
+    monkeypatch.setattr(WorkerStore, wait, stop_when_claimed)
+
+    async def scenario() -> None:
+        run = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 10
+        while not (worker.state == "running" and (wait == "fetch" or worker.wake.holding is not None)):
+            assert time.monotonic() < deadline, worker.state
+            await asyncio.sleep(0.01)
+        target.append(engine.tasks.enqueue("test.record", {"n": 1}, queue="stopq").id)
+        await asyncio.wait_for(run, 30)
+
+    asyncio.run(scenario())
+    shown = engine.tasks.get(target[0])
+    assert seen == [wait]
+    assert (RECORDED, shown["status"], shown["attempt"], shown["errors"]) == ([], "QUEUED", 0, [])
