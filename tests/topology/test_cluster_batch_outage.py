@@ -56,6 +56,18 @@ def items_for(layout: Any, tags: Any, name: str, per_tag: int = 2) -> list[dict[
              "idempotency_key": key_in(layout, tag, f"{name}{n}")} for n in range(per_tag) for tag in tags]
 
 
+def assert_answered(engine: Engine, items: list[dict[str, Any]], results: list[dict[str, Any]],
+                    down: set[str]) -> None:
+    """The down master's items answered REDIS_UNAVAILABLE, every other one queued as sent."""
+    for item, result in zip(items, results, strict=True):
+        if item["payload"]["tag"] in down:
+            assert result["error"]["code"] == "REDIS_UNAVAILABLE", result
+            assert "may or may not have been queued" in result["error"]["message"]
+        else:
+            assert result["status"] == "QUEUED" and result["created"] is True, result
+            assert engine.tasks.get(result["id"])["payload"] == item["payload"]
+
+
 @pytest.fixture
 def engine_on(fresh_cluster: ClusterSetup) -> Iterator[Any]:
     """Engines on the test's cluster and key prefix (two of them: two processes)."""
@@ -91,13 +103,7 @@ def test_each_task_is_answered_while_one_master_is_down(fresh_cluster: ClusterSe
 
     items = items_for(layout, layout.tags, "b")
     results = submit_batch(engine, items, "req-outage")
-    for item, result in zip(items, results, strict=True):
-        if item["payload"]["tag"] in down:
-            assert result["error"]["code"] == "REDIS_UNAVAILABLE", result
-            assert "may or may not have been queued" in result["error"]["message"]
-        else:
-            assert result["status"] == "QUEUED" and result["created"] is True, result
-            assert engine.tasks.get(result["id"])["payload"] == item["payload"]
+    assert_answered(engine, items, results, down)
     # Sent again (idempotency keys), the landed ones are found, not queued twice.
     for first, second in zip(results, submit_batch(engine, items, "req-outage-2"), strict=True):
         if "id" in first:
@@ -120,13 +126,8 @@ def test_a_live_master_without_the_scripts_gets_them_while_another_master_is_dow
     victim.kill()
 
     items = items_for(layout, layout.tags, "f")
-    results = submit_batch(engine, items, "req-flushed")
-    for item, result in zip(items, results, strict=True):
-        if item["payload"]["tag"] in down:
-            assert result["error"]["code"] == "REDIS_UNAVAILABLE", result
-        else:  # the flushed master took the load (it alone) and its calls were sent again
-            assert result["created"] is True, result
-            assert engine.tasks.get(result["id"])["payload"] == item["payload"]
+    # The flushed master took the load (it alone) and its calls were sent again.
+    assert_answered(engine, items, submit_batch(engine, items, "req-flushed"), down)
 
 
 def test_a_live_masters_short_wait_fails_its_own_tasks_only(fresh_cluster: ClusterSetup, engine_on: Any) -> None:
