@@ -93,11 +93,7 @@ class ExecutionLoops(WorkerState):
                     return
                 if not ours:  # a cancelled one ends CANCELLED here; one a peer took is left alone
                     self._withheld.append(ex.row)
-                    try:
-                        await self._return_withheld("claim re-checked")
-                    except Exception as exc:  # noqa: BLE001 - withheld: the cancel watcher tries again
-                        logger.debug("worker_id=%s handing back task_id=%s failed (%s: %s)", self.worker_id,
-                                     ex.row.task_id, type(exc).__name__, exc)
+                    await self._try_return_withheld("claim re-checked")
                     return
                 if handler is not None and not handler.is_async:
                     self._to_thread(ex, handler)
@@ -270,7 +266,7 @@ class ExecutionLoops(WorkerState):
         while True:
             await asyncio.sleep(self.config.cancel_poll_s)
             if self._withheld:
-                await self._return_withheld("retry")
+                await self._try_return_withheld("retry")
             running = [ex for ex in self._running.values() if not ex.cancel_requested]
             waiting = list(self._backlog)
             if not running and not waiting:
@@ -282,7 +278,17 @@ class ExecutionLoops(WorkerState):
             cancelled = {row.entry_id for row, flag in zip(waiting, flags[len(running):], strict=True) if flag}
             if cancelled:
                 self._withhold(cancelled)
-                await self._return_withheld("cancel requested")
+                await self._try_return_withheld("cancel requested")
+
+    async def _try_return_withheld(self, why: str) -> None:
+        """_return_withheld for the cancel watcher: a hand-back that fails (on a cluster, the rows'
+        master is down) leaves them withheld for the next poll, and the watcher goes on reading
+        the cancels of the attempts it runs."""
+        try:
+            await self._return_withheld(why)
+        except Exception as exc:  # noqa: BLE001 - kept withheld and heartbeated; tried again next poll
+            logger.debug("worker_id=%s handing back %d withheld row(s) failed (%s: %s)", self.worker_id,
+                         len(self._withheld), type(exc).__name__, exc)
 
     def _withhold(self, entry_ids: set[str]) -> None:
         """Take these rows out of the backlog, so that they never start; one started while the

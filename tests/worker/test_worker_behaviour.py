@@ -941,3 +941,71 @@ def test_rows_a_fetch_claimed_while_a_stop_came_are_handed_back_not_started(
     shown = engine.tasks.get(target[0])
     assert seen == [wait]
     assert (RECORDED, shown["status"], shown["attempt"], shown["errors"]) == ([], "QUEUED", 0, [])
+
+
+def test_a_hand_back_that_keeps_failing_does_not_stop_the_cancel_watcher(
+        config: DtqConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A withheld row whose hand-back fails (on a cluster, its partition's master is down) must
+    # not keep the watcher from the cancels of the attempts it runs elsewhere (within 0.25 s).
+    from dtq_core.worker.store import WorkerStore
+
+    async def hang(payload: Any) -> Any:
+        await asyncio.sleep(payload.get("seconds", 30))
+        return "done"
+
+    registry.register("test.hang", hang)
+    engine = Engine(config)
+    # Every start goes through the stale-claim check (as after a stall), so that a cancel landing
+    # just before it sends the row down the new `if not ours:` branch: withheld, handed back.
+    monkeypatch.setattr(DtqConfig, "stale_start_s", property(lambda self: -1.0))
+    doomed: list[str] = []
+    real_check = WorkerStore.claim_still_ours
+    real_return = WorkerStore.return_unstarted
+
+    async def check(store: WorkerStore, row: Any) -> bool:
+        if row.task_id in doomed:  # its cancel lands just before the check
+            engine.tasks.cancel(row.task_id, Actor.cli())
+        return await real_check(store, row)
+
+    async def give_back(store: WorkerStore, rows: Any) -> int:
+        # The doomed task's partition lives on a master that is down: the pipeline raises.
+        if any(row.task_id in doomed for row in rows):
+            raise redis.ConnectionError("master of the doomed task's partition is down")
+        return await real_return(store, rows)
+
+    monkeypatch.setattr(WorkerStore, "claim_still_ours", check)
+    monkeypatch.setattr(WorkerStore, "return_unstarted", give_back)
+
+    async def scenario() -> tuple[str, str, int]:
+        worker = Worker(config, queues=["healthyq", "downq"], concurrency=4, name="watcher")
+        run = asyncio.create_task(worker.run())
+        try:
+            deadline = time.monotonic() + 10
+            while worker.state != "running":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            victim = engine.tasks.enqueue("test.hang", {"seconds": 30}, queue="downq").id
+            doomed.append(victim)
+            deadline = time.monotonic() + 10
+            while not any(row.task_id == victim for row in worker._withheld):
+                assert time.monotonic() < deadline, "the doomed row never got withheld"
+                await asyncio.sleep(0.01)
+            long = engine.tasks.enqueue("test.hang", {"seconds": 30}, queue="healthyq").id
+            deadline = time.monotonic() + 10
+            while not any(ex.row.task_id == long for ex in worker._running.values()):
+                assert time.monotonic() < deadline, "the healthy task never started"
+                await asyncio.sleep(0.01)
+            engine.tasks.cancel(long, Actor.cli())
+            # Promised within 0.25 s; give it 3 s (12 polls).
+            deadline = time.monotonic() + 3
+            while (shown := str(engine.tasks.get(long)["status"])) != "CANCELLED" and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return shown, str(engine.tasks.get(victim)["status"]), len(worker._withheld)
+        finally:
+            doomed.clear()  # the "master" is back: let the drain finish
+            worker.request_stop()
+            await asyncio.wait_for(run, 20)
+
+    shown, victim_status, withheld = asyncio.run(scenario())
+    assert withheld == 1 and victim_status == "RUNNING"  # the doomed row is still withheld
+    assert shown == "CANCELLED", f"the healthy task's cancel was not seen within 3 s: status {shown}"
