@@ -22,8 +22,8 @@ every TICK_S (Keeper.tick):
   release the GIL for long stretches of C code (hashing, compression, numpy) run in parallel,
   and the worker leaves them every CPU for HOLD_S before it looks again;
 - on the least busy CPU the process may use (taskset, a cpuset), moved off a CPU that other
-  processes crowd; every PROBE_S (jittered) the threads run one tick on all CPUs again so
-  that the measure above stays current, and EARLY_PROBE_S after a pin no measure backs (the
+  processes crowd; every PROBE_S (jittered; deferred while no attempt ends) the threads run one
+  tick on all CPUs again so that the measure above stays current, and EARLY_PROBE_S after a pin no measure backs (the
   first sync handler's; the first busy tick after IDLE_S idle): a pinned process cannot show
   that its handlers would use more than one CPU.
 A program a handler starts inherits the CPU of the thread that starts it: every tick, after a
@@ -247,7 +247,9 @@ class Keeper:
             # Busy again after an idle spell, pinned on measures of nothing: what runs now may be
             # handlers that use several CPUs at once; measure unpinned soon, not in PROBE_S.
             self.probe_at = min(self.probe_at, now + EARLY_PROBE_S)
-        if long_running or now >= self.probe_at:
+        # A probe measures what the handlers use unpinned: none run while the worker ends no
+        # attempt, so an idle worker waits for work to probe (its threads stay on one CPU).
+        if long_running or (now >= self.probe_at and sample.rate > 0):
             self._unpin()  # long attempts, or time to measure unpinned again
             return
         self._free_children(self.pinned)

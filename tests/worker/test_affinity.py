@@ -228,6 +228,21 @@ def test_a_pinned_idle_worker_measures_again_soon_once_tasks_come_back() -> None
     assert k.pinned == 2
 
 
+def test_an_idle_pinned_worker_defers_its_probe_until_tasks_end_again() -> None:
+    # Unpinned while idle, a probe would measure nothing and leave the threads spread for a tick,
+    # just as the next sporadic task may come: it waits for the first tick that ended attempts.
+    k, applied, clock, _, _ = keeper_with()
+    k.tick(sample(usage=0.9, rate=4000))
+    assert k.pinned == 2
+    clock.now += affinity.PROBE_S * 1.2 + 1  # past the jittered probe time
+    for _ in range(8):
+        k.tick(sample(usage=0.01, rate=0))
+        clock.now += affinity.TICK_S
+    assert k.pinned == 2 and applied == [{2}]
+    k.tick(sample(usage=0.9, rate=300))
+    assert k.pinned is None and applied[-1] == ALLOWED  # the probe, with work to measure
+
+
 def test_workers_started_together_spread_over_the_cpus_that_are_equally_free() -> None:
     picks = set()
     for seed in range(40):
