@@ -50,6 +50,7 @@ class Registry(Noun):
         except redis.exceptions.RedisError:
             if fresh or self._cache is None or not is_cluster(self.client):
                 raise  # one node (or Sentinel): the partitions are down with it, and a 503 is due at once
+            self._cache = (now, self._cache[1])  # read again in LAYOUT_CACHE_S, not on every submit
             return self._cache[1]
         layouts = parse_registry(text_hash(raw))
         self._cache = (now, layouts)
@@ -58,6 +59,12 @@ class Registry(Noun):
     def get(self, queue: str, *, fresh: bool = False) -> Layout | None:
         """The queue's layout, or None when it is not registered."""
         return self.layouts(fresh=fresh).get(queue)
+
+    def cached(self, queue: str) -> bool:
+        """Whether the cache serves the queue's layout without a read (on a cluster whose registry
+        master is down, the copy in hand is kept on for LAYOUT_CACHE_S at each failed read)."""
+        return (self._cache is not None and queue in self._cache[1]
+                and time.monotonic() - self._cache[0] < LAYOUT_CACHE_S)
 
     def forget_cache(self) -> None:
         self._cache = None

@@ -117,6 +117,7 @@ class Tasks(Noun):
             except redis.exceptions.RedisError:
                 if not stale_ok or self._types is None or not is_cluster(self.client):
                     raise
+                self._types = (now, self._types[1])  # read again in max_age_s, not on every submit
         return self._types[1]
 
     def served_types(self) -> frozenset[str]:
@@ -205,11 +206,18 @@ class Tasks(Noun):
         pending = builtins.list(range(len(placed)))
         for last_round in (False, True):
             calls: builtins.list[tuple[int, Layout]] = []
+            unread: redis.exceptions.RedisError | None = None  # the registry's read failed: not read again
             for i in pending:
+                if unread is not None and not self.registry.cached(placed[i].queue):
+                    out[i] = unread
+                    continue
                 try:
                     placed[i], layout = self.place(placed[i])
-                except (QueueLimitReached, redis.exceptions.RedisError) as exc:
-                    out[i] = exc  # the registry's read failed: this task was not sent
+                except QueueLimitReached as exc:
+                    out[i] = exc
+                    continue
+                except redis.exceptions.RedisError as exc:  # once a round: a frozen Redis times out each read
+                    out[i] = unread = exc  # not sent; nor the next tasks whose placing needs a read
                     continue
                 calls.append((i, layout))
             replies = self._enqueue_batches([(placed[i], layout) for i, layout in calls])

@@ -14,6 +14,7 @@ from dtq_core.engine import Engine
 from dtq_core.keys import tag_of
 
 from ..conftest import wait_for
+from ..redis_server import RedisServer
 from .support import assert_error, drain
 
 
@@ -137,6 +138,15 @@ def test_an_empty_batch_is_an_empty_answer(api: APIClient) -> None:
 
 def test_batch_answers_503_when_redis_is_down(settings: Any) -> None:
     assert_error(batch(APIClient(), {"tasks": [{"type": "dtq.echo"}]}), 503, "REDIS_UNAVAILABLE")
+
+
+def test_a_batch_to_a_frozen_redis_gives_503_within_2_seconds(frozen_redis: RedisServer, settings: Any) -> None:
+    # One read of the registry times out; the batch's other tasks do not each wait for another.
+    settings.DTQ = {**settings.DTQ, "ACCEPT_UNKNOWN_TYPES": True}  # no read of the types first
+    started = time.monotonic()
+    items = [{"type": "dtq.echo", "queue": f"q{i % 5}"} for i in range(50)]
+    assert_error(batch(APIClient(), {"tasks": items}), 503, "REDIS_UNAVAILABLE")
+    assert time.monotonic() - started < 2
 
 
 def test_a_batch_item_redis_fails_gets_its_error_in_its_slot_and_the_others_land(
