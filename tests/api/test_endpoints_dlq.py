@@ -5,6 +5,8 @@ A dead letter's id is keys.dlq_ref: its partition's tag and its entry id in that
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import dtq_tasks
 from dtq_core.engine import Engine
 from dtq_core.keys import parse_dlq_ref
 
+from ..conftest import wait_for
 from .support import assert_error, drain, make_dead_letters
 
 
@@ -90,8 +93,12 @@ def test_an_unknown_entry_is_404_for_every_action(api: APIClient, entry_id: str)
 def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(
         api: APIClient, live_engine: Engine, redis_client: redis.Redis) -> None:
     # An unknown type is permanent: one attempt, then the DLQ. The "fix" is deploying its handler.
-    [task_id] = make_dead_letters(live_engine, 1, type="tests.fixed_later", ttl_seconds=0.5)
-    assert live_engine.tasks.get(task_id)["attempt"] == 1
+    # Its ttl leaves the burst worker time to start on a loaded machine (0.5 s did not, on a
+    # cluster in CI: the task expired unrun), and has passed before the retry below.
+    [task_id] = make_dead_letters(live_engine, 1, type="tests.fixed_later", ttl_seconds=2)
+    dead = live_engine.tasks.get(task_id)
+    assert (dead["status"], dead["attempt"]) == ("DEAD_LETTERED", 1)
+    wait_for(lambda: time.time() > datetime.fromisoformat(dead["expires_at"]).timestamp(), timeout=5)
     entry_id = entry_of(live_engine, task_id)
     response = api.post(f"/api/v1/dlq/{entry_id}/retry")
     assert response.status_code == 200 and response.json() == {"count": 1}
