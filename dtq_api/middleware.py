@@ -7,12 +7,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 if TYPE_CHECKING:
     from rest_framework.request import Request
 
 _SAFE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def request_id_of(request: HttpRequest | Request) -> str:
@@ -37,3 +38,20 @@ class RequestIdMiddleware:
         response = self.get_response(request)
         response["X-Request-ID"] = request.request_id  # type: ignore[attr-defined]
         return response
+
+
+class ContentLengthMiddleware:
+    """A Content-Length that is not a decimal number is the client's error (RFC 9110, 8.6): a 400
+    in the envelope, before anything reads the body or the header (django_prometheus's metrics
+    middleware calls int() on it, which turned such a request into a 500)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        value = request.META.get("CONTENT_LENGTH")
+        if value and not _DIGITS.fullmatch(value.strip()):
+            return JsonResponse({"error": {
+                "code": "VALIDATION_ERROR", "message": f"Content-Length is not a number: {value[:40]!r}",
+                "request_id": request_id_of(request)}}, status=400)
+        return self.get_response(request)

@@ -88,6 +88,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "dtq_api.middleware.RequestIdMiddleware",
+    "dtq_api.middleware.ContentLengthMiddleware",
     "dtq_core.logs.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

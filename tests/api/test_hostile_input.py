@@ -108,6 +108,20 @@ def test_an_unknown_format_is_404_with_a_message(api: APIClient) -> None:
     assert api.get("/api/v1/tasks?format=json").status_code == 200
 
 
+@pytest.mark.parametrize("cookie", [False, True], ids=["fast", "drf"])
+@pytest.mark.parametrize("length", ["abc", "-1", "1e3", "0x10"])
+def test_a_content_length_that_is_not_a_number_is_a_400_and_queues_nothing(api: APIClient, live_engine: Engine,
+                                                                           length: str, cookie: bool) -> None:
+    # Once a 500: the metrics middleware called int() on the header before any view ran.
+    if cookie:
+        api.cookies["unrelated"] = "1"
+    response = api.post("/api/v1/tasks", '{"type": "dtq.echo"}', content_type="application/json",
+                        CONTENT_LENGTH=length)
+    assert "Content-Length" in assert_error(response, 400, "VALIDATION_ERROR")["message"]
+    assert live_engine.queues.stats(["default"])[0]["waiting"] == 0
+    assert api.post("/api/v1/tasks", '{"type": "dtq.echo"}', content_type="application/json").status_code == 201
+
+
 @pytest.mark.parametrize("path", ["/health", "/ready"])
 def test_probes_answer_other_methods_with_405_json_not_a_csrf_page(path: str) -> None:
     client = APIClient(enforce_csrf_checks=True)  # as a browser or load balancer meets them
