@@ -43,7 +43,8 @@ TOPOLOGY_TESTS = tests/core/test_enqueue.py tests/core/test_scans.py tests/core/
 	tests/core/test_unique.py tests/api/test_endpoints_limits.py tests/workflows/test_workflows.py \
 	tests/workflows/test_advance.py tests/progress/test_progress.py tests/api/test_endpoints_workflows.py \
 	tests/history/test_history.py tests/api/test_search.py tests/worker/test_function_library.py \
-	tests/cli/test_functions_command.py tests/worker/test_samples.py
+	tests/cli/test_functions_command.py tests/worker/test_samples.py tests/core/test_dlq_partitions.py \
+	tests/core/test_audit.py
 
 test: dev
 	$(BIN)/python -m pytest -n auto --dist loadfile

@@ -47,15 +47,17 @@ def test_a_bulk_action_that_fails_mid_way_is_recorded_as_failed(live_engine: Eng
     # An operator whose Redis user may write the audit trail but not the DLQ (a misconfigured
     # ACL): the intent is recorded, then Redis refuses the retry itself.
     user = f"audit-only-{live_engine.keys.prefix.rpartition(':')[2]}"
+    on_cluster = isinstance(live_engine.client, redis.cluster.RedisCluster)
+    every_node = {"target_nodes": redis.cluster.RedisCluster.ALL_NODES} if on_cluster else {}
     live_engine.client.acl_setuser(user, enabled=True, passwords=["+pw"], commands=["+@all"],
-                                   keys=[f"{live_engine.keys.audit()}*"], reset_keys=True)
+                                   keys=[f"{live_engine.keys.audit()}*"], reset_keys=True, **every_node)
     try:
-        url = live_engine.config.redis_url.replace("redis://", f"redis://{user}:pw@")
+        url = live_engine.config.redis_url.replace("://", f"://{user}:pw@", 1)
         limited = Engine(dataclasses.replace(live_engine.config, redis_url=url))
         with pytest.raises(redis.exceptions.NoPermissionError):
             limited.dlq.retry(DlqSelection(ids=(entry_id,)), OPERATOR)
     finally:
-        live_engine.client.acl_deluser(user)
+        live_engine.client.acl_deluser(user, **every_node)
     (row,) = live_engine.audit.list().items
     assert (row["outcome"], row["error"], row["count"], row["selected"]) == ("failed", "NoPermissionError", 0, 1)
     assert row["selection"] == {"ids": [entry_id], "ids_total": 1}
