@@ -6,6 +6,7 @@ from typing import Any
 
 from dtq_core.connection import UNAVAILABLE_ERRORS
 from dtq_core.engine import Engine
+from dtq_core.engine.tasks import failed_in_redis
 from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationError, error_body
 from dtq_core.redis_errors import translate
 from dtq_core.submit import Submission
@@ -36,7 +37,7 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
     checked = [_validate(engine, item, request_id) for item in items]
     valid = [c for c in checked if isinstance(c, Submission)]
     outcomes_list = engine.tasks.enqueue_each(valid) if valid else []
-    failed = [o for o in outcomes_list if isinstance(o, Exception) and _failed(o)]
+    failed = [o for o in outcomes_list if failed_in_redis(o)]
     if failed and len(failed) == len(outcomes_list):
         # Redis trouble first: a 503 the client may retry, not a 500 for a by-stander's error.
         raise next((f for f in failed if translate(f) is not None), failed[0])
@@ -56,11 +57,6 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
             if outcome.unique is not None:
                 results[-1]["unique"] = outcome.unique
     return results
-
-
-def _failed(outcome: object) -> bool:
-    """A task Redis failed (not one dtq refused: a full queue, the bound on queues)."""
-    return isinstance(outcome, Exception) and not isinstance(outcome, (QueueFull, QueueLimitReached))
 
 
 def _redis_error(exc: Exception, request_id: str) -> dict[str, Any]:

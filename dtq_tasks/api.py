@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from dtq_core import registry
 from dtq_core.conf import get_engine
 from dtq_core.engine.periodic import PeriodicSpec
+from dtq_core.engine.tasks import Enqueued
 from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationError
 from dtq_core.periodic_declared import declare
 from dtq_core.task import TASK_TYPE_RE
@@ -138,7 +139,10 @@ def enqueue_many(tasks: Iterable[Mapping[str, Any]]) -> list[str]:
     message, and nothing is queued. A full queue (QueueFull) or the bound on queues
     (QueueLimitReached) refuses items on their own: the others are queued, then the first refusal
     is raised with details["ids"], the batch's ids in order and None where an item was refused.
-    Redis trouble raises as for `enqueue`; items with an idempotency_key can be sent again safely.
+    Redis trouble raises as for `enqueue` (redis-py's exception), after the items Redis did take
+    are queued, with details["ids"] likewise (None where an item may or may not have been queued,
+    and for every item after the round of 1,000 that failed, which is not sent); items with an
+    idempotency_key can be sent again safely.
     """
     engine = get_engine()
     submissions = []
@@ -162,12 +166,24 @@ def enqueue_many(tasks: Iterable[Mapping[str, Any]]) -> list[str]:
     ids: list[str | None] = []
     refused: QueueFull | QueueLimitReached | None = None
     for start in range(0, len(submissions), MANY_PER_ROUND_TRIP):
-        for outcome in engine.tasks.enqueue_many(submissions[start:start + MANY_PER_ROUND_TRIP]):
+        failed: Exception | None = None
+        for outcome in engine.tasks.enqueue_each(submissions[start:start + MANY_PER_ROUND_TRIP]):
+            if isinstance(outcome, Enqueued):
+                ids.append(outcome.id)
+                continue
+            ids.append(None)
             if isinstance(outcome, (QueueFull, QueueLimitReached)):
                 refused = refused or outcome
-                ids.append(None)
+            else:  # Redis failed its call
+                failed = failed or outcome
+        if failed is not None:  # later rounds are not sent: what landed so far is told, not lost
+            ids.extend([None] * (len(submissions) - len(ids)))
+            details = getattr(failed, "details", None)
+            if isinstance(details, dict):
+                details["ids"] = ids
             else:
-                ids.append(outcome.id)
+                failed.details = {"ids": ids}  # type: ignore[attr-defined]  # redis-py's: one attribute of ours
+            raise failed
     if refused is not None:
         refused.details["ids"] = ids
         raise refused

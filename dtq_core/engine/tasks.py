@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import redis
 
@@ -48,6 +48,12 @@ BULK_CHUNK = 100  # tasks per enqueueTasks call: one call runs alone in Redis, s
 BULK_CHUNK_BYTES = 1 << 20  # and payload bytes per call: 100 payloads of up to 1 MB would be one 100 MB call
 TYPES_CACHE_S = 5.0  # how long submit trusts its copy of the registered task types
 TYPES_RECHECK_S = 0.5  # an unknown type re-reads them, at most this often (junk cannot hammer Redis)
+
+
+def failed_in_redis(outcome: object) -> TypeGuard[Exception]:
+    """An outcome of Tasks.enqueue_each for a task whose call Redis failed (not one dtq refused:
+    a full queue, the bound on queues): it may or may not have been queued."""
+    return isinstance(outcome, Exception) and not isinstance(outcome, (QueueFull, QueueLimitReached))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,8 +170,7 @@ class Tasks(Noun):
         registration first; a partition closed meanwhile, a second round for its tasks). A task
         whose call Redis failed raises that error once the others are queued and signalled."""
         outcomes = self.enqueue_each(submissions)
-        failed = next((o for o in outcomes if isinstance(o, Exception)
-                       and not isinstance(o, (QueueFull, QueueLimitReached))), None)
+        failed = next((o for o in outcomes if failed_in_redis(o)), None)
         if failed is not None:
             raise failed
         return cast("builtins.list[Enqueued | QueueFull | QueueLimitReached]", outcomes)
@@ -193,7 +198,7 @@ class Tasks(Noun):
                 for i, outcome in enumerate(outcomes):
                     if i in refused:
                         continue
-                    if isinstance(outcome, Exception) and not isinstance(outcome, (QueueFull, QueueLimitReached)):
+                    if failed_in_redis(outcome):
                         failed(span, outcome)
                     span += 1
                 return outcomes

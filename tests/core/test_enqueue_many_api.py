@@ -83,6 +83,24 @@ def test_a_full_queue_refuses_items_alone_and_says_which(redis_server: object, s
     assert full.value.details["queue"] == "full"
 
 
+def test_a_redis_failure_in_a_later_round_raises_with_the_ids_already_queued(
+        redis_server: object, redis_client: redis.Redis) -> None:
+    # Once, the 1,000 tasks of the first round were queued and their ids lost with the error.
+    engine = get_engine()
+    layout = engine.registry.ensure("rounds")
+    redis_client.hset(engine.keys.partition(layout.tag_for("bad")) + "idem:bad", "x", "1")  # WRONGTYPE
+    items: list[dict[str, Any]] = [{"type": "dtq.echo", "payload": i, "queue": "rounds"} for i in range(2500)]
+    items[1200]["idempotency_key"] = "bad"  # in the second round of 1,000
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE") as failed:
+        dtq_tasks.enqueue_many(items)
+    ids = failed.value.details["ids"]  # type: ignore[attr-defined]
+    assert len(ids) == 2500 and ids[1200] is None and ids[2000:] == [None] * 500  # the third round not sent
+    landed = [i for i in range(2000) if i != 1200]
+    assert all(ids[i] for i in landed)
+    assert [engine.tasks.get(ids[i])["payload"] for i in (0, 999, 1000, 1999)] == [0, 999, 1000, 1999]
+    assert engine.queues.get("rounds")["waiting"] == len(landed)
+
+
 def test_an_empty_batch_is_no_call() -> None:
     assert dtq_tasks.enqueue_many([]) == []  # the settings point at a closed port: nothing was sent
 
