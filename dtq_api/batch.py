@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtq_core.connection import UNAVAILABLE_ERRORS
+from dtq_core.connection import UNAVAILABLE_ERRORS, never_connected
 from dtq_core.engine import Engine
 from dtq_core.engine.tasks import failed_in_redis
 from dtq_core.errors import DtqError, QueueFull, QueueLimitReached, ValidationError, error_body
@@ -62,13 +62,16 @@ def submit_batch(engine: Engine, items: list[Any], request_id: str) -> list[dict
 def _redis_error(exc: Exception, request_id: str) -> dict[str, Any]:
     """An item's result for a call Redis failed: the API's envelope for that trouble, saying
     whether the task may have been queued all the same (a master that stopped answering may have
-    run the call before it stopped; a refused write or an error reply did not run it)."""
+    run the call before it stopped; a refused connection, a refused write or an error reply did
+    not run it)."""
     trouble = translate(exc)
     if trouble is None:  # an error reply dtq does not expect (a key of the wrong type, set by hand)
         return {"error": {"code": "INTERNAL_ERROR", "message": f"Redis failed this task's write: {exc}",
                           "request_id": request_id}}
     body = error_body(trouble, request_id)
-    if isinstance(exc, UNAVAILABLE_ERRORS):
+    if never_connected(exc):
+        body["error"]["message"] += "; this task was not queued (Redis refused the connection): send it again"
+    elif isinstance(exc, UNAVAILABLE_ERRORS):
         body["error"]["message"] += (
             "; this task may or may not have been queued: send it again with an idempotency_key "
             "to be sure it is queued once")

@@ -10,6 +10,7 @@ master. wire.py's raw connections come from the same pools, so they follow it to
 
 from __future__ import annotations
 
+import socket
 from typing import Any, cast
 
 import redis
@@ -55,6 +56,14 @@ def write_refused(exc: BaseException) -> bool:
         return False
     reply = str(exc).split("caused error: ", 1)[-1].lstrip("('\"")  # a pipeline's wraps Redis's reply
     return reply.startswith(("MISCONF", "NOREPLICAS"))
+
+
+def never_connected(exc: BaseException) -> bool:
+    """redis-py could not open the connection (refused, or a host name that does not resolve):
+    the command never left this process. dtq's clients do not retry, so no earlier try of the
+    same call can have reached Redis either. A timeout is not one: a read times out the same way."""
+    return (isinstance(exc, redis.exceptions.ConnectionError)
+            and isinstance(exc.__context__, (ConnectionRefusedError, socket.gaierror)))
 
 
 def demoted(exc: BaseException) -> bool:
