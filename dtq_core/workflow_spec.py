@@ -38,7 +38,11 @@ class StepSpec:
     submission: Submission
     input: Input
     depends_on: list[int]
-    tolerated: bool  # a member (at any depth) of a group with tolerate_failures, not its `then`
+    # The tolerated member the step is in, "" for none: each member of a group with
+    # tolerate_failures is numbered ("3"), a member of a tolerating group nested in it "3.5"; a
+    # group's `then` is in the member the group itself is in. A failure ends the innermost member
+    # it is in (advanceWorkflow-1.lua), so a failed step never feeds the steps after it there.
+    member: str
     successors: list[int] = field(default_factory=list)
     path: str = ""  # where it was written, e.g. "chain[2]" (for messages)
 
@@ -71,8 +75,9 @@ class _Builder:
     def __init__(self, config: DtqConfig) -> None:
         self.config = config
         self.steps: list[StepSpec] = []
+        self.members = 0
 
-    def node(self, obj: Any, path: str, input: Input, tolerated: bool, depth: int) -> tuple[Input, dict[str, Any]]:
+    def node(self, obj: Any, path: str, input: Input, member: str, depth: int) -> tuple[Input, dict[str, Any]]:
         """Add the node's steps; return (its output expression, its tree for the API)."""
         where = path or "workflow"
         if depth > MAX_DEPTH:
@@ -89,7 +94,7 @@ class _Builder:
             children = self._list(obj["chain"], prefix + "chain")
             out, trees = input, []
             for i, child in enumerate(children):
-                out, tree = self.node(child, f"{prefix}chain[{i}]", out, tolerated, depth + 1)
+                out, tree = self.node(child, f"{prefix}chain[{i}]", out, member, depth + 1)
                 trees.append(tree)
             return out, {"kind": "chain", "children": trees}
         if "group" in obj:
@@ -103,15 +108,19 @@ class _Builder:
             children = self._list(obj["group"], prefix + "group")
             outs, trees = [], []
             for i, child in enumerate(children):
-                out, tree = self.node(child, f"{prefix}group[{i}]", input, tolerated or tolerate, depth + 1)
+                inner = member
+                if tolerate:
+                    self.members += 1
+                    inner = f"{member}.{self.members}" if member else str(self.members)
+                out, tree = self.node(child, f"{prefix}group[{i}]", input, inner, depth + 1)
                 outs.append(out)
                 trees.append(tree)
             group_out: Input = outs
             then_tree = None
             if obj.get("then") is not None:
-                group_out, then_tree = self.node(obj["then"], prefix + "then", outs, tolerated, depth + 1)
+                group_out, then_tree = self.node(obj["then"], prefix + "then", outs, member, depth + 1)
             return group_out, {"kind": "group", "children": trees, "then": then_tree, "tolerate_failures": tolerate}
-        return self.step(obj, path, input, tolerated)
+        return self.step(obj, path, input, member)
 
     def _list(self, value: Any, path: str) -> list[Any]:
         if not isinstance(value, list) or not value:
@@ -124,7 +133,7 @@ class _Builder:
         return ValidationError(f"a workflow has at most {self.config.workflow_max_steps} steps "
                                "(DTQ_WORKFLOW_MAX_STEPS)", field=path)
 
-    def step(self, obj: dict[str, Any], path: str, input: Input, tolerated: bool) -> tuple[Input, dict[str, Any]]:
+    def step(self, obj: dict[str, Any], path: str, input: Input, member: str) -> tuple[Input, dict[str, Any]]:
         prefix = f"{path}." if path else ""
         extra = sorted(set(obj) - STEP_FIELDS)
         if extra:
@@ -148,7 +157,7 @@ class _Builder:
             raise cls(f"{path}: {exc.message}" if path else exc.message, field=name.rstrip(".") or None) from None
         index = len(self.steps)
         self.steps.append(StepSpec(index=index, submission=submission, input=input, depends_on=leaves(input),
-                                   tolerated=tolerated, path=path))
+                                   member=member, path=path))
         return index, {"kind": "step", "index": index}
 
 
@@ -157,7 +166,7 @@ def parse(obj: Any, config: DtqConfig) -> WorkflowSpec:
     PayloadTooLarge) names the field, e.g. field="chain[2].payload"."""
     builder = _Builder(config)
     try:
-        _, root = builder.node(obj, "", None, False, 0)
+        _, root = builder.node(obj, "", None, "", 0)
     except RecursionError:
         raise ValidationError(f"workflows nest at most {MAX_DEPTH} levels deep") from None
     for step in builder.steps:

@@ -21,6 +21,7 @@ from typing import Any
 from ..clock import iso
 from ..errors import (
     ErrorCode,
+    QueueLimitReached,
     UnknownTaskType,
     ValidationError,
     WorkflowNotFound,
@@ -30,12 +31,13 @@ from ..keys import is_workflow_id, tag_of, workflow_tag
 from ..replies import text_hash
 from ..submit import Submission
 from ..task import TERMINAL
-from ..workflow_spec import WorkflowSpec, leaves, parse
+from ..workflow_spec import StepSpec, WorkflowSpec, leaves, parse
 from ..workflow_steps import (
     CHUNK,
     Ready,
     advance_call,
     create_calls,
+    created_and_closed,
     definition,
     new_workflow_id,
     ready_of,
@@ -50,8 +52,16 @@ logger = logging.getLogger("dtq.workflows")
 STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
 MAX_LIMIT = 200
 # A step's state in the workflow (includes/workflow.lua) -> its status when its task record is gone.
-_STATE_STATUS = {"W": "WAITING", "S": "QUEUED", "D": "SUCCEEDED", "T": "FAILED", "F": "FAILED", "C": "CANCELLED"}
-_FINISHED_STATES = {"D", "T", "F"}
+_STATE_STATUS = {"W": "WAITING", "S": "QUEUED", "D": "SUCCEEDED", "T": "FAILED", "F": "FAILED", "C": "CANCELLED",
+                 "K": "CANCELLED"}
+_FINISHED_STATES = {"D", "T", "K", "F"}
+_STOPPED_STATES = {"C", "K"}  # never run: cancelled, or skipped by a tolerated failure (cancel_reason says)
+
+
+class WorkflowQueueLimitReached(QueueLimitReached, ValidationError):
+    """QUEUE_LIMIT_REACHED (409) for a workflow whose new queues do not all fit DTQ_MAX_QUEUES,
+    naming in `field` the step whose queue is the first past the bound, as the tree's other
+    refusals name theirs."""
 
 
 class Workflows(Noun):
@@ -75,6 +85,7 @@ class Workflows(Noun):
                 prefix = f"{step.path}." if step.path else ""
                 raise UnknownTaskType(f"{step.path}: {exc.message}" if step.path else exc.message,
                                       field=f"{prefix}type") from None
+        self._check_queue_room(spec)
         placed: list[Submission] = []
         for step in spec.steps:
             s = step.submission
@@ -101,10 +112,45 @@ class Workflows(Noun):
         # before the last call below, the leader re-drives the outbox entry (nothing twice).
         (reply,) = self._run([advance_call(self.keys, self.config, f"wf:{wid}", json.loads(start), now)])
         roots = ready_of(wid, reply)[1]
-        self._run(create_calls(self.keys, self.config, roots, now, self.tasks.events.flag(self.client)))
-        self._started(roots)
+        made, closed = created_and_closed(roots, self._run(create_calls(
+            self.keys, self.config, roots, now, self.tasks.events.flag(self.client))))
+        self._started(made)
+        if closed:
+            # A queue deleted since its step was placed: the start stays in the outbox, and the
+            # leader's re-drive registers the queue again and creates the step there
+            # (worker/workflows.py), as it does for any step.
+            logger.info("workflow_id=%s %d first step(s) left to the leader: their queue was deleted meanwhile",
+                        wid, len(closed))
+            return wid
         self._run([("settleOutbox", wkey, [f"wf:{wid}", start])])
         return wid
+
+    def _check_queue_room(self, spec: WorkflowSpec) -> None:
+        """Refuse the tree before any of its steps is placed (placing registers a step's queue)
+        when its new queues do not all fit DTQ_MAX_QUEUES: a refused workflow leaves no queue
+        behind. Two submits racing for the last places may still both pass here; the second is
+        then refused by the registration itself, with the queues before it registered."""
+        limit = self.config.max_queues
+        if limit <= 0:
+            return
+        first: dict[str, StepSpec] = {}
+        for step in spec.steps:
+            first.setdefault(step.submission.queue, step)
+        registry = self.tasks.registry
+        known = registry.layouts()
+        if all(queue in known for queue in first):
+            return
+        known = registry.layouts(fresh=True)
+        new = [queue for queue in first if queue not in known]
+        room = max(0, limit - len(known))
+        if len(new) <= room:
+            return
+        step = first[new[room]]
+        raise WorkflowQueueLimitReached(
+            f"{step.path or 'workflow'}: queue {new[room]!r} does not exist and {len(known)} queues do, the limit is "
+            f"{limit} (DTQ_MAX_QUEUES); this workflow needs {len(new)} new queues: use existing queues, or delete "
+            "unused ones", field=f"{step.path}.queue" if step.path else "queue", queue=new[room], queues=len(known),
+            limit=limit)
 
     def _run(self, calls: builtins.list[tuple[str, builtins.list[str], builtins.list[object]]]) -> builtins.list[Any]:
         replies = self.scripts.call_direct_many(calls) if calls else []
@@ -115,7 +161,7 @@ class Workflows(Noun):
 
     def _started(self, ready: builtins.list[Ready]) -> None:
         """Record steps as created; cancel their tasks when the workflow was cancelled meanwhile."""
-        for reply in self._run(start_calls(self.keys, ready)):
+        for reply in self._run(start_calls(self.keys, self.config, ready)):
             if isinstance(reply, list) and reply and reply[0] == "cancel":
                 self._cancel_tasks([str(t) for t in reply[1]])
 
@@ -177,7 +223,7 @@ class Workflows(Noun):
             steps.append({"index": i, "type": d["x"]["type"], "queue": d["x"]["queue"],
                           "priority": d["x"]["priority"], "task_id": d["t"],
                           "status": status or _STATE_STATUS.get(state, "WAITING"), "depends_on": leaves(d["i"]),
-                          "cancel_reason": reasons.get(str(i)) if state == "C" else None,
+                          "cancel_reason": reasons.get(str(i)) if state in _STOPPED_STATES else None,
                           "progress": step_progress})
         out = self._summary(workflow_id, meta)
         out["progress"] = {"done": progress_sum, "total": float(total),
@@ -235,10 +281,12 @@ class Workflows(Noun):
     # -- cancel -------------------------------------------------------------------------------
     def cancel(self, workflow_id: str, actor: Actor) -> dict[str, Any]:
         """Cancel a workflow, audited "workflow.cancel": steps not created yet are cancelled, the
-        tasks of created ones cancelled through the task cancel path. WorkflowNotFound;
-        WorkflowTerminal when it is SUCCEEDED, FAILED or CANCELLED already."""
+        tasks of created ones cancelled through the task cancel path. A RUNNING workflow becomes
+        CANCELLED; a FAILED one whose other branches still have work stays FAILED, that work
+        stopped (cancelWorkflow-1.lua). WorkflowNotFound; WorkflowTerminal when it is SUCCEEDED or
+        CANCELLED, or FAILED with nothing left to stop (or stopped already)."""
         meta = self._meta(workflow_id)
-        if meta["status"] != "RUNNING":
+        if meta["status"] not in ("RUNNING", "FAILED"):
             raise WorkflowTerminal(f"workflow {workflow_id} is already {meta['status']}",
                                    workflow_id=workflow_id, status=meta["status"])
         with self.audit.operation(actor, "workflow.cancel", f"workflow:{workflow_id}",
@@ -250,7 +298,8 @@ class Workflows(Noun):
             if int(reply[0]) == -1:
                 raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
             if int(reply[0]) == -2:
-                raise WorkflowTerminal(f"workflow {workflow_id} is already {reply[1]}", workflow_id=workflow_id,
+                left = " with nothing left to cancel" if reply[1] == "FAILED" else ""
+                raise WorkflowTerminal(f"workflow {workflow_id} is already {reply[1]}{left}", workflow_id=workflow_id,
                                        status=str(reply[1]))
             op.done = self._cancel_tasks([str(t) for t in reply[1]]) or 1
         return self.get(workflow_id)

@@ -9,7 +9,10 @@
   workflow and cancels (state C, with the reason) every step that depends on it, directly or not.
   The same task succeeding later (a DLQ retry) turns F into D, counts its successors down, and
   reopens the workflow (FAILED -> RUNNING) once no failure is left: the cancelled steps become
-  ready as their dependencies finish.
+  ready as their dependencies finish. A tolerated failure (the step is in a member of a group
+  with tolerate_failures) ends that member instead: see end_member. In a cancelled workflow, or a
+  FAILED one whose remaining work was cancelled, an ended step is recorded and nothing is started
+  or reopened.
   Input:
     KEYS[1] the workflow's partition key prefix
     ARGV[1] workflow id  ARGV[2] step index  ARGV[3] task id  ARGV[4] the task's final status
@@ -25,7 +28,7 @@
 local K = partition_keys(KEYS[1])
 local wid, idx, task_id, tstatus, r, now_ms, keep_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local W = wf_keys(K, wid)
-local w = read_task(W.w, 'status', 'steps_total', 'done', 'failed')
+local w = read_task(W.w, 'status', 'steps_total', 'done', 'failed', 'cancelled_at')
 if not w.status then return {'missing'} end
 if idx == '-1' and tstatus == 'START' then
   -- The workflow's start (createWorkflow's outbox entry): the steps with no dependency (no
@@ -52,11 +55,59 @@ local def = cjson.decode(raw)
 if def.t ~= task_id then return {'stale'} end
 local cur = rcall('HGET', W.state, idx) or 'W'
 local status, done, failed = w.status, tonumber(w.done), tonumber(w.failed)
+local stopped = wf_stopped(status, w.cancelled_at)
+-- The step's task ended: if it was recorded as created, one step fewer may still run.
+if cur == 'S' then rcall('HINCRBY', W.w, 'live', -1) end
 
 local function error_json(text)
   local class, message = string.match(text, '^([^:]*): (.*)$')
   if not class then class, message = tstatus, text end
   return cjson.encode({error = {class = class, message = message, status = tstatus}})
+end
+
+-- The tolerated member a step is in ("3", nested "3.5"; stored 1 before members were told
+-- apart), or nil.
+local function member_of(d)
+  local m = d.tol
+  if m == nil or m == 0 or m == '' or m == '0' then return nil end
+  return tostring(m)
+end
+
+local function inside(d, member)
+  local m = member_of(d)
+  return m ~= nil and (m == member or string.sub(m, 1, #member + 1) == member .. '.')
+end
+
+-- A tolerated failure ends its member there (as Celery stops a chain at its failure): the steps
+-- of the member after it never run (K), each holding the error as its result, so the member's
+-- place in its group's results holds the error; the steps after the member (the group's `then`)
+-- are the ones that go on. Repeated, it finds them K and names the same steps again.
+local function end_member(member, err)
+  local exits, seen, todo, head = {}, {}, {}, 1
+  for _, s in ipairs(def.succ) do todo[#todo + 1] = s end
+  local why = string.format('step %s (task %s) ended %s; its group tolerates failures', idx, task_id, tstatus)
+  while head <= #todo do
+    local s = todo[head]
+    head = head + 1
+    if not seen[s] then
+      seen[s] = true
+      local d = cjson.decode(rcall('HGET', W.def, s))
+      local st = rcall('HGET', W.state, s) or 'W'
+      if not inside(d, member) then
+        exits[#exits + 1] = s
+      elseif st == 'W' or st == 'C' or st == 'K' then
+        if st ~= 'K' then
+          rcall('HSET', W.state, s, 'K')
+          rcall('HSET', W.result, s, err)
+          rcall('HSET', W.reason, s, why)
+          done = done + 1
+          for _, n in ipairs(d.succ) do rcall('HINCRBY', W.pending, n, -1) end
+        end
+        for _, n in ipairs(d.succ) do todo[#todo + 1] = n end
+      end
+    end
+  end
+  return exits
 end
 
 -- The input of a step: its expression (a step index, or a list of expressions) with each index
@@ -85,20 +136,25 @@ local function input_json(expr)
 end
 
 local candidates = {}
-local finished = cur == 'D' or cur == 'T'
-if tstatus == 'SUCCEEDED' or (def.tol == 1 and status ~= 'CANCELLED') then
+local finished = cur == 'D' or cur == 'T' or cur == 'K'
+local member = member_of(def)
+if tstatus == 'SUCCEEDED' or (member and not stopped) then
+  local err = tstatus ~= 'SUCCEEDED' and error_json(r)
   if not finished then
-    local new = tstatus == 'SUCCEEDED' and 'D' or 'T'
-    rcall('HSET', W.state, idx, new)
-    rcall('HSET', W.result, idx, new == 'D' and r or error_json(r))
+    rcall('HSET', W.state, idx, err and 'T' or 'D')
+    rcall('HSET', W.result, idx, err or r)
     rcall('HDEL', W.reason, idx)
     done = done + 1
     if cur == 'F' then failed = failed - 1 end
     for _, s in ipairs(def.succ) do rcall('HINCRBY', W.pending, s, -1) end
   end
-  candidates = def.succ
+  if member and ((err and not finished) or cur == 'T') then
+    candidates = end_member(member, rcall('HGET', W.result, idx))
+  elseif cur ~= 'K' then
+    candidates = def.succ
+  end
 elseif not finished and cur ~= 'F' and cur ~= 'C' then
-  if status == 'CANCELLED' then
+  if stopped then
     rcall('HSET', W.state, idx, 'C')
     rcall('HSET', W.reason, idx, 'workflow cancelled')
   else
@@ -108,7 +164,6 @@ elseif not finished and cur ~= 'F' and cur ~= 'C' then
     if status == 'RUNNING' then
       status = 'FAILED'
       rcall('HSET', W.w, 'status', status, 'finished_at', now_ms, 'failed_step', idx)
-      wf_expire(W, keep_ms)
     end
     -- Everything downstream of it cannot run: cancelled, saying why (a DLQ retry undoes this).
     local why = string.format('step %s (task %s) ended %s', idx, task_id, tstatus)
@@ -128,7 +183,7 @@ elseif not finished and cur ~= 'F' and cur ~= 'C' then
   end
 end
 
-if status == 'FAILED' and failed <= 0 then  -- a DLQ retry succeeded: the workflow goes on
+if status == 'FAILED' and failed <= 0 and not stopped then  -- a DLQ retry succeeded: the workflow goes on
   status = 'RUNNING'
   rcall('HSET', W.w, 'status', status)
   rcall('HDEL', W.w, 'finished_at', 'failed_step')
@@ -137,12 +192,11 @@ end
 if status == 'RUNNING' and done >= tonumber(w.steps_total) then
   status = 'SUCCEEDED'
   rcall('HSET', W.w, 'status', status, 'finished_at', now_ms)
-  wf_expire(W, keep_ms)
 end
 rcall('HSET', W.w, 'done', done, 'failed', failed, 'updated_at', now_ms)
 
 local ready = {}
-if status == 'RUNNING' or status == 'FAILED' then
+if (status == 'RUNNING' or status == 'FAILED') and not stopped then
   for _, s in ipairs(candidates) do
     local st = rcall('HGET', W.state, s) or 'W'
     if (st == 'W' or st == 'C') and tonumber(rcall('HGET', W.pending, s) or '0') <= 0 then
@@ -151,4 +205,5 @@ if status == 'RUNNING' or status == 'FAILED' then
     end
   end
 end
+wf_retain(W, status, keep_ms, #ready > 0)
 return {'ok', status, ready}

@@ -7,7 +7,9 @@ the script that ended it). `drive` turns entries into progress, each step idempo
 2. advance each workflow in its own slot (advanceWorkflow-1.lua): the step is marked finished
    once, its successors counted down once; the reply names the steps now ready;
 3. create those steps' tasks under their pre-assigned ids (createSteps-1.lua: a step created
-   already is left alone), then record them as created (startSteps-1.lua);
+   already is left alone), then record them as created (startSteps-1.lua). A step whose queue
+   was deleted while it waited is never recorded: its queue is registered again and the step
+   created there, or, when that cannot be, the step ends FAILED (`create`);
 4. delete the entries (settleOutbox-1.lua), last.
 
 A crash before 4 leaves the entry, and the leader re-drives entries older than REDRIVE_AFTER_MS:
@@ -25,8 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 from .. import faults
 from ..clock import iso
-from ..keys import NotOurTaskId, tag_of
-from ..workflow_steps import REDRIVE_AFTER_MS, Call, Ready, advance_call, create_calls, ready_of, start_calls
+from ..errors import QueueLimitReached, raise_for_code
+from ..keys import Keys, NotOurTaskId, tag_of
+from ..partitions import Layout, choose_tags, parse_registry
+from ..workflow_steps import (
+    REDRIVE_AFTER_MS,
+    Call,
+    Ready,
+    advance_call,
+    create_calls,
+    created_and_closed,
+    fail_call,
+    ready_of,
+    start_calls,
+)
 
 if TYPE_CHECKING:
     from .store import WorkerStore
@@ -100,20 +114,94 @@ class WorkflowDriver:
                     ready[(r.workflow_id, r.index)] = r
                 settle.setdefault(tag, []).extend([task_id, raw])
         if ready:
-            steps = list(ready.values())
-            created = await self._run(create_calls(keys, store.config, steps, now, await store.events.aflag(
-                store.client)))
-            closed = sum(1 for reply in created for status in reply if status == "closed")
-            if closed:
-                logger.error("%d workflow step(s) not created: their queue's partition was deleted", closed)
-            for reply in await self._run(start_calls(keys, steps)):
-                if isinstance(reply, list) and reply and reply[0] == "cancel":
-                    await self.cancel_tasks([str(t) for t in reply[1]])
+            await self.create(list(ready.values()), now)
         faults.reach(store.config.test_fault, "before_outbox_settle")
         if settle:
             return sum(int(n) for n in await self._run(
                 [("settleOutbox", [keys.partition(tag)], pairs) for tag, pairs in settle.items()]))
         return 0
+
+    async def create(self, steps: list[Ready], now: int) -> None:
+        """Create these ready steps' tasks and record them as created. A step whose partition no
+        longer serves its queue (the queue was deleted while the step waited) is never recorded:
+        the queue is registered again and the step created in it (_reopen), or, when that cannot
+        be, the step ends FAILED, and what that makes ready is created in turn."""
+        store = self.store
+        events = await store.events.aflag(store.client)
+        while steps:
+            made, closed = created_and_closed(steps, await self._run(create_calls(
+                store.keys, store.config, steps, now, events)))
+            lost: list[tuple[Ready, str]] = []
+            if closed:
+                again, lost = await self._reopen(closed)
+                if again:
+                    more, gone = created_and_closed(again, await self._run(create_calls(
+                        store.keys, store.config, again, now, events)))
+                    made += more
+                    lost += [(r, f"QueueDeleted: queue {r.definition['x']['queue']!r} was deleted again before "
+                                 "the step could be created") for r in gone]
+            for reply in await self._run(start_calls(store.keys, store.config, made)):
+                if isinstance(reply, list) and reply and reply[0] == "cancel":
+                    await self.cancel_tasks([str(t) for t in reply[1]])
+            steps = []
+            if lost:
+                for (r, why), reply in zip(lost, await self._run(
+                        [fail_call(store.keys, store.config, r, why, now) for r, why in lost]), strict=True):
+                    logger.error("workflow_id=%s step=%d task_id=%s not created, the step ends FAILED: %s",
+                                 r.workflow_id, r.index, r.task_id, why)
+                    steps += ready_of(r.workflow_id, reply)[1]
+
+    async def _reopen(self, closed: list[Ready]) -> tuple[list[Ready], list[tuple[Ready, str]]]:
+        """Register again the queues of steps whose partition was closed (the queue deleted while
+        they waited), as a DLQ retry of a deleted queue's dead letters does, preferring the
+        steps' own partitions, so that each is created under the id it was given. Returns (the
+        steps to create again, the steps that cannot be created: each with why)."""
+        by_queue: dict[str, list[Ready]] = {}
+        for r in closed:
+            by_queue.setdefault(str(r.definition["x"]["queue"]), []).append(r)
+        again: list[Ready] = []
+        lost: list[tuple[Ready, str]] = []
+        for queue, steps in by_queue.items():
+            try:
+                layout = await self._ensure_queue(queue, [tag_of(r.task_id) for r in steps])
+            except QueueLimitReached as exc:
+                lost += [(r, f"QueueDeleted: queue {queue!r} was deleted before the step was created and cannot "
+                             f"be created again: {exc.message}") for r in steps]
+                continue
+            logger.warning("queue %s was deleted while %d workflow step(s) waited for it: they are created in "
+                           "the queue registered again", queue, len(steps))
+            for r in steps:
+                if tag_of(r.task_id) in layout.tags:
+                    again.append(r)
+                else:  # registered anew by another process, without the step's partition
+                    lost.append((r, f"QueueDeleted: queue {queue!r} was deleted before the step was created, and "
+                                    f"created again without its partition {tag_of(r.task_id)}"))
+        return again, lost
+
+    async def _ensure_queue(self, queue: str, prefer: Sequence[str]) -> Layout:
+        """The queue's layout, registering it (under DTQ_MAX_QUEUES: QueueLimitReached) when it is
+        not, on the preferred tags where they are free, and opening its partitions."""
+        store = self.store
+        registry = await store.read_registry()
+        raw = registry.get(queue)
+        if raw is None:
+            taken = {tag for layout in parse_registry(registry).values() for tag in layout.all_tags}
+            count = store.config.partitions_of(queue)
+            mine = [tag for tag in dict.fromkeys(prefer) if tag not in taken][:count]
+            master_of_slot, masters = await store.slot_map()
+            rest = choose_tags(queue, len(mine), count - len(mine), taken | set(mine),
+                               master_of_slot=master_of_slot, masters=masters)
+            proposed = Layout(queue=queue, tags=tuple(mine + rest))
+            code, raw = await store.scripts("registerQueue", keys=[store.keys.queues()],
+                                            args=[queue, proposed.to_json(), store.config.max_queues])
+            if int(code) < 0:
+                raise_for_code(int(code), task_id=None, script="registerQueue", queue=queue, count=raw,
+                               max_queues=store.config.max_queues)
+        layout = Layout.from_json(queue, str(raw))
+        # Closed partitions of this layout (deleted again meanwhile) are answered by createSteps.
+        await self._run([("openPartition", [store.keys.partition(tag)], [layout.owner, layout.queue, Keys.GROUP])
+                         for tag in layout.all_tags])
+        return layout
 
     async def cancel_tasks(self, task_ids: Sequence[str]) -> None:
         """Cancel tasks created for a workflow cancelled meanwhile (a refusal: already finished)."""

@@ -162,6 +162,40 @@ def test_a_failed_step_fails_the_workflow_and_cancels_what_follows(api: APIClien
                                     "WORKFLOW_FINISHED")["message"]
 
 
+def test_a_failed_workflow_whose_other_branch_waits_can_be_cancelled_once(
+        api: APIClient, live_engine: Engine) -> None:
+    # The failing member runs (queue wf); the other branch's steps wait on wf-b, served by no one.
+    body = {"group": [{"type": "dtq.fail", "payload": {"message": "boom"}, "max_attempts": 1, "queue": "wf"},
+                      {"chain": [{"type": "dtq.echo", "queue": "wf-b"}, {"type": "dtq.echo", "queue": "wf-b"}]}]}
+    wid = submit(api, body).json()["id"]
+    deadline = time.monotonic() + 20
+    while api.get(f"/api/v1/workflows/{wid}").json()["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        drain(live_engine.config, queues=["wf"])
+    response = api.post(f"/api/v1/workflows/{wid}/cancel")
+    assert response.status_code == 202, response.content
+    wf = response.json()
+    assert wf["status"] == "FAILED"  # how it ended; its remaining work is stopped
+    assert [s["status"] for s in wf["steps"]] == ["DEAD_LETTERED", "CANCELLED", "CANCELLED"]
+    assert wf["steps"][2]["cancel_reason"] == "workflow cancelled"
+    error = assert_error(api.post(f"/api/v1/workflows/{wid}/cancel"), 409, "WORKFLOW_FINISHED")
+    assert "FAILED" in error["message"]
+
+
+def test_a_workflow_refused_for_the_queue_limit_registers_none_of_its_queues(
+        api: APIClient, live_engine: Engine, settings: Any) -> None:
+    # With DTQ_MAX_QUEUES=3 and one queue in use, a chain over six new queues is refused whole,
+    # naming the first step whose queue does not fit; the queues are as they were.
+    settings.DTQ = {**settings.DTQ, "MAX_QUEUES": 3}
+    live_engine.tasks.enqueue("dtq.echo", {}, queue="default")
+    before = sorted(live_engine.queues.names())
+    body = {"chain": [{"type": "dtq.echo", "queue": f"lim{i}"} for i in range(6)]}
+    error = assert_error(submit(api, body), 409, "QUEUE_LIMIT_REACHED")
+    assert error["field"] == "chain[2].queue" and "DTQ_MAX_QUEUES" in error["message"]
+    assert api.get("/api/v1/workflows").json()["results"] == []
+    assert sorted(live_engine.queues.names()) == before
+
+
 def test_the_schema_names_the_workflow_endpoints(api: APIClient) -> None:
     paths = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()["paths"]
     assert set(paths["/api/v1/workflows"]) == {"get", "post"}

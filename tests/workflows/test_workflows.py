@@ -15,13 +15,19 @@ from dtq_core.engine.audit import Actor
 from dtq_core.engine.dlq_selection import DlqSelection
 
 from ..conftest import WorkerProcess, wait_for
-from .support import env, execs, flag, log
+from .support import env, execs, flag, log, outbox_empty, ttls
 
 pytestmark = pytest.mark.slow
+
+ACTOR = Actor(name="user:test", source="cli")
 
 
 def _status(engine: Engine, wid: str) -> str:
     return str(engine.workflows.get(wid)["status"])
+
+
+def _steps(engine: Engine, wid: str) -> list[str]:
+    return [s["status"] for s in engine.workflows.get(wid)["steps"]]
 
 
 def test_a_chain_of_five_passes_each_result_to_the_next(
@@ -144,3 +150,111 @@ def test_cancelling_a_wide_group_cancels_its_queued_steps_and_the_leader_settles
     assert len(log(redis_client, engine.keys, "slow")) == 2  # no queued step started after the cancel
     state = redis_client.hgetall(engine.keys.workflow_part(wid, "state"))
     assert set(state.values()) == {"C"}
+
+
+def test_every_key_of_a_cancelled_workflow_expires(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Its two members run when it is cancelled; their ends (written after the cancel) reach the
+    # workflow, and every part they write expires with the rest.
+    worker = start_worker("--name", "a", "--queues", "wfk", "--concurrency", "4", **env())
+    wid = engine.workflows.submit({"group": [{"type": "wf.slow", "payload": {"seconds": 60}, "queue": "wfk"}
+                                             for _ in range(2)]})
+    wait_for(lambda: len(log(redis_client, engine.keys, "slow")) == 2, timeout=30, message=worker.output)
+    engine.workflows.cancel(wid, ACTOR)
+    wait_for(lambda: _steps(engine, wid) == ["CANCELLED"] * 2, timeout=20, message=worker.output)
+    wait_for(lambda: outbox_empty(redis_client, engine.keys, engine.workflows.get(wid)["steps"]), timeout=20,
+             message=worker.output)
+    forever = {k: t for k, t in ttls(redis_client, engine.keys, wid).items() if t < 0}
+    assert not forever, f"keys of a CANCELLED workflow that never expire: {forever}"
+
+
+def test_every_key_of_a_failed_workflow_expires_once_its_other_branch_ends(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # One member dead-letters at once (FAILED), the other runs on and succeeds. Its keys have no
+    # TTL while that member runs (it must find its workflow however long it takes), and all of
+    # them have one once it ended.
+    worker = start_worker("--name", "a", "--queues", "wfl", "--concurrency", "4", **env())
+    wid = engine.workflows.submit({"group": [
+        {"type": "wf.gate", "queue": "wfl", "max_attempts": 1},
+        {"type": "wf.slow", "payload": {"seconds": 3}, "queue": "wfl"}]})
+    wait_for(lambda: _status(engine, wid) == "FAILED", timeout=30, message=worker.output)
+    running = ttls(redis_client, engine.keys, wid)
+    if _steps(engine, wid)[1] == "RUNNING":  # still, after the read: it was read while the member ran
+        assert set(running.values()) == {-1}, running
+    wait_for(lambda: _steps(engine, wid) == ["DEAD_LETTERED", "SUCCEEDED"], timeout=30, message=worker.output)
+    wait_for(lambda: outbox_empty(redis_client, engine.keys, engine.workflows.get(wid)["steps"]), timeout=20,
+             message=worker.output)
+    keep = engine.config.task_retention_s * 1000
+    assert all(0 < t <= keep for t in ttls(redis_client, engine.keys, wid).values()), \
+        ttls(redis_client, engine.keys, wid)
+
+
+def test_a_step_whose_queue_was_deleted_while_it_waited_runs_in_the_queue_created_again(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # chain[slow on wfq1, inc on wfq2]: wfq2 is empty while its step waits, so an operator may
+    # delete it. When the step becomes ready, wfq2 is registered again (as a DLQ retry of a deleted
+    # queue's dead letters does) and the step runs there, under its id; the workflow succeeds.
+    worker = start_worker("--name", "a", "--queues", "wfq1,wfq2", **env())
+    wid = engine.workflows.submit({"chain": [
+        {"type": "wf.slow", "payload": {"seconds": 2}, "queue": "wfq1"},
+        {"type": "wf.inc", "payload": {"n": 1}, "queue": "wfq2"}]})
+    wait_for(lambda: len(log(redis_client, engine.keys, "slow")) == 1, timeout=30, message=worker.output)
+    engine.queues.delete("wfq2", ACTOR)
+    assert "wfq2" not in engine.queues.names()
+    wait_for(lambda: _status(engine, wid) != "RUNNING", timeout=40, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert wf["status"] == "SUCCEEDED", wf
+    assert [r["step"] for r in log(redis_client, engine.keys, "inc")] == [1]
+    assert "wfq2" in engine.queues.names()
+    assert engine.tasks.get(wf["steps"][1]["task_id"])["queue"] == "wfq2"
+
+
+def test_a_failure_inside_a_tolerant_groups_chain_member_ends_that_member(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # group(tolerate)[inc, chain[gate, inc]] then echo: the gate dead-letters, which ends its member
+    # (the inc after it never runs on an error object as if it were the gate's output), and the
+    # callback finds the gate's error in that member's place.
+    worker = start_worker("--name", "a", "--queues", "wft", **env())
+    wid = engine.workflows.submit({
+        "group": [{"type": "wf.inc", "payload": {"n": 1}, "queue": "wft"},
+                  {"chain": [{"type": "wf.gate", "queue": "wft", "max_attempts": 1},
+                             {"type": "wf.inc", "payload": {"n": 5}, "queue": "wft", "max_attempts": 1}]}],
+        "then": {"type": "wf.echo_parent", "queue": "wft"},
+        "tolerate_failures": True})
+    wait_for(lambda: _status(engine, wid) != "RUNNING", timeout=30, message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert wf["status"] == "SUCCEEDED"
+    assert [s["status"] for s in wf["steps"]] == ["SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "SUCCEEDED"]
+    assert "its group tolerates failures" in wf["steps"][2]["cancel_reason"]
+    assert [r["step"] for r in log(redis_client, engine.keys, "inc")] == [0]
+    (echoed,) = log(redis_client, engine.keys, "echo")
+    assert echoed["parent"] == [1, {"error": {"class": "ValueError", "message": "the gate is closed",
+                                              "status": "DEAD_LETTERED"}}]
+
+
+def test_a_failed_workflow_whose_other_branch_still_runs_can_be_cancelled(
+        engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # A failed step makes the workflow FAILED while the branches that do not depend on it run on.
+    # Cancelling it stops them: the running step is cancelled, the ones after it never start; it
+    # stays FAILED, and a DLQ retry of the failed step that succeeds does not resume it.
+    worker = start_worker("--name", "a", "--queues", "wfc2", "--concurrency", "4", **env())
+    wid = engine.workflows.submit({"group": [
+        {"type": "wf.gate", "queue": "wfc2", "max_attempts": 1},
+        {"chain": [{"type": "wf.slow", "payload": {"seconds": 30}, "queue": "wfc2"},
+                   {"type": "wf.inc", "payload": {"n": 1}, "queue": "wfc2"},
+                   {"type": "wf.inc", "payload": {"n": 1}, "queue": "wfc2"}]}]})
+    wait_for(lambda: _status(engine, wid) == "FAILED" and _steps(engine, wid)[1] == "RUNNING", timeout=30,
+             message=worker.output)
+    wf = engine.workflows.cancel(wid, ACTOR)
+    assert wf["status"] == "FAILED" and [s["status"] for s in wf["steps"][2:]] == ["CANCELLED"] * 2
+    wait_for(lambda: _steps(engine, wid)[1] == "CANCELLED", timeout=20, message=worker.output)
+    flag(redis_client, engine.keys, "open")
+    dead = engine.tasks.get(wf["steps"][0]["task_id"])
+    assert engine.dlq.retry(DlqSelection(ids=(dead["dlq_entry_id"],)), ACTOR) == 1
+    wait_for(lambda: _steps(engine, wid)[0] == "SUCCEEDED", timeout=30, message=worker.output)
+    wait_for(lambda: outbox_empty(redis_client, engine.keys, engine.workflows.get(wid)["steps"]), timeout=20,
+             message=worker.output)
+    wf = engine.workflows.get(wid)
+    assert wf["status"] == "FAILED" and [s["status"] for s in wf["steps"]] == [
+        "SUCCEEDED", "CANCELLED", "CANCELLED", "CANCELLED"]
+    assert log(redis_client, engine.keys, "inc") == []  # nothing after the cancel started

@@ -2,12 +2,14 @@
 -- Every workflow key is in the slot of the workflow's partition (the id's tag): the caller routes
 -- by that partition's prefix, and wf_keys refuses an id of another partition.
 -- Per-step hashes (field = step index):
---   def      JSON {t: task id, i: input expression, succ: [successors], tol: 0/1, x: {submission}}
---   state    W waiting (absent) | S created | D succeeded | T failed, tolerated | F failed | C cancelled
+--   def      JSON {t: task id, i: input expression, succ: [successors], tol: 0 or the tolerated
+--            member it is in ("3", nested "3.5"), x: {submission}}
+--   state    W waiting (absent) | S created | D succeeded | T failed, tolerated | K not run: a
+--            tolerated failure ended its member | F failed | C cancelled
 --   pending  dependencies not finished yet (absent: none)
---   result   the step's result JSON (a tolerated failure: {"error": {...}})
---   reason   why a step was cancelled or failed
-local WF_TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true}
+--   result   the step's result JSON (a tolerated failure, and the steps it skipped: {"error": {...}})
+--   reason   why a step was cancelled, skipped or failed
+-- The workflow's hash counts `live`: steps created (S) whose task has not ended.
 local WF_PARTS = {'def', 'state', 'pending', 'result', 'reason'}
 
 local function wf_keys(K, wid)
@@ -19,7 +21,6 @@ local function wf_keys(K, wid)
           reason = w .. ':reason'}
 end
 
--- A finished workflow's keys live keep_ms more; a reopened one's (a DLQ retry) again for good.
 local function wf_expire(W, keep_ms)
   rcall('PEXPIRE', W.w, keep_ms)
   for _, p in ipairs(WF_PARTS) do rcall('PEXPIRE', W[p], keep_ms) end
@@ -28,4 +29,25 @@ end
 local function wf_persist(W)
   rcall('PERSIST', W.w)
   for _, p in ipairs(WF_PARTS) do rcall('PERSIST', W[p]) end
+end
+
+-- Called last by every script that writes a workflow: a finished one's keys live keep_ms after
+-- this write, each of them, so a part first written after the finish (a step cancelled or
+-- succeeding late) expires with the rest. A FAILED workflow whose other branches still run
+-- (steps created and not ended, or `more` steps about to be) is kept without a TTL until they
+-- end: a branch outliving DTQ_TASK_RETENTION_S must still find its workflow. A cancelled one is
+-- not: its steps are being cancelled, and nothing new starts.
+local function wf_retain(W, status, keep_ms, more)
+  if status == 'RUNNING' then return end
+  if status == 'FAILED' and not rcall('HGET', W.w, 'cancelled_at')
+      and (more or tonumber(rcall('HGET', W.w, 'live') or '0') > 0) then
+    wf_persist(W)
+  else
+    wf_expire(W, keep_ms)
+  end
+end
+
+-- A workflow cancelled, or FAILED with its remaining work cancelled: nothing of it starts any more.
+local function wf_stopped(status, cancelled_at)
+  return status == 'CANCELLED' or (cancelled_at and true or false)
 end
