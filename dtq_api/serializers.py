@@ -490,6 +490,10 @@ WorkflowSerializer = type("WorkflowSerializer", (WorkflowSummarySerializer,), {
     "progress": serializers.JSONField(help_text='{"done", "total", "fraction"} over its steps'),
     "root": serializers.JSONField(help_text="the tree: chain/group/step nodes, steps by index"),
     "steps": WorkflowStepSerializer(many=True),
+    "cancelled_at": serializers.DateTimeField(
+        allow_null=True, help_text="when a cancel stopped it (a FAILED workflow keeps its status)"),
+    "cancellable": serializers.BooleanField(
+        help_text="whether POST .../cancel would stop anything: RUNNING, or FAILED with steps still to run"),
 })
 
 

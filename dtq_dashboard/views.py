@@ -432,8 +432,12 @@ def _workflow_url(workflow_id: str) -> str:
 @console_action("cancel_task", default_next=_workflow_url)
 def cancel_workflow(request: HttpRequest, actor: Actor, back: str, workflow_id: str) -> HttpResponse:
     shown = get_engine().workflows.cancel(workflow_id, actor)
-    messages.success(request, f"Cancelled workflow {workflow_id}: {shown['steps_total']} step"
-                              f"{_s(shown['steps_total'])}, those not finished are CANCELLED.")
+    if shown["status"] == "FAILED":  # it keeps how it ended; what its other branches had left stops
+        messages.success(request, f"Cancelled what was left of failed workflow {workflow_id}: its steps not "
+                                  "finished are CANCELLED.")
+    else:
+        messages.success(request, f"Cancelled workflow {workflow_id}: {shown['steps_total']} step"
+                                  f"{_s(shown['steps_total'])}, those not finished are CANCELLED.")
     return redirect(back)
 
 

@@ -230,6 +230,12 @@ class Workflows(Noun):
                            "fraction": round(progress_sum / total, 4) if total else 0.0}
         out["root"] = json.loads(meta.get("root") or "null")
         out["steps"] = steps
+        out["cancelled_at"] = iso(meta.get("cancelled_at") or None)
+        # What cancel accepts (cancelWorkflow-1.lua): a RUNNING workflow, or a FAILED one not yet
+        # cancelled whose other branches still have a step created or waiting.
+        out["cancellable"] = meta["status"] == "RUNNING" or (
+            meta["status"] == "FAILED" and not meta.get("cancelled_at")
+            and any(states.get(str(i), "W") in ("S", "W") for i in range(total)))
         return out
 
     def list(self, *, status: str | None = None, cursor: str | None = None, limit: int = 50

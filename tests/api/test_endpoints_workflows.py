@@ -158,6 +158,7 @@ def test_a_failed_step_fails_the_workflow_and_cancels_what_follows(api: APIClien
     first, second = wf["steps"]
     assert first["status"] == "DEAD_LETTERED" and second["status"] == "CANCELLED" and second["cancel_reason"]
     assert api.get(f"/api/v1/tasks/{first['task_id']}").json()["workflow_id"] == wf["id"]
+    assert wf["cancellable"] is False
     assert "FAILED" in assert_error(api.post(f"/api/v1/workflows/{wf['id']}/cancel"), 409,
                                     "WORKFLOW_FINISHED")["message"]
 
@@ -172,10 +173,13 @@ def test_a_failed_workflow_whose_other_branch_waits_can_be_cancelled_once(
     while api.get(f"/api/v1/workflows/{wid}").json()["status"] == "RUNNING":
         assert time.monotonic() < deadline
         drain(live_engine.config, queues=["wf"])
+    shown = api.get(f"/api/v1/workflows/{wid}").json()
+    assert (shown["status"], shown["cancellable"], shown["cancelled_at"]) == ("FAILED", True, None)
     response = api.post(f"/api/v1/workflows/{wid}/cancel")
     assert response.status_code == 202, response.content
     wf = response.json()
     assert wf["status"] == "FAILED"  # how it ended; its remaining work is stopped
+    assert wf["cancellable"] is False and wf["cancelled_at"]
     assert [s["status"] for s in wf["steps"]] == ["DEAD_LETTERED", "CANCELLED", "CANCELLED"]
     assert wf["steps"][2]["cancel_reason"] == "workflow cancelled"
     error = assert_error(api.post(f"/api/v1/workflows/{wid}/cancel"), 409, "WORKFLOW_FINISHED")

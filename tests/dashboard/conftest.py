@@ -59,9 +59,9 @@ def login(users: dict[str, User]) -> Callable[[str], Client]:
     return as_user
 
 
-def run_burst(engine: Engine) -> None:
-    """Drain every queue with a real in-process worker (burst mode)."""
-    asyncio.run(Worker(engine.config, burst=True, name="test-burst", concurrency=20).run())
+def run_burst(engine: Engine, *, queues: list[str] | None = None) -> None:
+    """Drain these queues (default: every queue) with a real in-process worker (burst mode)."""
+    asyncio.run(Worker(engine.config, queues=queues, burst=True, name="test-burst", concurrency=20).run())
 
 
 @pytest.fixture

@@ -67,6 +67,27 @@ def test_a_failed_workflow_shows_why_and_offers_no_cancel(login: Callable[[str],
     assert ">Cancel workflow</button>" not in page and 'id="live-script"' not in page  # nothing left to follow
 
 
+def test_an_operator_stops_what_a_failed_workflows_other_branch_has_left(login: Callable[[str], Client],
+                                                                          live_engine: Engine) -> None:
+    # One member fails at once (queue wf); the other branch waits on wf-b, which no worker serves.
+    wid = live_engine.workflows.submit({"group": [
+        {"type": "dtq.fail", "payload": {"message": "boom"}, "max_attempts": 1, "queue": "wf"},
+        {"chain": [{"type": "dtq.echo", "queue": "wf-b"}, {"type": "dtq.echo", "queue": "wf-b"}]}]})
+    deadline = time.monotonic() + 20
+    while live_engine.workflows.get(wid)["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        run_burst(live_engine, queues=["wf"])
+    operator = login("operator")
+    assert ">Cancel workflow</button>" in operator.get(f"/workflows/{wid}/").content.decode()
+    response = operator.post(f"/workflows/{wid}/cancel", follow=True)
+    assert [str(m) for m in get_messages(response.wsgi_request)] == [
+        f"Cancelled what was left of failed workflow {wid}: its steps not finished are CANCELLED."]
+    wf = live_engine.workflows.get(wid)
+    assert wf["status"] == "FAILED" and [s["status"] for s in wf["steps"]] == ["DEAD_LETTERED", "CANCELLED",
+                                                                              "CANCELLED"]
+    assert ">Cancel workflow</button>" not in response.content.decode()
+
+
 def test_a_workflow_too_big_to_draw_is_listed(client: Client, live_engine: Engine) -> None:
     wid = live_engine.workflows.submit({"group": [{"type": "dtq.echo", "payload": i} for i in range(250)]})
     page = client.get(f"/workflows/{wid}/").content.decode()
