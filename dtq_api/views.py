@@ -412,7 +412,7 @@ class PeriodicFlagView(DestructiveMixin, APIView):
     paused = True
     permission = "operate_periodic"
 
-    @extend_schema(request=None, responses={200: s.PeriodicSerializer, **DESTRUCTIVE_ERRORS})
+    @extend_schema(request=None, responses={200: s.PeriodicSerializer, 409: s.ErrorSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request, name: str) -> Response:
         periodic = get_engine().periodic
         return Response((periodic.pause if self.paused else periodic.resume)(name, actor=actor_for(request)))

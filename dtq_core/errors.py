@@ -100,6 +100,14 @@ class PeriodicExists(DtqError):
     http_status = 409
 
 
+class PeriodicConflict(DtqError):
+    """A schedule kept changing between a change's read and its write (every attempt of
+    engine/periodic.py's): nothing of the change was written. The caller retries."""
+
+    code = "PERIODIC_CONFLICT"
+    http_status = 409
+
+
 class PeriodicDeclaredInCode(DtqError):
     """A schedule declared in code (@dtq_tasks.periodic, DTQ_PERIODIC) changes with a deploy:
     editing or deleting it at run time would be undone by the next worker start."""

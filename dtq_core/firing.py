@@ -1,6 +1,6 @@
 """What one call of firePeriodic-1 fires: the plan the leader computes from a schedule's stored
 next tick and its clock, and the script's arguments (shared by the leader and engine.periodic's
-trigger).
+trigger and resume).
 
 Catching up (docs/tasks.md#periodic-tasks): the ticks due are those from the stored next tick to
 now. One no older than the grace (worker/periodic.py grace_ms: the lease TTL plus a few leader
@@ -67,16 +67,24 @@ def tag_task_id(tag: str) -> str:
 
 def fire_args(*, tag: str, worker_id: str, name: str, rev: str, fire: FirePlan | None, misfire: str,
               now_ms: int, retention_ms: int, marker_ttl_ms: int, max_depth: int, recent_cap: int,
+              busy_elsewhere: bool = False, resume_to: int | None = None,
               catch_up: tuple[int, int] | None = None) -> list[object]:
-    """firePeriodic-1's ARGV. worker_id '' (and fire None): a trigger, one task for now; or, with
-    catch_up (first missed tick, how many), the one task of a misfire=run_once resume."""
+    """firePeriodic-1's ARGV. A tick: worker_id the leader's, fire its plan. An operator's call
+    (worker_id '', fire None): a trigger, one task for now; or, with resume_to (the next tick to
+    go on from), a resume, with catch_up (first missed tick, how many) the one task of a
+    misfire=run_once resume. busy_elsewhere: the schedule's last task is in another partition and
+    not finished (overlap=skip then skips)."""
+    busy = 1 if busy_elsewhere else 0
     if fire is None:
-        if catch_up is not None:
-            first, count = catch_up
-            return [worker_id, name, "", rev, "", now_ms, iso(now_ms), retention_ms, marker_ttl_ms, max_depth,
-                    recent_cap, RUNS_KEPT, "run_once", first, count, first, iso(first), tag_task_id(tag)]
-        return [worker_id, name, "", rev, "", now_ms, iso(now_ms), retention_ms, marker_ttl_ms, max_depth,
-                recent_cap, RUNS_KEPT, "", "", 0, now_ms, iso(now_ms), tag_task_id(tag)]
+        call = "trigger" if resume_to is None else "resume"
+        head = [worker_id, name, call, rev, "" if resume_to is None else resume_to, now_ms, iso(now_ms), retention_ms,
+                marker_ttl_ms, max_depth, recent_cap, RUNS_KEPT]
+        if resume_to is None:
+            return [*head, "", "", 0, busy, now_ms, iso(now_ms), tag_task_id(tag)]
+        if catch_up is None:
+            return [*head, "", "", 0, busy]
+        first, count = catch_up
+        return [*head, "run_once", first, count, busy, first, iso(first), tag_task_id(tag)]
     mode, first_missed, missed = "", "", 0
     ticks: list[int] = []
     if fire.missed_first is not None:
@@ -88,4 +96,4 @@ def fire_args(*, tag: str, worker_id: str, name: str, rev: str, fire: FirePlan |
     for tick in ticks:
         flat += [tick, iso(tick), tag_task_id(tag)]
     return [worker_id, name, fire.expected_next, rev, fire.new_next, now_ms, iso(now_ms), retention_ms,
-            marker_ttl_ms, max_depth, recent_cap, RUNS_KEPT, mode, first_missed, missed, *flat]
+            marker_ttl_ms, max_depth, recent_cap, RUNS_KEPT, mode, first_missed, missed, busy, *flat]

@@ -5,9 +5,15 @@ A schedule lives in the first partition of its target queue (Layout.tags[0]: low
 DTQ_QUEUE_PARTITIONS drains the last partitions, never the first): its hash Keys.periodic(tag,
 name) holds the spec (JSON) and the state, the partition's index Keys.periodic_index(tag) its
 next tick, and the global hash Keys.periodic_registry() names its partition. Changes go through
-savePeriodic-1 and dropPeriodic-1; the registry entry is written first on a create (it claims
-the name) and removed last on a delete, so every schedule that can fire is listed (a name whose
-partition hash is not there yet is skipped).
+savePeriodic-1 and dropPeriodic-1 (a resume through firePeriodic-1, which fires its catch-up in
+the same step); the registry entry is written first on a create (it claims the name) and
+removed last on a delete, so every schedule that can fire is listed (a name whose partition hash
+is not there yet is skipped).
+
+A change is read, computed here, and written with a compare-and-set on the schedule's revision:
+when another change landed in between (two API processes, a leader's fire), it is read and
+computed again (_settle), so concurrent changes all hold and a resume happens once. What it
+computes from now (the next tick) uses Redis's clock, the one the leader fires by (_now_ms).
 
 Every changing call is an audited operator action, like the queues' (engine/queues.py).
 """
@@ -16,16 +22,19 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import iso
+from ..clock import SystemClock, iso
 from ..errors import (
     DtqError,
     ErrorCode,
     PartitionClosed,
+    PeriodicConflict,
     PeriodicDeclaredInCode,
     PeriodicExists,
     PeriodicNotFound,
@@ -34,11 +43,11 @@ from ..errors import (
 )
 from ..firing import FirePlan, fire_args
 from ..firing import count as count_ticks
-from ..keys import PRIORITIES
+from ..keys import PRIORITIES, is_task_id, tag_of
 from ..partitions import Layout
 from ..replies import optional_text, text_hash
 from ..submit import validate as validate_submission
-from ..task import TASK_TYPE_RE
+from ..task import TASK_TYPE_RE, TERMINAL
 from ..ticks import BadSchedule, Ticks
 from .audit import Actor, Audit
 from .plumbing import Noun, Plumbing
@@ -50,7 +59,11 @@ logger = logging.getLogger("dtq.periodic")
 OVERLAP = ("allow", "skip")
 MISFIRE = ("skip", "run_once")
 SOURCES = ("code", "api")
-INF = "+inf"  # index score of a paused schedule: never due
+ATTEMPTS = 5  # reads a change makes when other changes keep landing between its read and its write
+
+
+class _Stale(Exception):
+    """A compare-and-set on a schedule's revision found another change landed since the read."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,6 +156,11 @@ class Stored:
     @property
     def paused(self) -> bool:
         return self.hash.get("paused") == "1"
+
+    @property
+    def rev(self) -> str:
+        """The revision read: every change and every fire but a trigger's makes a new one."""
+        return self.hash.get("rev") or "0"
 
     @property
     def next_ms(self) -> int | None:
@@ -263,7 +281,7 @@ class Periodic(Noun):
             op.done = 1
         return self.get(spec.name)
 
-    def _create(self, spec: PeriodicSpec, *, paused: bool = False, carry: dict[str, str] | None = None) -> None:
+    def _create(self, spec: PeriodicSpec, *, carry: dict[str, str] | None = None) -> None:
         """Write a new schedule (carry: state moved from its previous partition)."""
         layout = self.registry.ensure(spec.queue)
         tag = layout.tags[0]
@@ -273,9 +291,9 @@ class Periodic(Noun):
             if held and self.client.exists(self.keys.periodic(held, spec.name)):
                 raise PeriodicExists(f"periodic schedule {spec.name!r} exists already", name=spec.name)
             self.client.hset(registry, spec.name, tag)  # a create cut short left the name behind
-        now = self.clock.now_ms()
+        now = self._now_ms()
         state = dict(carry or {})
-        paused = paused or state.get("paused") == "1"
+        paused = state.get("paused") == "1"
         next_ms = int(state["next"]) if (state.get("next") or "").isdigit() else spec.ticks.next_after(now)
         fields: dict[str, object] = {**self._spec_fields(spec), "paused": "1" if paused else "0",
                                      "next": "" if paused else next_ms}
@@ -283,7 +301,7 @@ class Periodic(Noun):
             if state.get(kept):
                 fields[kept] = state[kept]
         try:
-            self._save(layout, spec.name, "create", INF if paused else next_ms, fields)
+            self._save(layout, spec.name, "create", fields, now=now)
         except PeriodicExists:
             raise  # a concurrent create of the same name won: the registry entry is its
         except BaseException:
@@ -297,11 +315,20 @@ class Periodic(Noun):
         """PATCH a schedule: the fields given change, the others stay. A changed schedule (cron,
         timezone, every_seconds) takes effect from its next tick after now; other changes
         (payload, queue, priority, ...) from the next tick fired. A schedule declared in code
-        refuses (PeriodicDeclaredInCode): a deploy changes it."""
+        refuses (PeriodicDeclaredInCode): a deploy changes it. Another change landing at the same
+        time (another operator's PATCH, a resume) is kept: this one is merged onto it."""
         stored = self._load(name)
+        self._merged(stored, changes, _sync=_sync)  # a change refused is refused before it is audited
+        with self.audit.operation(actor, "periodic.update", f"periodic:{name}", selected=1,
+                                  selection={"name": name, "changes": sorted(changes)}) as op:
+            op.done = self._settle(name, stored, lambda s: self._apply(s, self._merged(s, changes, _sync=_sync)))
+        return self.get(name)
+
+    def _merged(self, stored: Stored, changes: Any, *, _sync: bool) -> PeriodicSpec:
+        """The stored spec with the changes, checked."""
         if stored.spec.source == "code" and not _sync:
-            raise PeriodicDeclaredInCode(f"periodic schedule {name!r} is declared in code: change it there "
-                                         "(the next worker start applies it)", name=name)
+            raise PeriodicDeclaredInCode(f"periodic schedule {stored.spec.name!r} is declared in code: change it "
+                                         "there (the next worker start applies it)", name=stored.spec.name)
         if not isinstance(changes, dict):
             raise ValidationError("changes must be a JSON object", field=None)
         unknown = sorted(set(changes) - CHANGEABLE)
@@ -313,32 +340,25 @@ class Periodic(Noun):
         if "every_seconds" in changes and changes["every_seconds"] is not None and "cron" not in changes:
             merged = dataclasses.replace(merged, cron=None, timezone="UTC" if "timezone" not in changes
                                          else merged.timezone)
-        spec = self._checked(merged, check_type=not _sync)
-        with self.audit.operation(actor, "periodic.update", f"periodic:{name}", selected=1,
-                                  selection={"name": name, "changes": sorted(changes)}) as op:
-            self._apply(stored, spec)
-            op.done = 1
-        return self.get(name)
+        return self._checked(merged, check_type=not _sync)
 
-    def _apply(self, stored: Stored, spec: PeriodicSpec) -> None:
+    def _apply(self, stored: Stored, spec: PeriodicSpec) -> int:
         if spec.queue != stored.spec.queue:
             self._move(stored, spec)
-            return
-        schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
+            return 1
+        now = self._now_ms()
         fields: dict[str, object] = self._spec_fields(spec)
-        score: object
-        if stored.paused:
-            score = INF
-        elif schedule_changed or stored.next_ms is None:
-            score = fields["next"] = spec.ticks.next_after(self.clock.now_ms())
-        else:
-            score = stored.next_ms
-        self._save(self._layout_of(stored), spec.name, "update", score, fields)
+        schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
+        if not stored.paused and (schedule_changed or stored.next_ms is None):
+            fields["next"] = spec.ticks.next_after(now)
+        self._save(self._layout_of(stored), spec.name, "update", fields, now=now, rev=stored.rev)
+        return 1
 
     def _move(self, stored: Stored, spec: PeriodicSpec) -> None:
         """To another queue, so another partition: dropped from the old one first (never two
-        partitions that can fire it), then written in the new one with its state."""
-        carry = self._drop(stored.tag, spec.name)
+        partitions that can fire it), as it was read (a change made since is not carried over
+        stale), then written in the new one with its state."""
+        carry = self._drop(stored.tag, spec.name, rev=stored.rev)
         schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
         if schedule_changed:
             carry.pop("next", None)
@@ -362,41 +382,47 @@ class Periodic(Noun):
             op.done = 1
 
     def pause(self, name: str, *, actor: Actor) -> dict[str, Any]:
-        """Stop firing until resumed (a paused schedule fires nothing; triggers still run)."""
+        """Stop firing until resumed (a paused schedule fires nothing; triggers still run).
+        Pausing a paused schedule changes nothing (count 0)."""
         stored = self._load(name)
         with self.audit.operation(actor, "periodic.pause", f"periodic:{name}", selected=1,
                                   selection={"name": name}) as op:
-            if not stored.paused:
-                now = self.clock.now_ms()
-                # The tick it would have fired next is kept: misfire=run_once catches up from it.
-                self._save(self._layout_of(stored), name, "update", INF,
-                           {"paused": "1", "paused_at": now, "paused_by": actor.name,
-                            "paused_next": stored.next_ms if stored.next_ms is not None else now})
-                op.done = 1
+            op.done = self._settle(name, stored, lambda s: 0 if s.paused else self._pause(s, actor))
         return self.get(name)
+
+    def _pause(self, stored: Stored, actor: Actor) -> int:
+        now = self._now_ms()
+        # The tick it would have fired next is kept: misfire=run_once catches up from it.
+        self._save(self._layout_of(stored), stored.spec.name, "update",
+                   {"paused": "1", "paused_at": now, "paused_by": actor.name,
+                    "paused_next": stored.next_ms if stored.next_ms is not None else now}, now=now, rev=stored.rev)
+        return 1
 
     def resume(self, name: str, *, actor: Actor) -> dict[str, Any]:
         """Fire again from the next tick after now. misfire decides what becomes of the ticks
         that passed while paused: skip: none fires; run_once: one task fires now for all of them
-        (scheduled_for: the first of them)."""
+        (scheduled_for: the first of them), unless overlap=skip and the last run is unfinished.
+        Resuming a running schedule changes nothing (count 0): of two resumes at once, one
+        resumes and fires the catch-up, the other finds it running."""
         stored = self._load(name)
-        layout = self._layout_of(stored)
         with self.audit.operation(actor, "periodic.resume", f"periodic:{name}", selected=1,
                                   selection={"name": name}) as op:
-            if stored.paused:
-                now = self.clock.now_ms()
-                ticks = stored.spec.ticks
-                next_ms = ticks.next_after(now)
-                saved = self._save(layout, name, "update", next_ms, {
-                    "paused": "0", "paused_at": "", "paused_by": "", "paused_next": "", "next": next_ms})
-                held = stored.hash.get("paused_next") or ""
-                if stored.spec.misfire == "run_once" and held.isdigit() and int(held) <= now:
-                    missed = count_ticks(ticks, int(held), now)
-                    self.scripts("firePeriodic", keys=[self.keys.partition(stored.tag)],
-                                 args=self.fire_args(stored.tag, layout, name, "", None, "run_once", now,
-                                                     rev=saved.get("rev", ""), catch_up=(int(held), missed)))
-                op.done = 1
+            op.done = self._settle(name, stored, lambda s: self._resume(s) if s.paused else 0)
         return self.get(name)
+
+    def _resume(self, stored: Stored) -> int:
+        # One script resumes and fires the catch-up: only while still paused at the revision read.
+        layout = self._layout_of(stored)
+        now = self._now_ms()
+        ticks = stored.spec.ticks
+        held = stored.hash.get("paused_next") or ""
+        catch_up = None
+        if stored.spec.misfire == "run_once" and held.isdigit() and int(held) <= now:
+            catch_up = (int(held), count_ticks(ticks, int(held), now))
+        self._fire(stored, self.fire_args(stored.tag, layout, stored.spec.name, "", None, "", now, rev=stored.rev,
+                                          resume_to=ticks.next_after(now), catch_up=catch_up,
+                                          busy_elsewhere=self._busy_elsewhere(stored)))
+        return 1
 
     def trigger(self, name: str, *, actor: Actor) -> dict[str, Any]:
         """Fire one task now (scheduled_for = now), paused or not, whatever overlap says; not a
@@ -405,13 +431,8 @@ class Periodic(Noun):
         layout = self._layout_of(stored)
         with self.audit.operation(actor, "periodic.trigger", f"periodic:{name}", selected=1,
                                   selection={"name": name}) as op:
-            now = self.clock.now_ms()
-            code, created, *_ = self.scripts("firePeriodic", keys=[self.keys.partition(stored.tag)],
-                                             args=self.fire_args(stored.tag, layout, name, "", None, "", now))
-            code = int(code)
-            if code == ErrorCode.PARTITION_CLOSED:
-                self.registry.forget_cache()
-            raise_for_code(code, task_id=None, script="firePeriodic", queue=stored.spec.queue, name=name)
+            now = self._now_ms()
+            created = self._fire(stored, self.fire_args(stored.tag, layout, name, "", None, "", now))
             if not created:  # the partition is full (DTQ_MAX_QUEUE_DEPTH): the run says QUEUE_FULL
                 raise_for_code(ErrorCode.QUEUE_FULL, task_id=None, script="firePeriodic", queue=stored.spec.queue,
                                count=self.tasks.depth_limit(layout), max_depth=self.config.max_queue_depth)
@@ -419,14 +440,14 @@ class Periodic(Noun):
         return {"name": name, "task_id": str(created[0]), "scheduled_for": iso(now)}
 
     def fire_args(self, tag: str, layout: Layout | None, name: str, worker_id: str, fire: FirePlan | None,
-                  misfire: str, now_ms: int, *, rev: str = "", catch_up: tuple[int, int] | None = None
-                  ) -> builtins.list[object]:
+                  misfire: str, now_ms: int, *, rev: str = "", busy_elsewhere: bool = False,
+                  resume_to: int | None = None, catch_up: tuple[int, int] | None = None) -> builtins.list[object]:
         """firePeriodic-1's arguments with this engine's settings (retention, marker TTL, depth)."""
         depth = self.tasks.depth_limit(layout) if layout is not None else self.config.max_queue_depth
         return fire_args(tag=tag, worker_id=worker_id, name=name, rev=rev, fire=fire, misfire=misfire,
                          now_ms=now_ms, retention_ms=self.config.task_retention_s * 1000,
                          marker_ttl_ms=self.config.idem_ttl_s * 1000, max_depth=depth, recent_cap=RECENT_CAP,
-                         catch_up=catch_up)
+                         busy_elsewhere=busy_elsewhere, resume_to=resume_to, catch_up=catch_up)
 
     # -- worker start -------------------------------------------------------------------------------
     def sync_declared(self, specs: builtins.list[PeriodicSpec], *, served_types: frozenset[str] | None = None
@@ -466,7 +487,7 @@ class Periodic(Noun):
                     if stored is None:
                         self._create(spec)
                     else:
-                        self._apply(stored, spec)
+                        self._settle(name, stored, functools.partial(self._apply, spec=spec))
                     op.done = 1
             except PeriodicExists:
                 report["unchanged"].append(name)  # another worker starting at once added it
@@ -513,21 +534,74 @@ class Periodic(Noun):
                                   "no longer holds it", queue=stored.spec.queue)
         return layout
 
-    def _save(self, layout: Layout, name: str, mode: str, score: object, fields: dict[str, object]) -> dict[str, str]:
+    def _now_ms(self) -> int:
+        """Now for an operator's change (its next tick, paused_at, updated_at). The leader fires on
+        Redis's clock (workers keep RedisAlignedClock); the host of an API or CLI process may be
+        off (no NTP, a VM resumed), so a SystemClock's now is Redis's TIME: one round trip, on
+        these rare operations only. Any other clock (a worker's aligned one, a test's) is used as
+        it is."""
+        if not isinstance(self.clock, SystemClock):
+            return self.clock.now_ms()
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _settle(self, name: str, stored: Stored, change: Callable[[Stored], int]) -> int:
+        """Run change on the schedule as read; its write is a compare-and-set on the revision
+        read. When another change landed in between (an operator's in another process, a
+        leader's fire, a move to another queue), read the schedule again and run change on
+        that, so that both hold. Returns what change returns: how many it changed (0 or 1)."""
+        for _ in range(ATTEMPTS):
+            try:
+                return change(stored)
+            except (_Stale, PeriodicNotFound):
+                stored = self._load(name)  # PeriodicNotFound from here: it was deleted
+        raise PeriodicConflict(f"periodic schedule {name!r} kept changing while this change was made "
+                               f"({ATTEMPTS} attempts): nothing of it was written; retry", name=name)
+
+    def _busy_elsewhere(self, stored: Stored) -> bool:
+        """Whether overlap=skip holds back a catch-up because the last task, left in another
+        partition by a move to another queue (which firePeriodic-1 may not read on a cluster),
+        is not finished."""
+        last = stored.hash.get("last_task") or ""
+        if stored.spec.overlap != "skip" or not is_task_id(last) or tag_of(last) == stored.tag:
+            return False
+        status = optional_text(self.client.hget(self.keys.task(last), "status"))
+        return status is not None and status not in TERMINAL
+
+    def _save(self, layout: Layout, name: str, mode: str, fields: dict[str, object], *, now: int,
+              rev: str = "") -> dict[str, str]:
+        """savePeriodic-1; _Stale when the revision is no longer rev (an update)."""
         flat: builtins.list[object] = []
         for key, value in fields.items():
             flat += [key, value]
         reply = self.scripts("savePeriodic", keys=[self.keys.partition(layout.tags[0])],
-                             args=[name, mode, layout.owner, self.clock.now_ms(), score, *flat])
+                             args=[name, mode, layout.owner, now, rev, *flat])
         code = int(reply[0])
         if code == ErrorCode.PARTITION_CLOSED:
             self.registry.forget_cache()
         raise_for_code(code, task_id=None, script="savePeriodic", queue=layout.queue, name=name)
+        if not int(reply[2]):
+            raise _Stale(name)
         return _pairs(reply[1])
 
-    def _drop(self, tag: str, name: str) -> dict[str, str]:
-        reply = self.scripts("dropPeriodic", keys=[self.keys.partition(tag)], args=[name])
+    def _fire(self, stored: Stored, args: builtins.list[object]) -> builtins.list[str]:
+        """firePeriodic-1 for an operator (trigger, resume): the task ids created; _Stale when a
+        resume found the schedule changed (or resumed) since it was read."""
+        reply = self.scripts("firePeriodic", keys=[self.keys.partition(stored.tag)], args=args)
+        code = int(reply[0])
+        if code == ErrorCode.PARTITION_CLOSED:
+            self.registry.forget_cache()
+        raise_for_code(code, task_id=None, script="firePeriodic", queue=stored.spec.queue, name=stored.spec.name)
+        if not int(reply[2]):
+            raise _Stale(stored.spec.name)
+        return [str(task_id) for task_id in reply[1]]
+
+    def _drop(self, tag: str, name: str, *, rev: str = "") -> dict[str, str]:
+        """dropPeriodic-1: the hash as it was; _Stale when the revision is no longer rev ('' any)."""
+        reply = self.scripts("dropPeriodic", keys=[self.keys.partition(tag)], args=[name, rev])
         raise_for_code(int(reply[0]), task_id=None, script="dropPeriodic", name=name)
+        if not int(reply[2]):
+            raise _Stale(name)
         return _pairs(reply[1])
 
 

@@ -7,6 +7,10 @@ and what misfire makes of them, the next tick) and calls firePeriodic-1 once per
 pipelined. The script is fenced by the partition's lease and compare-and-sets the schedule's
 next tick and revision, so a leader that stalled past its lease, or one that read a schedule
 just changed, fires nothing; the next round computes again.
+
+A schedule moved to another queue keeps its last task, in the old queue's partition: another
+slot on a cluster, which the script may not read. For overlap=skip the leader reads that task's
+status itself and passes what it found.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from ..config import DtqConfig
 from ..engine.tasks import RECENT_CAP
 from ..errors import ErrorCode
 from ..firing import FirePlan, fire_args, plan
+from ..keys import is_task_id, tag_of
+from ..task import TERMINAL
 from ..ticks import BadSchedule, Ticks
 from .store import WorkerStore
 
@@ -54,10 +60,12 @@ class PeriodicFirer:
             return 0
         pipe = store.client.pipeline(transaction=False)
         for tag, name in due:
-            pipe.hmget(k.periodic(tag, name), "spec", "next", "rev", "paused")
+            pipe.hmget(k.periodic(tag, name), "spec", "next", "rev", "paused", "overlap", "last_task")
+        rows = await pipe.execute()
+        busy = await self._busy_elsewhere(due, rows)
         plans: list[tuple[str, str, list[object]]] = []
-        for (tag, name), (spec, next_raw, rev, paused) in zip(due, await pipe.execute(), strict=True):
-            args = self._args(tag, name, spec, next_raw, rev, paused, now, depth_limits[tag])
+        for (tag, name), (spec, next_raw, rev, paused, _, _) in zip(due, rows, strict=True):
+            args = self._args(tag, name, spec, next_raw, rev, paused, now, depth_limits[tag], (tag, name) in busy)
             if args is not None:
                 plans.append((tag, name, args))
         if not plans:
@@ -79,8 +87,22 @@ class PeriodicFirer:
                     logger.debug("periodic=%s fired task_id=%s", name, task_id)
         return created
 
+    async def _busy_elsewhere(self, due: list[tuple[str, str]], rows: list[list[str | None]]) -> set[tuple[str, str]]:
+        """The due overlap=skip schedules whose last task is in another partition (moved from
+        another queue) and not finished. Rare: a round trip only when there are any."""
+        away = [(key, str(last)) for key, (*_, overlap, last) in zip(due, rows, strict=True)
+                if overlap == "skip" and is_task_id(last) and tag_of(str(last)) != key[0]]
+        if not away:
+            return set()
+        pipe = self.store.client.pipeline(transaction=False)
+        for _, task_id in away:
+            pipe.hget(self.store.keys.task(task_id), "status")
+        statuses = await pipe.execute()
+        # A record gone (past its retention) is a run long finished.
+        return {key for (key, _), status in zip(away, statuses, strict=True) if status and status not in TERMINAL}
+
     def _args(self, tag: str, name: str, spec_raw: str | None, next_raw: str | None, rev: str | None,
-              paused: str | None, now: int, depth: int) -> list[object] | None:
+              paused: str | None, now: int, depth: int, busy_elsewhere: bool) -> list[object] | None:
         if not spec_raw or paused == "1" or not (next_raw or "").isdigit():
             return None
         try:
@@ -98,4 +120,4 @@ class PeriodicFirer:
         return fire_args(tag=tag, worker_id=self.store.worker_id, name=name, rev=str(rev or "0"), fire=fire,
                          misfire=str(spec.get("misfire") or "skip"), now_ms=now,
                          retention_ms=c.task_retention_s * 1000, marker_ttl_ms=c.idem_ttl_s * 1000,
-                         max_depth=depth, recent_cap=RECENT_CAP)
+                         max_depth=depth, recent_cap=RECENT_CAP, busy_elsewhere=busy_elsewhere)

@@ -131,6 +131,25 @@ def test_bad_patches_are_400_and_change_nothing(api: APIClient, body: Any) -> No
     assert api.get("/api/v1/periodic/report.nightly").json() == before
 
 
+def test_a_patch_that_keeps_losing_to_other_changes_is_409_periodic_conflict_and_changes_nothing(
+        api: APIClient, live_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = create(api).json()
+    load = live_engine.periodic._load
+
+    def overtaken(name: str) -> Any:  # another process changes it right after every read
+        stored = load(name)
+        live_engine.client.hincrby(live_engine.keys.periodic(stored.tag, name), "rev", 1)
+        return stored
+
+    monkeypatch.setattr(live_engine.periodic, "_load", overtaken)
+    assert_error(api.patch("/api/v1/periodic/report.nightly", {"payload": [1]}, format="json"), 409,
+                 "PERIODIC_CONFLICT")
+    assert_error(api.post("/api/v1/periodic/report.nightly/pause"), 409, "PERIODIC_CONFLICT")
+    monkeypatch.undo()
+    assert api.get("/api/v1/periodic/report.nightly").json() == before
+    assert audit_of(live_engine, "report.nightly") == [("periodic.create", "api:anonymous")]
+
+
 def test_pause_and_resume_are_audited_and_a_paused_schedule_has_no_next_run(
         api: APIClient, live_engine: Engine) -> None:
     create(api)

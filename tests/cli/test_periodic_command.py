@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import getpass
 import json
+import shutil
 import subprocess
 import sys
+from datetime import datetime
 from io import StringIO
 
 import pytest
+import redis
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -135,3 +138,20 @@ def test_a_schedule_declared_in_code_is_paused_from_the_cli_but_not_deleted(live
         run("periodic", "delete", "declared")
     assert run("periodic", "pause", "declared").strip() == "periodic task declared paused"
     assert [(p["name"], p["source"], p["paused"]) for p in live_engine.periodic.list()] == [("declared", "code", True)]
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="needs faketime (apt-get install faketime)")
+def test_a_resume_from_a_host_whose_clock_is_ahead_goes_on_from_the_next_tick_on_redis_time(
+        live_engine: Engine, redis_server: RedisServer, key_prefix: str, redis_client: redis.Redis) -> None:
+    # An operator's host two minutes ahead (no NTP, a VM resumed): the leader fires on Redis's
+    # clock, so the next tick is computed on it too, not 60 ticks of an every-2-seconds schedule late.
+    live_engine.periodic.create(PeriodicSpec(name="beat", type="dtq.echo", every_seconds=2), actor=Actor.cli())
+    live_engine.periodic.pause("beat", actor=Actor.cli())
+    proc = subprocess.run(["faketime", "-f", "+120s", sys.executable, "manage.py", "periodic", "resume", "beat"],
+                          cwd=ROOT, env=worker_env(redis_server.url, key_prefix), capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seconds, micros = redis_client.time()
+    view = live_engine.periodic.get("beat")
+    next_ms = datetime.fromisoformat(view["next_run_at"].replace("Z", "+00:00")).timestamp() * 1000
+    assert not view["paused"] and next_ms - (int(seconds) * 1000 + int(micros) // 1000) <= 2000, view["next_run_at"]

@@ -1,7 +1,8 @@
 """Periodic schedules fired by real worker processes (issue 21's proof): every tick fired once
 while the leader is SIGKILLed and its successor SIGSTOPped past its lease; ticks missed while no
-leader was alive follow misfire; overlap=skip with a handler slower than the interval; schedules
-declared in code synced (and retired) at worker start."""
+leader was alive follow misfire; overlap=skip with a handler slower than the interval, and
+across a move to another queue; schedules resumed while being changed fire; schedules declared
+in code synced (and retired) at worker start."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dtq_core.engine.periodic import PeriodicSpec
 from dtq_core.keys import Keys
 
 from ..conftest import WorkerProcess, wait_for
+from ..periodic.support import at_once
 from .support import cont, env, stop
 
 pytestmark = pytest.mark.slow
@@ -186,6 +188,52 @@ def test_overlap_skip_with_a_handler_slower_than_the_interval(
     assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans
     runs = engine.periodic.get("slow")["last_runs"]
     assert any(r["status"] == "SKIPPED" for r in runs)
+
+
+def test_schedules_resumed_while_being_patched_are_fired_by_the_leader(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Operator A resumes paused every-second schedules while operator B changes their payload
+    # (two API processes): both answer 200 and the schedules show running, so the leader fires them.
+    engine = live_engine
+    other = Engine(engine.config)
+    names = [f"s{i}" for i in range(20)]
+    for name in names:
+        engine.periodic.create(PeriodicSpec(name=name, type="dtq.echo", every_seconds=1, queue="beat"), actor=ACTOR)
+        engine.periodic.pause(name, actor=ACTOR)
+    for name in names:
+        answers = at_once(lambda n=name: engine.periodic.resume(n, actor=ACTOR),
+                          lambda n=name: other.periodic.update(n, {"payload": {"new": True}}, actor=ACTOR))
+        assert all(isinstance(a, dict) for a in answers), answers
+    assert [n for n in names if engine.periodic.get(n)["paused"]] == []
+    worker = start_worker("--name", "w0", "--queues", "beat", **env())
+
+    def silent() -> dict[str, Any]:
+        return {n: engine.periodic.get(n)["next_run_at"] for n in names if not _ticks(engine, n)}
+
+    wait_for(lambda: not silent(), timeout=60,
+             message=lambda: f"shown running, never fired: {silent()}\n{worker.output()[-2000:]}")
+    assert [n for n in names if engine.periodic.get(n)["payload"] != {"new": True}] == []
+
+
+def test_overlap_skip_holds_across_a_move_to_another_queue(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # A run of 20 s every second with overlap=skip, moved to another queue while its run is going:
+    # the run left in the old queue still holds the next ticks back.
+    engine = live_engine
+    engine.periodic.create(PeriodicSpec(name="slow", type="dtq.sleep", payload={"seconds": 20}, every_seconds=1,
+                                        overlap="skip", queue="first"), actor=ACTOR)
+    worker = start_worker("--name", "w0", **env())
+    [running] = wait_for(lambda: [t for t in engine.tasks.list(periodic_name="slow").items
+                                  if t["status"] == "RUNNING"], timeout=60, message=worker.output)
+    moved = engine.periodic.update("slow", {"queue": "second"}, actor=ACTOR)
+
+    def skipped_since_the_move() -> bool:
+        return any(r["status"] == "SKIPPED" and r["scheduled_for"] > moved["updated_at"]
+                   for r in engine.periodic.get("slow")["last_runs"])
+
+    wait_for(skipped_since_the_move, timeout=15, message=worker.output)
+    tasks = [(t["queue"], t["status"]) for t in engine.tasks.list(periodic_name="slow").items]
+    assert tasks == [("first", "RUNNING")], f"another run fired after the move while {running['id']} runs: {tasks}"
 
 
 def test_declared_schedules_are_synced_and_retired_at_worker_start(

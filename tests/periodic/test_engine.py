@@ -1,21 +1,25 @@
 """engine.periodic against a real Redis, on a FakeClock: the stored schedules, their audited
-changes, and firePeriodic-1 as the leader calls it (fenced by the partition's lease, a
-compare-and-set on the schedule's next tick), without worker processes (tests/failure/
-test_periodic.py has those). Quick: also run on Cluster and Sentinel (Makefile TOPOLOGY_TESTS)."""
+changes (two operators' at once: a compare-and-set on the schedule's revision), and
+firePeriodic-1 as the leader calls it (fenced by the partition's lease, a compare-and-set on the
+schedule's next tick), without worker processes (tests/failure/test_periodic.py has those).
+Quick: also run on Cluster and Sentinel (Makefile TOPOLOGY_TESTS)."""
 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Any
 
 import pytest
 
-from dtq_core.clock import iso
+from dtq_core.clock import SystemClock, iso
+from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.engine.periodic import PeriodicSpec
 from dtq_core.errors import (
     ErrorCode,
+    PeriodicConflict,
     PeriodicDeclaredInCode,
     PeriodicExists,
     PeriodicNotFound,
@@ -26,8 +30,26 @@ from dtq_core.errors import (
 from dtq_core.firing import plan
 from dtq_core.worker.periodic import grace_ms
 
+from .support import at_once, leader_round, twin
+
 ACTOR = Actor.user("ops", source="api", request_id="r1")
 LEADER = "leader-1"
+
+
+class AheadClock(SystemClock):
+    """The system clock of a host two minutes ahead of Redis's."""
+
+    def now_ms(self) -> int:
+        return super().now_ms() + 120_000
+
+
+def redis_ms(engine: Engine) -> int:
+    seconds, micros = engine.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def ms(stamp: str) -> int:
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def every(name: str = "beat", seconds: float = 10, **kw: Any) -> PeriodicSpec:
@@ -266,6 +288,130 @@ def test_update_takes_effect_from_the_next_tick(engine: Engine) -> None:
     assert moved["queue"] == "elsewhere" and len(moved["last_runs"]) == 1
     assert tag_of_schedule(engine, "u") == engine.registry.get("elsewhere", fresh=True).tags[0]
     assert engine.periodic.trigger("u", actor=ACTOR)["task_id"].startswith(tag_of_schedule(engine, "u"))
+
+
+def test_two_resumes_at_once_resume_once_and_fire_one_catch_up(engine: Engine) -> None:
+    # A double-clicked Resume, or two API processes: one resumes and fires the one catch-up task
+    # misfire=run_once promises; the other finds it running, changes nothing and says so (count 0).
+    other = twin(engine)
+    names = [f"r{i}" for i in range(15)]
+    for name in names:
+        engine.periodic.create(every(name, 5, misfire="run_once"), actor=ACTOR)
+        engine.periodic.pause(name, actor=ACTOR)
+    engine.clock.advance(60)  # 12 ticks pass while paused
+    for name in names:
+        answers = at_once(lambda n=name: engine.periodic.resume(n, actor=ACTOR),
+                          lambda n=name: other.periodic.resume(n, actor=ACTOR))
+        assert all(isinstance(a, dict) and not a["paused"] for a in answers), answers
+    assert {name: len(fired(engine, name)) for name in names} == {name: 1 for name in names}
+    resumes = engine.audit.list(action="periodic.resume", limit=500).items
+    counts = {name: sorted(e["count"] for e in resumes if e["target"] == f"periodic:{name}") for name in names}
+    assert counts == {name: [0, 1] for name in names}
+
+
+def test_two_patches_at_once_keep_both_changes(engine: Engine) -> None:
+    # Two operators change different fields at the same moment: both answer with their change,
+    # and both changes are kept (a PATCH changes only the fields given).
+    other = twin(engine)
+    for i in range(15):
+        name = f"p{i}"
+        engine.periodic.create(every(name, 60), actor=ACTOR)
+        a, b = at_once(lambda n=name: engine.periodic.update(n, {"payload": {"n": 2}}, actor=ACTOR),
+                       lambda n=name: other.periodic.update(n, {"priority": "high"}, actor=ACTOR))
+        assert isinstance(a, dict) and isinstance(b, dict), (a, b)
+        view = engine.periodic.get(name)
+        assert (view["payload"], view["priority"]) == ({"n": 2}, "high"), name
+
+
+def test_a_patch_racing_a_resume_leaves_a_schedule_shown_running_due_for_the_leader(engine: Engine) -> None:
+    # Whichever lands first, a schedule shown running with a next_run_at is one the leader's
+    # index finds due at that tick (never +inf: it would never fire again).
+    other = twin(engine)
+    for i in range(15):
+        name = f"s{i}"
+        engine.periodic.create(every(name, 1), actor=ACTOR)
+        engine.periodic.pause(name, actor=ACTOR)
+        a, b = at_once(lambda n=name: engine.periodic.resume(n, actor=ACTOR),
+                       lambda n=name: other.periodic.update(n, {"payload": {"new": True}}, actor=ACTOR))
+        assert isinstance(a, dict) and isinstance(b, dict), (a, b)
+        view = engine.periodic.get(name)
+        assert not view["paused"] and view["payload"] == {"new": True}
+        score = engine.client.zscore(engine.keys.periodic_index(tag_of_schedule(engine, name)), name)
+        assert score is not None and iso(int(score)) == view["next_run_at"], (name, score, view["next_run_at"])
+
+
+def test_a_change_that_keeps_losing_to_others_is_refused_and_writes_nothing(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine.periodic.create(every("busy", 60), actor=ACTOR)
+    load = engine.periodic._load
+
+    def overtaken(name: str) -> Any:  # another process changes it right after every read
+        stored = load(name)
+        engine.client.hincrby(engine.keys.periodic(stored.tag, name), "rev", 1)
+        return stored
+
+    monkeypatch.setattr(engine.periodic, "_load", overtaken)
+    with pytest.raises(PeriodicConflict):
+        engine.periodic.update("busy", {"payload": {"n": 2}}, actor=ACTOR)
+    assert engine.periodic.get("busy")["payload"] == {"n": 1}
+    assert [e["action"] for e in engine.audit.list().items] == ["periodic.create"]
+
+
+def test_a_resume_catch_up_is_skipped_while_the_last_run_is_unfinished(engine: Engine) -> None:
+    # overlap=skip holds for the task a misfire=run_once resume fires, as for the leader's catch-up.
+    engine.clock.advance((5000 - engine.clock.now_ms() % 5000) / 1000)
+    engine.periodic.create(every("slow", 5, overlap="skip", misfire="run_once"), actor=ACTOR)
+    lead(engine, tag_of_schedule(engine, "slow"))
+    engine.clock.advance(5.5)
+    _, running, _ = fire(engine, "slow")
+    engine.periodic.pause("slow", actor=ACTOR)
+    engine.clock.advance(60)
+    view = engine.periodic.resume("slow", actor=ACTOR)
+    assert [t["id"] for t in fired(engine, "slow")] == running  # the run before the pause: still QUEUED
+    assert [(r["kind"], r["status"], r["missed"]) for r in view["last_runs"][:1]] == [("catch_up", "SKIPPED", 12)]
+    engine.tasks.cancel(running[0], ACTOR)  # finished: the next resume's catch-up fires
+    engine.periodic.pause("slow", actor=ACTOR)
+    engine.clock.advance(60)
+    view = engine.periodic.resume("slow", actor=ACTOR)
+    assert view["last_runs"][0]["kind"] == "catch_up" and view["last_runs"][0]["status"] == "QUEUED"
+    assert len(fired(engine, "slow")) == 2
+
+
+def test_overlap_skip_holds_after_a_move_to_another_queue(engine: Engine) -> None:
+    # The run left in the old queue's partition still counts: the leader reads it there.
+    engine.clock.advance((1000 - engine.clock.now_ms() % 1000) / 1000)
+    engine.periodic.create(every("slow", 1, overlap="skip", queue="first"), actor=ACTOR)
+    lead(engine, tag_of_schedule(engine, "slow"))
+    engine.clock.advance(1.1)
+    assert leader_round(engine, "slow", LEADER) == 1
+    [running] = fired(engine, "slow")
+    engine.periodic.update("slow", {"queue": "second"}, actor=ACTOR)
+    lead(engine, tag_of_schedule(engine, "slow"))
+    engine.clock.advance(1)
+    assert leader_round(engine, "slow", LEADER) == 0
+    assert engine.periodic.get("slow")["last_runs"][0]["status"] == "SKIPPED"
+    engine.tasks.cancel(running["id"], ACTOR)  # finished: the next tick fires, in the new queue
+    engine.clock.advance(1)
+    assert leader_round(engine, "slow", LEADER) == 1
+    assert [t["queue"] for t in fired(engine, "slow")] == ["second", "first"]
+
+
+def test_changes_from_a_host_whose_clock_is_off_tick_on_redis_time(config: DtqConfig) -> None:
+    # An API or CLI host two minutes ahead (no NTP, a VM resumed): create, PATCH and resume compute
+    # the next tick on Redis's clock, the one the leader fires by, not a hundred ticks later.
+    engine = Engine(config, clock=AheadClock())
+
+    def next_tick_within(view: dict[str, Any], seconds: float, since: int) -> bool:
+        return since < ms(view["next_run_at"]) <= redis_ms(engine) + seconds * 1000
+
+    since = redis_ms(engine)
+    assert next_tick_within(engine.periodic.create(every("beat", 2), actor=ACTOR), 2, since)
+    since = redis_ms(engine)
+    assert next_tick_within(engine.periodic.update("beat", {"every_seconds": 3}, actor=ACTOR), 3, since)
+    paused = engine.periodic.pause("beat", actor=ACTOR)
+    assert ms(paused["paused_at"]) <= redis_ms(engine)
+    since = redis_ms(engine)
+    assert next_tick_within(engine.periodic.resume("beat", actor=ACTOR), 3, since)
 
 
 def test_delete_stops_it(engine: Engine) -> None:
