@@ -29,11 +29,31 @@ def number(value: float) -> str:
 
 def checked(done: object, total: object, message: object) -> tuple[float, float | None, str]:
     """The arguments of ctx.progress(), or ValueError/TypeError naming the wrong one."""
-    if isinstance(done, bool) or not isinstance(done, (int, float)) or not math.isfinite(done) or done < 0:
-        raise ValueError(f"progress done must be a finite number of at least 0 (got {done!r})")
-    if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))
-                              or not math.isfinite(total) or total <= 0):
-        raise ValueError(f"progress total must be a finite number greater than 0, or None (got {total!r})")
+    done_ = _finite(done)
+    if done_ is None or done_ < 0:
+        raise ValueError(f"progress done must be a finite number of at least 0 (got {_shown(done)})")
+    total_ = None if total is None else _finite(total)
+    if total is not None and (total_ is None or total_ <= 0):
+        raise ValueError(f"progress total must be a finite number greater than 0, or None (got {_shown(total)})")
     if not isinstance(message, str):
         raise TypeError(f"progress message must be a string (got {type(message).__name__})")
-    return float(done), None if total is None else float(total), message[:MAX_MESSAGE]
+    return done_, total_, message[:MAX_MESSAGE]
+
+
+def _finite(value: object) -> float | None:
+    """value as a finite float; None for a non-number, NaN, infinity or an int past float's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float (math.isfinite would raise it too)
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _shown(value: object) -> str:
+    """value for an error message: a huge int by its size (its repr may be thousands of digits,
+    or refused past sys.get_int_max_str_digits)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)

@@ -46,7 +46,9 @@ def _lookup(raw: bytes | str | None) -> tuple[bool, Any]:
 
 
 def _try_lease(redis_key: str, token: str, lease_s: float) -> bool:
-    return bool(get_engine().client.set(redis_key, json.dumps({"running": token}), nx=True, px=int(lease_s * 1000)))
+    # At least 1 ms: a lease under a millisecond is in range, and SET ... PX 0 is an error.
+    px = max(1, int(lease_s * 1000))
+    return bool(get_engine().client.set(redis_key, json.dumps({"running": token}), nx=True, px=px))
 
 
 def _finish(redis_key: str, result: Any) -> Any:

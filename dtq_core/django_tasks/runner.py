@@ -9,7 +9,11 @@ Every worker registers both, so it serves every Django task. Each attempt:
   2. records this worker for the attempt (TaskResult.worker_ids, started_at) in the task hash;
   3. sends task_started, calls the function (with a TaskContext first when takes_context);
   4. sends task_finished once the outcome is final and returns the JSON-normalised value, or
-     re-raises so the executor records the error (RetryableError retries; others are permanent).
+     re-raises so the executor records the error. "Final" is the worker's own rule
+     (executor.retryable(): RetryableError, timeouts and Redis outages retry while attempts are
+     left; RateLimited is never final, not being an attempt), and an attempt the worker gave up
+     on (its timeout, a cancel, the drain) sends no task_finished at all: a sync function runs on
+     in its thread after that, and its outcome is dropped.
 Importing this module registers both handlers; the worker's start-up does (dtq_worker).
 """
 
@@ -28,6 +32,7 @@ from django.db import close_old_connections
 from .. import registry
 from ..conf import get_engine
 from ..keys import tag_of
+from ..worker.executor import given_up, retryable
 from . import results
 from .backend import DtqBackend
 from .compat import TaskContext, TaskError, TaskResult, TaskResultStatus, normalize_json, task_finished, task_started
@@ -42,7 +47,7 @@ class Attempt:
     result: Any  # its TaskResult, RUNNING, as task_started receivers and the TaskContext see it
     call_args: list[Any]
     call_kwargs: dict[str, Any]
-    final_on_error: bool  # False: a RetryableError now is retried, so the task is not finished
+    final_on_error: bool  # the last attempt: an error now ends the task, whatever it is (RateLimited aside)
 
 
 def prepare(payload: Any) -> Attempt:
@@ -85,9 +90,15 @@ def _succeeded(attempt: Attempt, raw: Any) -> Any:
 
 
 def _failed(attempt: Attempt, exc: Exception) -> bool:
-    """Record the error on the TaskResult; return whether the task is now finished."""
-    final = attempt.final_on_error or not isinstance(exc, registry.RetryableError)
+    """Record the error on the TaskResult; return whether the task is now finished, by the rule
+    the worker then applies (executor.retryable): one rule, or task_finished would say FAILED for
+    an attempt dtq retries."""
     result = attempt.result
+    if isinstance(exc, registry.RateLimited):
+        # Not a failure and not an attempt: the task waits and runs again, with no errors entry.
+        object.__setattr__(result, "status", TaskResultStatus.READY)
+        return False
+    final = attempt.final_on_error or not retryable(exc)
     cls = type(exc)
     result.errors.append(TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
                                    traceback="".join(traceback.format_exception(exc))))
@@ -105,13 +116,17 @@ def run_sync(payload: Any) -> Any:
     close_old_connections()  # a pooled thread may hold a connection the database dropped
     try:
         task_started.send(sender=DtqBackend, task_result=attempt.result)
+        # given_up(): the worker ended this attempt while the function ran (its timeout, a cancel,
+        # the drain) and recorded that end itself; what the function did is dropped, so it must
+        # not be announced either.
         try:
             value = _succeeded(attempt, attempt.task.call(*attempt.call_args, **attempt.call_kwargs))
         except Exception as exc:
-            if _failed(attempt, exc):
+            if _failed(attempt, exc) and not given_up():
                 task_finished.send(sender=DtqBackend, task_result=attempt.result)
             raise
-        task_finished.send(sender=DtqBackend, task_result=attempt.result)
+        if not given_up():
+            task_finished.send(sender=DtqBackend, task_result=attempt.result)
         return value
     finally:
         close_old_connections()

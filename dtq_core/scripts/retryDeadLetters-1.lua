@@ -1,9 +1,10 @@
 --[[
   Requeue dead letters of one partition: each task goes back to QUEUED under the same id with a
-  fresh attempt budget (and no expiry), in its priority stream of this partition. Its stream
-  entry and record are written before its dead letter leaves the DLQ, so a script failing in
-  between (Redis does not undo a script's earlier writes) leaves a queued task with a stale dead
-  letter, which a later retry or discard drops, and never a task in neither place.
+  fresh attempt budget (no expiry, and a Django task's worker list emptied), in its priority
+  stream of this partition. Its stream entry and record are written before its dead letter
+  leaves the DLQ, so a script failing in between (Redis does not undo a script's earlier writes)
+  leaves a queued task with a stale dead letter, which a later retry or discard drops, and never
+  a task in neither place.
   Entries already gone are skipped (another operator or a trim got there first); an entry whose
   task hash expired stays in the DLQ, and so does one whose entry or task record cannot be read (a
   field corrupted by hand), alone: the rest are retried.
@@ -47,7 +48,7 @@ local function retry_one(entry_id)
   if not task_id then error('the dead letter has no task_id', 0) end
   if its_queue ~= queue then error('the dead letter is not of the partition\'s queue', 0) end
   local tkey = K.task_prefix .. task_id
-  local t = read_task(tkey, 'status', 'priority', 'dlq_entry_id')
+  local t = read_task(tkey, 'status', 'priority', 'dlq_entry_id', 'django_worker_ids')
   if not t.status then return 'kept' end
   if not (t.status == 'DEAD_LETTERED' and t.dlq_entry_id == entry_id) then
     drop(entry_id)  -- a stale dead letter: its task was retried (or dead-lettered again) since
@@ -65,6 +66,11 @@ local function retry_one(entry_id)
   -- about 50 bytes). expires_at goes: the operator asked for this run, so a passed ttl_seconds
   -- must not turn the retry into an instant EXPIRED.
   rcall('HDEL', tkey, 'dlq_entry_id', 'finished_at', 'cancel_requested', 'expires_at')
+  -- A Django task's workers, one per attempt (recordDjangoAttempt): the count starts again, so
+  -- does the list. Emptied, not removed: without it the reader falls back to the last worker.
+  if t.django_worker_ids then
+    rcall('HSET', tkey, 'django_worker_ids', '[]')
+  end
   rcall('PEXPIRE', tkey, retention)
   retain_unfinish(K, task_id)
   drop(entry_id)

@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from types import FrameType, MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .. import hooks, registry
@@ -399,6 +399,28 @@ def _in_thread(ex: Execution, fn: Any, payload: Any) -> Any:
         return fn(payload)
     finally:
         ex.thread_id, ex.thread_frame = 0, None
+
+
+_IN_THREAD = _in_thread.__code__
+
+
+def given_up() -> bool:
+    """In a sync handler's thread: whether the worker has given up on the attempt it runs (its
+    handler timeout, a cancel, the drain deadline) and recorded the attempt's end itself, so that
+    what the handler does from now on is dropped. False outside a handler thread.
+
+    The attempt is found on this thread's stack, in _in_thread's frame, rather than handed to every
+    handler: attempts pay nothing for it unless their handler asks (the Django runner, before it
+    sends task_finished). `settled` is that flag while the handler runs: give_up sets it under the
+    threads' lock; the thread itself sets it only once the handler has returned.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _IN_THREAD:
+            ex = frame.f_locals.get("ex")
+            return isinstance(ex, Execution) and ex.settled
+        frame = frame.f_back
+    return False
 
 
 def error_name(exc: BaseException) -> str:

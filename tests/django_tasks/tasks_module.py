@@ -6,10 +6,13 @@ import asyncio
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
+import redis
+
 from dtq_core.django_tasks.compat import task, task_finished, task_started
-from dtq_tasks import RetryableError
+from dtq_tasks import RateLimited, RetryableError
 
 SIGNAL_LOG_ENV = "DTQ_TEST_SIGNAL_LOG"  # set on a worker: its task signals are appended here
 
@@ -57,6 +60,41 @@ def stall_first(context: Any) -> list[str]:
     if context.attempt == 1:
         time.sleep(60)
     return list(context.task_result.worker_ids)
+
+
+@task
+def nap_then_mark(seconds: float, mark: str) -> float:
+    """Sleep (past a timeout, or through a cancel: the worker gives up on it), then leave the file
+    `mark` just before returning."""
+    time.sleep(seconds)
+    Path(mark).write_text("returned")
+    return seconds
+
+
+@task(takes_context=True)
+def redis_down_once(context: Any, flag: str) -> dict[str, Any]:
+    """Meet a Redis outage of the task's own (its cache is down) the first time, then succeed."""
+    if not Path(flag).exists():
+        Path(flag).write_text("x")
+        raise redis.ConnectionError("cache redis is down")
+    return {"attempt": context.attempt}
+
+
+@task(takes_context=True)
+def rate_limited_once(context: Any, flag: str) -> dict[str, Any]:
+    """Hit a rate limit the first time (not an attempt), then succeed."""
+    if not Path(flag).exists():
+        Path(flag).write_text("x")
+        raise RateLimited("429 from the provider", retry_after=0.2)
+    return {"attempt": context.attempt}
+
+
+@task(takes_context=True)
+def retry_until_flag(context: Any, flag: str) -> dict[str, Any]:
+    """Raise RetryableError until the file `flag` exists."""
+    if not Path(flag).exists():
+        raise RetryableError(f"not yet (attempt {context.attempt})")
+    return {"attempt": context.attempt, "worker_ids": list(context.task_result.worker_ids)}
 
 
 @task

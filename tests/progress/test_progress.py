@@ -99,6 +99,9 @@ def test_the_script_writes_only_to_the_running_attempt(engine: Engine, redis_cli
     ((-1,), ValueError), ((float("nan"),), ValueError), ((float("inf"), 10), ValueError), (("3",), ValueError),
     ((True,), ValueError), ((1, 0), ValueError), ((1, -5), ValueError), ((1, float("nan")), ValueError),
     ((1, 10, 5), TypeError),
+    # ints past a float's range: ValueError as documented, not float()'s OverflowError, and a
+    # message that does not print (or fail to print: sys.get_int_max_str_digits) every digit
+    ((10**400,), ValueError), ((1, 10**400), ValueError), ((10**5000,), ValueError), ((1, -(10**400)), ValueError),
 ])
 def test_bad_progress_arguments_raise_in_the_handler(args: tuple[Any, ...], error: type[Exception]) -> None:
     ctx = TaskContext(task_id="t", attempt=1, max_attempts=3, queue="q", type="x", worker_id="w")

@@ -690,6 +690,19 @@ def test_idempotent_operation_runs_once_per_key(live_engine: Engine) -> None:
     assert dtq_tasks.idempotent_operation("charge-2", effect) == {"n": 2}
 
 
+def test_idempotent_operation_takes_a_lease_under_a_millisecond(live_engine: Engine, redis_client: redis.Redis) -> None:
+    # It should: 0.0005 s is in range (above 0), and is held for 1 ms (Redis refuses SET ... PX 0).
+    key = live_engine.keys.operation("short-lease")
+    lease_ttl: list[int] = []
+
+    def effect() -> int:
+        lease_ttl.append(redis_client.pttl(key))
+        return 5
+
+    assert dtq_tasks.idempotent_operation("short-lease", effect, lease_seconds=0.0005) == 5
+    assert lease_ttl[0] in (-2, 0, 1)  # a 1 ms lease (-2: it ran out before PTTL read it)
+
+
 def test_idempotent_operation_releases_the_key_when_fn_fails(live_engine: Engine) -> None:
     def boom() -> None:
         raise RuntimeError("no")
