@@ -4,8 +4,10 @@ or frozen turns into 503 REDIS_UNAVAILABLE within 2 s, never a hang.
 DTQ_REDIS_URL names one Redis, a master behind Sentinel or a Redis Cluster (redis_url.py). With
 Sentinel every client's pool asks the sentinels for the master each time it opens a connection,
 and drops a connection the old master closes or answers READONLY on (redis-py's
-SentinelConnectionPool): after a failover the first call may fail, the next ones reach the new
-master. wire.py's raw connections come from the same pools, so they follow it too.
+SentinelConnectionPool); and since an open connection would not see a planned failover (the old
+master stays up, taking writes it later drops), each process watches the sentinels and drops
+its connections to a master they replaced (sentinel_watch.py). wire.py's raw connections come
+from the same pools, so they follow it too.
 """
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
-import redis.asyncio.sentinel as aiosentinel
 import redis.cluster
-import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from . import sentinel_watch
 from .config import ConfigError, DtqConfig
 from .redis_url import RedisTarget, Topology, parse, topology_of
 
@@ -109,10 +110,7 @@ def sync_client(config: DtqConfig) -> redis.Redis:
     }
     target = parse(config.redis_url)
     if target.topology == "sentinel":
-        sentinels = redis.sentinel.Sentinel(list(target.nodes), sentinel_kwargs=_sentinel_options(target, config))
-        client: redis.Redis = sentinels.master_for(target.service_name, redis_class=redis.Redis,
-                                                   **options, **_master_options(target))
-        return client
+        return sentinel_watch.sync_master(target, config, options)
     if target.topology == "cluster":
         # Duck-typed as redis.Redis: the engine uses what both have (keyed commands, pipelines,
         # scripts through dtq_core.scripts, hot-path exchanges through dtq_core.routing).
@@ -132,27 +130,10 @@ def async_client(config: DtqConfig, *, read_timeout_s: float) -> aioredis.Redis:
     }
     target = parse(config.redis_url)
     if target.topology == "sentinel":
-        sentinels = aiosentinel.Sentinel(list(target.nodes), sentinel_kwargs=_sentinel_options(target, config))
-        client: aioredis.Redis = sentinels.master_for(target.service_name, redis_class=aioredis.Redis,
-                                                      **options, **_master_options(target))
-        return client
+        return sentinel_watch.async_master(target, config, options)
     if target.topology == "cluster":
         return cast(aioredis.Redis, async_cluster_client(config, read_timeout_s=read_timeout_s))
     return aioredis.Redis.from_url(config.redis_url, **options)
-
-
-def _sentinel_options(target: RedisTarget, config: DtqConfig) -> dict[str, Any]:
-    """How dtq talks to the sentinels themselves: short timeouts, no retries (the next sentinel in
-    the list is the retry), no password (the URL's password is the master's)."""
-    return {"socket_timeout": config.redis_timeout_s, "socket_connect_timeout": config.redis_timeout_s,
-            "retry": Retry(NoBackoff(), 0), "ssl": target.ssl}
-
-
-def _master_options(target: RedisTarget) -> dict[str, Any]:
-    options: dict[str, Any] = {"db": target.db, "username": target.username, "password": target.password}
-    if target.ssl:
-        options["ssl"] = True  # SentinelConnectionPool picks its SSL connection class from it
-    return options
 
 
 def cluster_client(config: DtqConfig) -> redis.cluster.RedisCluster:

@@ -8,6 +8,9 @@ timeout per exchange. For the blocking client (submit), exchange_pooled on a poo
 
 Both take their connections from the client's pool (its connection class and arguments), so with
 a redis+sentinel:// URL they are Sentinel-managed: each connect asks the sentinels for the master.
+When the sentinels replace the master (sentinel_watch.py), kept connections are shut down under
+their pool, and a Line finds its master's `generation` moved at its next exchange: one integer
+comparison, the only cost of this on the hot path (on any topology; it never moves off Sentinel).
 """
 
 from __future__ import annotations
@@ -30,6 +33,16 @@ def pack(args: Sequence[object]) -> bytes:
     return packed
 
 
+class _Fixed:
+    """The master of a Redis that no Sentinel moves (one node, a cluster node): its generation
+    never changes."""
+
+    generation = 0
+
+
+FIXED = _Fixed()
+
+
 class Line:
     """A dedicated connection: exchange() sends commands in one write and reads every reply.
 
@@ -39,10 +52,14 @@ class Line:
     """
 
     def __init__(self, client: aioredis.Redis | None = None, *, connection: Any = None) -> None:
+        self._master: Any = FIXED
         if connection is None:
             assert client is not None
             pool = client.connection_pool
             connection = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
+            # Behind Sentinel, the watch of its master (sentinel_watch.MasterWatch).
+            self._master = getattr(pool, "master_watch", FIXED)
+        self._generation: int = self._master.generation  # the master's switches this Line has seen
         self._conn = connection
         self._lock = asyncio.Lock()  # one exchange at a time, or replies would cross
 
@@ -58,6 +75,11 @@ class Line:
         async with self._lock:  # waiting for it is not part of the deadline
             try:
                 async with asyncio.timeout(timeout_s):
+                    if self._generation != self._master.generation:
+                        # The sentinels replaced the master since this connected: the old one may
+                        # still take writes, which it drops once it follows the new one.
+                        self._generation = self._master.generation
+                        await conn.disconnect()
                     if conn.is_connected and await _closed_or_dirty(conn):
                         await conn.disconnect()  # Redis restarted, or closed it idle: open a new one
                     if not conn.is_connected:
@@ -106,8 +128,9 @@ class _Kept:
 
     redis-py's checkout and release (a lock, pool events, connection-count metrics) cost more
     client CPU than packing and parsing a submit; a list pop and append are atomic under the
-    GIL. To the pool they stay in use, so its disconnect() still closes them (they reconnect
-    on their next exchange). After a fork the child starts a list of its own, as the pool does.
+    GIL. To the pool they stay in use, so its disconnect() still closes them, and a Sentinel
+    master switch shuts them down (sentinel_watch.py): they reconnect on their next exchange.
+    After a fork the child starts a list of its own, as the pool does.
     """
 
     __slots__ = ("free", "pid")
