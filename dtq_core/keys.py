@@ -243,8 +243,9 @@ class Keys:
         return f"{self.partition(tag)}limits"
 
     def limits_rate(self, tag: str) -> str:
-        """Zset "<task id>:<attempt>" -> start (ms): the queue's starts in the current rate window
-        (a sliding log, at most rate_n members)."""
+        """Zset "<task id>:<attempt>:<entry id>" -> start (ms): the queue's starts in the current
+        rate window (a sliding log, at most rate_n members; one per claim, so a task started again
+        at the same attempt number counts again)."""
         return f"{self.partition(tag)}limits:rate"
 
     def limits_held(self, tag: str) -> str:
@@ -260,8 +261,9 @@ class Keys:
         return f"{self.partition(tag)}limits:waiting"
 
     def limits_wait(self, tag: str, group: str) -> str:
-        """List of task ids parked while their group was full, put back in their stream one per
-        freed group slot."""
+        """List of task ids parked while their group was full (each keeps its entry, acknowledged,
+        in its stream for the depth gate and the waiting count: the task's entry_id), put back in
+        their stream one per freed group slot (the kept entry then deleted)."""
         return f"{self.partition(tag)}limits:wait:{group}"
 
     def limits_group_rate(self, tag: str, group: str) -> str:

@@ -232,13 +232,15 @@ class Queues(Noun):
         # Each stream's last entry when the purge starts: what arrives later is left alone.
         snapshots = {stream: found[0][0] for stream, found in zip(streams, pipe.execute(), strict=True) if found}
         with self.audit.operation(actor, "queue.purge", f"queue:{queue}", selection={"queue": queue}) as op:
-            # Tasks parked by a full group (flow control) have no stream entry: cancelled apart.
+            # Tasks parked by a full group (flow control) keep an entry the group has read already,
+            # which the streams' purge below does not see: cancelled apart, with their entries.
             tags = list(layout.all_tags)
             while tags:
                 pipe = self.client.pipeline(transaction=False)
                 for tag in tags:
                     self.scripts("purgeParked", keys=[k.partition(tag)],
-                                 args=[now, iso(now), BATCH * 4, self.config.retention_arg], client=pipe)
+                                 args=[now, iso(now), BATCH * 4, self.config.retention_arg, queue, Keys.GROUP],
+                                 client=pipe)
                 replies = self.scripts.execute(pipe)
                 op.advance(sum(int(cancelled) for cancelled, _ in replies))
                 tags = [tag for tag, (_, more) in zip(tags, replies, strict=True) if int(more)]

@@ -2,7 +2,8 @@
   Cancel a task: waiting ones (PENDING, QUEUED, RETRYING) become CANCELLED at once and never
   start; for a RUNNING one the request is recorded for the owning worker's cancel watcher. A
   QUEUED task's stream entry is deleted, so it stops counting toward the depth gate (it is never
-  pending anywhere: delivery and claim happen in one script).
+  pending anywhere: delivery and claim happen in one script; a task parked by its group's
+  concurrency keeps its acknowledged entry, includes/limits.lua, deleted the same way).
   Input:
     KEYS[1] partition key prefix of the task (its id names the partition: dtq_core.keys.tag_of)
     ARGV[1] task id  ARGV[2] now (ms)  ARGV[3] now (ISO)

@@ -74,12 +74,15 @@ for _, stream in ipairs(streams) do
   end
 end
 local in_flight = math.max(pending, rcall('ZCARD', K.running))
--- Tasks parked while their group was full (includes/limits.lua) wait outside the streams.
-for _, g in ipairs(rcall('HKEYS', K.limits_waiting)) do entries = entries + rcall('LLEN', K.limits_wait_prefix .. g) end
+-- Tasks parked while their group was full (includes/limits.lua) keep their entries in the streams,
+-- counted above; a wait list that still names one keeps the partition from being empty too (a task
+-- parked by an older dtq has no entry there).
+local parked = 0
+for _, g in ipairs(rcall('HKEYS', K.limits_waiting)) do parked = parked + rcall('LLEN', K.limits_wait_prefix .. g) end
 local scheduled = rcall('ZCARD', K.schedule) + rcall('ZCARD', K.schedule_claims)
 local dead = rcall('XLEN', K.dlq)
-if entries > 0 or in_flight > 0 or scheduled > 0 or dead > 0 then
-  return {CODE.QUEUE_NOT_EMPTY, math.max(0, entries - pending), in_flight, scheduled, dead}
+if entries > 0 or parked > 0 or in_flight > 0 or scheduled > 0 or dead > 0 then
+  return {CODE.QUEUE_NOT_EMPTY, math.max(0, entries - pending, parked), in_flight, scheduled, dead}
 end
 rcall('SET', K.owner, tombstone)
 return {CODE.OK}

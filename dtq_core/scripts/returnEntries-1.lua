@@ -5,7 +5,9 @@
   goes back to QUEUED at the attempt before, with a new entry at the tail of its stream (the old
   one is acknowledged and deleted), as a reclaim does for a paused queue (includes/claim.lua); a
   task whose cancel was requested meanwhile ends CANCELLED instead. A claim that is no longer this
-  worker's (reclaimed by a peer, finished, cancelled) is left alone.
+  worker's (reclaimed by a peer, finished, cancelled) is left alone. A queue with a rate or
+  group_rate limit counted each claim as a start (includes/limits.lua): the start of a claim handed
+  back is taken out of its windows again (its own member: task, attempt, entry).
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition)
     ARGV[1] group  ARGV[2] worker id  ARGV[3] now (ms)  ARGV[4] now (ISO)
@@ -23,12 +25,16 @@ local R = retention_policy(ARGV[5])
 R.defer = true
 local returned = 0
 local stopped = {}
+local rated = nil  -- the partition's rate_n and grate_n, read at the first claim handed back
 for i = 6, #ARGV, 4 do
   local stream, entry_id, task_id, attempt = K.stream_prefix .. ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local tkey = K.task_prefix .. task_id
-  local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'worker_id', 'queue', 'type', 'cancel_requested')
+  local t = read_task(tkey, 'status', 'attempt', 'entry_id', 'worker_id', 'queue', 'type', 'cancel_requested',
+                      'group_key')
   if t.status == 'RUNNING' and t.entry_id == entry_id and t.attempt == attempt and t.worker_id == worker_id then
     stopped[#stopped + 1] = task_id
+    rated = rated or rcall('HMGET', K.limits, 'rate_n', 'grate_n')
+    limits_unstart(K, rated, task_id, t.group_key, attempt, entry_id)
     if t.cancel_requested == '1' then
       retain_finish(R, K, task_id, 'CANCELLED', now_ms, nil, {'status', 'CANCELLED', 'finished_at', now_ms,
                     'updated_at', now_ms})

@@ -17,9 +17,12 @@ from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import ValidationError
 from dtq_core.keys import tag_of
+from dtq_core.task import Outcome
+from dtq_core.worker.executor import Completion
 
 from ..api.support import drain
 from ..conftest import wait_for
+from ..limits.support import complete, fetch, promote
 
 ACTOR = Actor(name="cli:test", source="cli")
 
@@ -183,6 +186,45 @@ def test_debounce_starts_a_new_task_once_the_first_left_the_schedule(engine: Eng
     second = submit(engine, {"v": 2}, unique_key="d", unique_mode="debounce", unique_window_s=0.05)
     assert second.created and second.id != first.id
     assert engine.tasks.get(first.id)["result"] == {"v": 1}
+
+
+def test_debounce_leaves_alone_a_task_that_ran_and_waits_again_after_rate_limited(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    # It should return the existing task only while it has not started: one whose handler ran and
+    # raised RateLimited is back in the schedule (PENDING), but taking it over replaced what it
+    # ran with and moved its start before the wait the downstream service asked for.
+    live = Engine(config)  # the real clock: the worker's calls run on it
+    first = submit(live, {"text": "v1"}, unique_key="doc:12", unique_mode="debounce", unique_window_s=0.05)
+    time.sleep(0.1)
+    promote(live, config, "uq", redis_client)
+    (row,) = fetch(live, config, "uq", 1).rows  # the handler runs with v1 ...
+    assert row.task_id == first.id
+    due = int(time.time() * 1000) + 60_000  # ... and meets a 429 with Retry-After: 60
+    assert complete(config, Completion(row, Outcome.LIMITED, error_class="dtq_tasks.RateLimited",
+                                       error_message="429", retry_due_ms=due, limit_scope="group")) == ["PENDING"]
+    second = submit(live, {"text": "v2"}, unique_key="doc:12", unique_mode="debounce", unique_window_s=0.05)
+    assert second.created and second.id != first.id and second.status == "PENDING"
+    held = live.tasks.get(first.id)
+    assert held["payload"] == {"text": "v1"} and int(redis_client.hget(live.keys.task(first.id), "due_at")) == due
+    # The new task holds the key from now on.
+    assert submit(live, {"text": "v3"}, unique_key="doc:12", unique_mode="debounce", unique_window_s=0.05).id \
+        == second.id
+
+
+def test_debounce_takes_over_a_task_its_group_rate_held_back_before_it_started(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    live = Engine(config)
+    live.limits.set("uq", {"group_rate": {"limit": 1, "period_s": 3600}}, actor=ACTOR)
+    live.tasks.enqueue("dtq.echo", queue="uq", group_key="g")
+    assert len(fetch(live, config, "uq", 1).rows) == 1  # the group's one start this hour
+    first = submit(live, {"v": 1}, unique_key="d", unique_mode="debounce", unique_window_s=0.05, group_key="g")
+    time.sleep(0.1)
+    promote(live, config, "uq", redis_client)
+    assert fetch(live, config, "uq", 1).rows == []  # held back: back in the schedule, never started
+    assert live.tasks.get(first.id)["status"] == "PENDING"
+    second = submit(live, {"v": 2}, unique_key="d", unique_mode="debounce", unique_window_s=0.05, group_key="g")
+    assert second.id == first.id and not second.created
+    assert live.tasks.get(first.id)["payload"] == {"v": 2}
 
 
 def test_debounce_after_a_cancel_starts_a_new_task(engine: Engine) -> None:

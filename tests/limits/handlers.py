@@ -46,3 +46,17 @@ async def rate_limited(payload: dict[str, Any]) -> None:
         raise dtq_tasks.RateLimited("429 from the API", retry_after=payload["retry_after"],
                                     scope=payload.get("scope", "queue"))
     await _log("end", payload)
+
+
+@dtq_tasks.task("limits.api_call")
+async def api_call(payload: dict[str, Any]) -> None:
+    """Calls a downstream API (logged as a start); its first `fail` calls meet a 429 and raise
+    RateLimited(retry_after)."""
+    await _log("start", payload)
+    ctx = current_task()
+    assert ctx is not None
+    calls = await asyncio.to_thread(get_engine().client.hincrby, log_key("calls"), ctx.task_id, 1)
+    if calls <= int(payload.get("fail", 0)):
+        raise dtq_tasks.RateLimited("429 from the API", retry_after=payload.get("retry_after", 0.2),
+                                    scope=payload.get("scope", "group"))
+    await _log("end", payload)

@@ -1,15 +1,23 @@
 """Reads for the flow-control tests: the runs the handlers logged, and samples of the queue's
-RUNNING count taken from outside the workers."""
+RUNNING count taken from outside the workers; and the worker's store calls (fetch, complete,
+promote) as a worker makes them, on the real clock."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
 
+from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
+from dtq_core.worker.executor import Completion
+from dtq_core.worker.store import Fetched, WorkerStore
+
+from ..worker.support import partitions, store
 
 ENV: dict[str, Any] = {
     "DTQ_VISIBILITY_TIMEOUT_S": 2,
@@ -19,6 +27,33 @@ ENV: dict[str, Any] = {
     "DTQ_STALE_CLAIM_S": 2,
     "DTQ_TASK_MODULES": "tests.limits.handlers",
 }
+
+
+def run(coro_fn: Callable[[WorkerStore], Awaitable[Any]], config: DtqConfig, worker_id: str = "w-test") -> Any:
+    """One store call (or a few) of a worker named worker_id, on a store of its own."""
+    async def go() -> Any:
+        s = store(config, worker_id)
+        try:
+            return await coro_fn(s)
+        finally:
+            await s.aclose()
+    return asyncio.run(go())
+
+
+def fetch(engine: Engine, config: DtqConfig, queue: str, n: int = 10, worker_id: str = "w-test") -> Fetched:
+    return run(lambda s: s.fetch([(p, n) for p in partitions(engine, queue)]), config, worker_id)
+
+
+def complete(config: DtqConfig, *completions: Completion) -> list[Any]:
+    return run(lambda s: s.complete(list(completions)), config)
+
+
+def promote(engine: Engine, config: DtqConfig, queue: str, client: Any) -> dict[str, int]:
+    """Queue what is due in the queue's schedule, as the scheduler's leader does."""
+    tags = [p.tag for p in partitions(engine, queue)]
+    for t in tags:
+        client.set(engine.keys.lock(t), "leader")
+    return run(lambda s: s.promote_due(tags), config, "leader")
 
 
 def runs(client: redis.Redis, prefix: str) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ worker's own store calls against a real Redis."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -16,14 +17,16 @@ import redis
 from dtq_core.config import DtqConfig
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq_selection import DlqSelection
 from dtq_core.engine.limits import share
-from dtq_core.errors import ValidationError
+from dtq_core.errors import QueueFull, ValidationError
 from dtq_core.keys import Keys
 from dtq_core.task import Outcome
 from dtq_core.worker.executor import Completion, Row
 from dtq_core.worker.store import Fetched, WorkerStore
 
 from ..worker.support import partitions, store
+from .support import complete, fetch, promote, run
 
 ACTOR = Actor(name="user:ops", source="api")
 NONE = {"concurrency": None, "rate": None, "group_concurrency": None, "group_rate": None}
@@ -356,3 +359,207 @@ def test_dtq_queue_limits_is_read_from_settings_and_synced_by_a_starting_worker(
             declared_queue_limits()
     del settings.DTQ_QUEUE_LIMITS
     assert declared_queue_limits() is None
+
+
+# -- the rate windows: a sliding log of every start ------------------------------------------------
+def _window(live: Engine, queue: str, limit: str, group: str | None) -> int:
+    """Starts in the queue's window (rate) or the group's (group_rate)."""
+    if limit == "rate":
+        return int(live.limits.get(queue)["usage"]["rate_used"])
+    tag = live.registry.get(queue).tags[0]
+    return int(live.client.zcard(live.keys.limits_group_rate(tag, str(group))))
+
+
+def _end_so_it_runs_again_at_the_same_attempt(how: str, live: Engine, config: DtqConfig,
+                                              redis_client: redis.Redis, row: Row) -> None:
+    if how.startswith("rate_limited"):
+        # The handler met a 429: RateLimited(retry_after=~0) is not an attempt; it runs again at
+        # the same attempt number once promoted.
+        due = int(time.time() * 1000) + 1
+        assert complete(config, Completion(row, Outcome.LIMITED, error_class="dtq_tasks.RateLimited",
+                                           error_message="429", retry_due_ms=due,
+                                           limit_scope=how.split(":")[1])) == ["PENDING"]
+        time.sleep(0.005)  # past its 1 ms wait (and the pause it asked for)
+        promote(live, config, "rl", redis_client)
+    else:  # dead-lettered, then retried from the DLQ by an operator: attempt 1 again
+        assert complete(config, Completion(row, Outcome.FAILED, error_class="E", error_message="boom")) \
+            == ["DEAD_LETTERED"]
+        assert live.dlq.retry(DlqSelection(task_ids=(row.task_id,)), ACTOR) == 1
+
+
+@pytest.mark.parametrize("limit", ["rate", "group_rate"])
+@pytest.mark.parametrize("how", ["rate_limited:group", "rate_limited:queue", "dlq_retry"])
+def test_a_task_started_again_at_the_same_attempt_counts_as_a_second_start(
+        limit: str, how: str, config: DtqConfig, redis_client: redis.Redis) -> None:
+    # It should count every start in the window ("at most n starts in any window of s seconds"),
+    # also one at an attempt number the window saw already (the members were "<task id>:<attempt>",
+    # and the second start only moved the first).
+    live = Engine(config)  # the real clock: the window is the worker's time
+    live.limits.set("rl", {limit: {"limit": 2, "period_s": 60}}, actor=ACTOR)
+    group = "tenant" if limit == "group_rate" else None
+    a = live.tasks.enqueue("dtq.echo", queue="rl", max_attempts=1, group_key=group).id
+    for start in (1, 2):
+        (row,) = fetch(live, config, "rl", 1).rows
+        assert (row.task_id, row.attempt) == (a, 1)
+        assert _window(live, "rl", limit, group) == start
+        _end_so_it_runs_again_at_the_same_attempt(how, live, config, redis_client, row)
+    b = live.tasks.enqueue("dtq.echo", queue="rl", group_key=group).id
+    held = fetch(live, config, "rl", 10)
+    assert held.rows == []  # two starts within the minute: nothing more
+    if limit == "rate":  # until the first start leaves the window (not a handler's pause)
+        assert min(held.waits.values()) > 50
+    assert _window(live, "rl", limit, group) == 2
+    if limit == "group_rate":  # held back in the schedule, attempt untouched
+        assert {live.tasks.get(t)["status"] for t in (a, b)} == {"PENDING"}
+        assert live.tasks.get(a)["attempt"] == 0
+
+
+@pytest.mark.parametrize("limit", ["rate", "group_rate"])
+def test_a_claim_handed_back_unstarted_takes_its_start_out_of_the_window(
+        limit: str, config: DtqConfig) -> None:
+    live = Engine(config)
+    live.limits.set("rl", {limit: {"limit": 2, "period_s": 60}}, actor=ACTOR)
+    group = "tenant" if limit == "group_rate" else None
+    ids = [live.tasks.enqueue("dtq.echo", queue="rl", group_key=group).id for _ in range(3)]
+    (row,) = fetch(live, config, "rl", 1).rows
+    assert _window(live, "rl", limit, group) == 1
+    assert run(lambda s: s.return_unstarted([row]), config) == 1  # a drain: it never started
+    assert _window(live, "rl", limit, group) == 0
+    # Two starts are left in the window: the other two tasks (the one handed back is at the tail).
+    assert [r.task_id for r in fetch(live, config, "rl", 10).rows] == ids[1:]
+    assert fetch(live, config, "rl", 10).rows == [] and _window(live, "rl", limit, group) == 2
+
+
+def test_a_reclaimed_attempt_runs_again_without_counting_in_the_rate_window(
+        config: DtqConfig) -> None:
+    # The stated exception (docs/tasks.md, "Flow control"): a crashed worker's attempt, reclaimed
+    # after the visibility timeout, runs again without being judged by the limits or counted as a
+    # start, as any at-least-once re-run; the window keeps the first start only.
+    live = Engine(config)
+    live.limits.set("rl", {"rate": {"limit": 1, "period_s": 60}}, actor=ACTOR)
+    a = live.tasks.enqueue("dtq.echo", queue="rl", max_attempts=5).id
+    b = live.tasks.enqueue("dtq.echo", queue="rl").id
+    fast = dataclasses.replace(config, visibility_timeout_s=0.05, heartbeat_interval_s=0.01)
+    (row,) = fetch(live, config, "rl", 1, worker_id="dead-worker").rows  # its worker then dies
+    starts = [(row.task_id, row.attempt)]
+    for peer in ("peer1", "peer2"):
+        time.sleep(0.1)  # past the visibility timeout
+        rows = run(lambda s: s.reclaim(partitions(live, "rl"), 10), fast, peer)
+        starts += [(r.task_id, r.attempt) for r in rows]
+    assert starts == [(a, 1), (a, 2), (a, 3)]
+    assert live.limits.get("rl")["usage"]["rate_used"] == 1
+    # A reclaimed claim handed back unstarted leaves the first start in the window.
+    assert run(lambda s: s.return_unstarted(rows), fast, "peer2") == 1
+    assert live.limits.get("rl")["usage"]["rate_used"] == 1
+    assert fetch(live, config, "rl", 10).rows == [] and live.tasks.get(b)["status"] == "QUEUED"
+
+
+# -- the depth gate: parked tasks are waiting ------------------------------------------------------
+def _flood(live: Engine, config: DtqConfig) -> tuple[list[str], list[Row]]:
+    """20 rounds of 10 submits of one group, a worker fetching in between: the ids accepted, and
+    the rows the worker started."""
+    ids, rows = [], []
+    for _ in range(20):
+        for _ in range(10):
+            with contextlib.suppress(QueueFull):
+                ids.append(live.tasks.enqueue("dtq.echo", queue="tenants", group_key="hot").id)
+        rows += fetch(live, config, "tenants", 50).rows
+    return ids, rows
+
+
+def _waiting(live: Engine) -> tuple[int, int]:
+    shown = live.queues.get("tenants")
+    return shown["waiting"], shown["pending"]
+
+
+def test_tasks_parked_by_a_full_group_count_toward_the_depth_gate_and_as_waiting(
+        config: DtqConfig, redis_client: redis.Redis) -> None:
+    # It should refuse once the queue holds DTQ_MAX_QUEUE_DEPTH tasks waiting or in flight: a task
+    # parked by its full group is waiting (the gate counted stream entries, and a parked task had
+    # left its stream: one tenant's flood grew the queue without bound, showing 0 waiting).
+    capped = dataclasses.replace(config, max_queue_depth=10)
+    live = Engine(capped)
+    live.limits.set("tenants", {"group_concurrency": 1}, actor=ACTOR)
+    ids, rows = _flood(live, capped)
+    assert len(ids) == 10 and [r.task_id for r in rows] == ids[:1]
+    assert _waiting(live) == (9, 1)
+    assert {live.tasks.get(t)["status"] for t in ids[1:]} == {"QUEUED"}
+    stream = live.keys.stream(live.registry.get("tenants").tags[0], "tenants", "normal")
+    # Kept exact on every way out of the wait list. A cancel frees a place at the gate ...
+    live.tasks.cancel(ids[1], ACTOR)
+    assert _waiting(live) == (8, 1)
+    extra = live.tasks.enqueue("dtq.echo", queue="tenants", group_key="hot").id
+    with pytest.raises(QueueFull):
+        live.tasks.enqueue("dtq.echo", queue="tenants", group_key="hot")
+    assert fetch(live, capped, "tenants", 50).rows == []  # the group is still full: parked too
+    assert _waiting(live) == (9, 1)
+    # ... a freed group slot puts the next parked task back in its stream, counted once ...
+    assert complete(capped, Completion(rows[0], Outcome.SUCCEEDED, result_json="null")) == ["SUCCEEDED"]
+    assert redis_client.xlen(stream) == 9 and _waiting(live) == (9, 0)
+    (nxt,) = fetch(live, capped, "tenants", 50).rows
+    assert nxt.task_id == ids[2] and _waiting(live) == (8, 1)
+    # ... a purge cancels the parked ones and deletes the entries they kept ...
+    assert live.queues.purge("tenants", ACTOR) == 8
+    assert live.tasks.get(extra)["status"] == "CANCELLED"
+    assert redis_client.xlen(stream) == 1 and _waiting(live) == (0, 1)
+    complete(capped, Completion(nxt, Outcome.SUCCEEDED, result_json="null"))
+    assert redis_client.xlen(stream) == 0
+    # ... and the queue, empty, can be deleted.
+    live.queues.delete("tenants", ACTOR)
+    assert "tenants" not in live.queues.names()
+
+
+@pytest.mark.parametrize("how", ["an older worker put it back", "an older purge dropped it from its list",
+                                 "its record expired"])
+def test_a_purge_deletes_a_kept_entry_left_behind(how: str, config: DtqConfig, redis_client: redis.Redis) -> None:
+    live = Engine(config)
+    live.limits.set("tenants", {"group_concurrency": 1}, actor=ACTOR)
+    first, parked = (live.tasks.enqueue("dtq.echo", queue="tenants", group_key="hot").id for _ in range(2))
+    (row,) = fetch(live, config, "tenants", 50).rows
+    tag = live.registry.get("tenants").tags[0]
+    stream, wait = live.keys.stream(tag, "tenants", "normal"), live.keys.limits_wait(tag, "hot")
+    kept = redis_client.hget(live.keys.task(parked), "entry_id")
+    if how == "an older worker put it back":
+        # What the version before kept entries did when a group slot freed, during a rolling deploy:
+        # a new entry for the task, its kept one left in the stream.
+        assert redis_client.lpop(wait) == parked
+        eid = redis_client.xadd(stream, {"task_id": parked, "attempt": 1})
+        redis_client.hset(live.keys.task(parked), "entry_id", eid)
+    elif how == "an older purge dropped it from its list":  # it skipped a parked task with an entry
+        assert redis_client.lpop(wait) == parked
+    else:
+        redis_client.delete(live.keys.task(parked))
+    complete(config, Completion(row, Outcome.SUCCEEDED, result_json="null"))
+    assert kept in [e for e, _ in redis_client.xrange(stream)]
+    assert live.queues.purge("tenants", ACTOR) == (0 if how == "its record expired" else 1)
+    if how != "its record expired":
+        assert live.tasks.get(parked)["status"] == "CANCELLED"
+    assert redis_client.xlen(stream) == 0 and _waiting(live) == (0, 0)
+    live.queues.delete("tenants", ACTOR)
+    assert first
+
+
+def test_a_change_of_limits_puts_parked_tasks_back_counted_once(config: DtqConfig, redis_client: redis.Redis) -> None:
+    live = Engine(config)
+    live.limits.set("tenants", {"group_concurrency": 1}, actor=ACTOR)
+    ids = [live.tasks.enqueue("dtq.echo", queue="tenants", group_key="hot").id for _ in range(4)]
+    assert [r.task_id for r in fetch(live, config, "tenants", 50).rows] == ids[:1]
+    stream = live.keys.stream(live.registry.get("tenants").tags[0], "tenants", "normal")
+    assert redis_client.xlen(stream) == 4 and _waiting(live) == (3, 1)
+    live.limits.set("tenants", {}, actor=ACTOR)  # no group limit: every parked task goes back
+    assert redis_client.xlen(stream) == 4 and _waiting(live) == (3, 1)
+    assert [r.task_id for r in fetch(live, config, "tenants", 50).rows] == ids[1:]
+    assert _waiting(live) == (0, 4)
+
+
+def test_tasks_deferred_by_group_rate_wait_in_the_schedule_past_the_depth_gate(config: DtqConfig) -> None:
+    # The stated exception (docs/tasks.md, "Enqueueing"): a task its group's rate holds back waits
+    # in the schedule, as a delayed task does, and the depth gate does not count it; the queue
+    # shows it under retry_scheduled.
+    capped = dataclasses.replace(config, max_queue_depth=10)
+    live = Engine(capped)
+    live.limits.set("tenants", {"group_rate": {"limit": 1, "period_s": 3600}}, actor=ACTOR)
+    ids, rows = _flood(live, capped)
+    assert len(rows) == 1 and len(ids) > 10
+    shown = live.queues.get("tenants")
+    assert (shown["waiting"], shown["pending"], shown["retry_scheduled"]) == (0, 1, len(ids) - 1)

@@ -235,3 +235,24 @@ def test_a_rate_counts_handler_starts_a_worker_claims_nothing_ahead_of_its_slots
     # 1.5 s late, with three more starts after it within 0.5 s.
     most = max(sum(1 for s in starts if first <= s < first + 1750) for first in starts)  # ms
     assert most <= 3, [round((s - starts[0]) / 1000, 3) for s in starts]
+
+
+def test_a_task_that_meets_429s_makes_no_more_calls_than_the_rate_allows(
+        live: Engine, redis_client: redis.Redis, key_prefix: str,
+        start_worker: Callable[..., WorkerProcess]) -> None:
+    # Each RateLimited puts the task back at the same attempt number, and each run is a start: the
+    # window counted them as one (its members were "<task id>:<attempt>"), so a handler meeting
+    # three 429s called the API five times in under a second under a rate of 2 per window.
+    live.limits.set("api", {"rate": {"limit": 2, "period_s": 10}}, actor=ACTOR)
+    a = live.tasks.enqueue("limits.api_call", {"fail": 3, "retry_after": 0.2}, queue="api").id
+    w = start_worker("--name", "w", "--queues", "api", "--concurrency", "2", **ENV)
+    wait_for(lambda: live.tasks.get(a)["status"] == "SUCCEEDED", timeout=60, message=w.output)
+    b = live.tasks.enqueue("limits.api_call", {}, queue="api").id
+    time.sleep(3)  # b may start only once the window lets it (10 s after a's third call)
+    assert live.tasks.get(b)["status"] == "QUEUED"
+    starts = sorted(r["at"] for r in runs(redis_client, key_prefix) if r["kind"] == "start")
+    assert len(starts) == 4  # a's four calls
+    # The window counts claims; a handler starts a few ms after its claim: windows of 9.75 s, not
+    # 10, absorb that (as in the rate test above).
+    most = max(sum(1 for s in starts if first <= s < first + 9750) for first in starts)  # ms
+    assert most <= 2, [round((s - starts[0]) / 1000, 2) for s in starts]

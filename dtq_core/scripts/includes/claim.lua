@@ -127,14 +127,24 @@ local function claim_entry(ctx, stream, entry_id, task_id, entry_attempt, reclai
     end
     return {'deferred'}
   end
+  -- A reclaim (a crashed worker's attempt run again) is not judged by the limits nor counted in
+  -- the rate windows: it keeps the slots the lost attempt held, and its first start was counted
+  -- (docs/tasks.md, "Flow control": a stated exception, as for any at-least-once re-run).
   if ctx.lim and not reclaim then
-    local held = limits_admit(ctx.K, ctx.lim, tkey, task_id, t, ea, ctx.lim_now)
-    if held then
+    local held = limits_admit(ctx.K, ctx.lim, tkey, task_id, t, ea, entry_id, ctx.lim_now)
+    if held == 'parked' then
+      -- Acknowledged, not deleted: the parked task's entry stays in the stream for the depth gate
+      -- and the waiting count until the task leaves its wait list (includes/limits.lua).
+      rcall('XACK', stream, ctx.group, entry_id)
+    elseif held then
       finish_entry(ctx, stream, entry_id)
+    end
+    if held then
       limits_throttled(ctx.K, 1)
       return {held}
     end
-    ctx.lim_started[#ctx.lim_started + 1] = task_id .. ':' .. ea
+    -- The start's member in the rate windows: this claim's own (includes/limits.lua).
+    ctx.lim_started[#ctx.lim_started + 1] = limits_member(task_id, ea, entry_id)
   end
   -- The attempt starts with no cancel on record: a lean record (includes/create_task.lua) has no
   -- cancel_requested at all, so one left set is removed, not written as 0.

@@ -12,10 +12,18 @@
 -- Queue limits are checked before the streams are read, so an entry a limit holds back is never
 -- delivered (it keeps its place in the stream and nothing is pending). Group limits are checked
 -- per claimed task: a task whose group is full is parked in its group's wait list (its entry is
--- settled; the task stays QUEUED, its attempt untouched) and put back at the tail of its stream
--- when a task of the group gives its slot back; a task whose group is out of tokens, or paused,
--- waits in the partition's schedule (PENDING, attempt untouched) until it may start. Either way
--- other groups go on.
+-- acknowledged but kept in the stream, so the depth gate's XLEN and the queue's waiting count still
+-- see the task, at no cost to a queue without group limits; the task stays QUEUED, its attempt
+-- untouched) and put back at the tail of its stream (a new entry; the kept one deleted) when a task
+-- of the group gives its slot back; a task whose group is out of tokens, or paused, waits in the
+-- partition's schedule (PENDING, attempt untouched) until it may start, as a delayed task does (not
+-- counted by the depth gate). Either way other groups go on.
+--
+-- A rate window's member is "<task id>:<attempt>:<entry id>" (limits_member): each start is
+-- claimed from an entry of its own, so a task that starts again at the same attempt number (after
+-- RateLimited, a DLQ retry) adds a start rather than moving its earlier one, and a claim handed
+-- back unstarted (returnEntries) takes out exactly the start it added (the attempt tells it from
+-- a crashed attempt's, whose re-run a reclaim claims under the same entry and does not count).
 --
 -- A group slot is held by a task from its claim to the end of that RUNNING stint, recorded in
 -- K.limits_held (task id -> group): limits_release gives it back exactly once (its HDEL decides),
@@ -62,7 +70,12 @@ local function limits_throttled(K, n)
   rcall('HINCRBY', K.limits, 'throttled', n)
 end
 
--- The queue's starts of this fetch, recorded in its rate window (members "<task id>:<attempt>").
+-- A start's member in the rate windows: the claim's task, attempt and entry.
+local function limits_member(task_id, attempt, entry_id)
+  return task_id .. ':' .. attempt .. ':' .. entry_id
+end
+
+-- The queue's starts of this fetch, recorded in its rate window (members: limits_member).
 local function limits_started(K, L, started, now)
   if #started == 0 or not L.rate_n then return end
   local args = {}
@@ -71,6 +84,15 @@ local function limits_started(K, L, started, now)
   end
   rcall('ZADD', K.limits_rate, unpack(args))
   rcall('PEXPIRE', K.limits_rate, L.rate_ms)
+end
+
+-- A claim handed back before it started (returnEntries): take the start it was counted as out of
+-- the queue's and its group's rate windows again, exactly its own member. L: HMGET of the
+-- partition's limits hash for rate_n, grate_n; g: the task's group_key (nil or '' for none).
+local function limits_unstart(K, L, task_id, g, attempt, entry_id)
+  local member = limits_member(task_id, attempt, entry_id)
+  if L[1] then rcall('ZREM', K.limits_rate, member) end
+  if L[2] and g and g ~= '' then rcall('ZREM', K.limits_grate_prefix .. g, member) end
 end
 
 -- A task waits in the schedule until `due` (its group is out of tokens or paused): PENDING at the
@@ -82,9 +104,10 @@ end
 
 -- Admit a task of a group to RUNNING, or hold it back: nil when it may start (its group slot is
 -- taken here), else the reason ('parked' or 'deferred'). The caller settled nothing yet; when held
--- back, the caller settles the entry. t: the task's fields (group_key, queue); ea: the attempt it
--- would run.
-local function limits_admit(K, L, tkey, task_id, t, ea, now)
+-- back, the caller settles the entry ('parked': acknowledges it only, the wait list keeps it).
+-- t: the task's fields (group_key, queue); ea: the attempt it would run; entry_id: the entry
+-- claimed.
+local function limits_admit(K, L, tkey, task_id, t, ea, entry_id, now)
   local g = t.group_key
   if not g or g == '' or not (L.gconc or L.grate_n or L.gpaused) then return nil end
   if L.gpaused then
@@ -97,9 +120,12 @@ local function limits_admit(K, L, tkey, task_id, t, ea, now)
   if L.gconc then
     local running = tonumber(rcall('HGET', K.limits_groups, g) or '0')
     if running >= L.gconc then
+      -- The list holds task ids, as it did before entries were kept (a worker of that version,
+      -- during a rolling deploy, still puts these tasks back); the task's entry_id names the kept
+      -- entry, for its unpark, a cancel and a purge.
       rcall('RPUSH', K.limits_wait_prefix .. g, task_id)
       rcall('HSET', K.limits_waiting, g, '1')
-      rcall('HSET', tkey, 'entry_id', '', 'updated_at', now)
+      rcall('HSET', tkey, 'entry_id', entry_id, 'updated_at', now)
       return 'parked'
     end
   end
@@ -110,7 +136,7 @@ local function limits_admit(K, L, tkey, task_id, t, ea, now)
       limits_defer(K, tkey, task_id, t.queue, now + wait, now)
       return 'deferred'
     end
-    rcall('ZADD', key, now, task_id .. ':' .. ea)
+    rcall('ZADD', key, now, limits_member(task_id, ea, entry_id))
     rcall('PEXPIRE', key, L.grate_ms)
   end
   if L.gconc then
@@ -128,11 +154,14 @@ local function limits_unpark(K, g, n)
     local id = rcall('LPOP', wkey)
     if not id then break end
     local tkey = K.task_prefix .. id
-    local t = read_task(tkey, 'status', 'attempt', 'queue', 'priority')
+    local t = read_task(tkey, 'status', 'attempt', 'queue', 'priority', 'entry_id')
     if t.status == 'QUEUED' and t.queue then
-      local eid = rcall('XADD', stream_key(K, t.queue, t.priority or 'normal'), '*', 'task_id', id,
-                        'attempt', tonumber(t.attempt) + 1)
+      local stream = stream_key(K, t.queue, t.priority or 'normal')
+      local eid = rcall('XADD', stream, '*', 'task_id', id, 'attempt', tonumber(t.attempt) + 1)
       rcall('HSET', tkey, 'entry_id', eid)
+      -- The entry its park kept goes, so the stream holds the task once ('' when an older
+      -- version parked it: that one kept none).
+      if t.entry_id and t.entry_id ~= '' then rcall('XDEL', stream, t.entry_id) end
       back, n = back + 1, n - 1
     end
   end

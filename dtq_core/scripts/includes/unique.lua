@@ -17,12 +17,15 @@ local function unique_holder(K, U)
     if tonumber(until_ms) > U.now then return holder end
     return nil
   end
-  local status = rcall('HGET', K.task_prefix .. holder, 'status')
   if U.mode == 'debounce' then
-    -- Only while it still waits in the schedule: once the leader claimed it, it has started.
-    if status == 'PENDING' and rcall('ZSCORE', K.schedule, holder) then return holder end
+    -- Only while it still waits in the schedule and has never started: one that ran and is back
+    -- in the schedule (RateLimited puts it there, PENDING) has started, and its wait is the one
+    -- the downstream service asked for (the claim writes started_at: one HMGET, not an HGET more).
+    local status, started = unpack(rcall('HMGET', K.task_prefix .. holder, 'status', 'started_at'))
+    if status == 'PENDING' and not started and rcall('ZSCORE', K.schedule, holder) then return holder end
     return nil
   end
+  local status = rcall('HGET', K.task_prefix .. holder, 'status')
   -- while_active: until the task finishes, its record is gone, or the cap has passed.
   if status and not TERMINAL[status] and tonumber(until_ms) > U.now then return holder end
   return nil
