@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -23,9 +22,9 @@ from dtq_core.errors import QueueFull, ValidationError
 from dtq_core.keys import Keys
 from dtq_core.task import Outcome
 from dtq_core.worker.executor import Completion, Row
-from dtq_core.worker.store import Fetched, WorkerStore
+from dtq_core.worker.store import Fetched
 
-from ..worker.support import partitions, store
+from ..worker.support import partitions
 from .support import complete, fetch, promote, run
 
 ACTOR = Actor(name="user:ops", source="api")
@@ -130,22 +129,12 @@ def test_group_key_is_validated_and_shown(engine: Engine) -> None:
 
 
 # -- enforcement and release, through the worker's calls -----------------------------------------
-def _run(coro_fn: Callable[[WorkerStore], Awaitable[Any]], config: DtqConfig, worker_id: str = "w-test") -> Any:
-    async def go() -> Any:
-        s = store(config, worker_id)
-        try:
-            return await coro_fn(s)
-        finally:
-            await s.aclose()
-    return asyncio.run(go())
-
-
 def _fetch(engine: Engine, config: DtqConfig, queue: str, n: int = 10) -> Fetched:
-    return _run(lambda s: s.fetch([(p, n) for p in partitions(engine, queue)]), config)
+    return run(lambda s: s.fetch([(p, n) for p in partitions(engine, queue)]), config)
 
 
 def _complete(config: DtqConfig, *completions: Completion) -> list[Any]:
-    return _run(lambda s: s.complete(list(completions)), config)
+    return run(lambda s: s.complete(list(completions)), config)
 
 
 def _usage(engine: Engine, queue: str) -> dict[str, int]:
@@ -208,7 +197,7 @@ def test_a_fenced_completion_gives_back_nothing(engine: Engine, config: DtqConfi
 def test_claims_given_back_at_a_drain_free_their_slots(engine: Engine, config: DtqConfig) -> None:
     ids = _setup(engine)
     rows = _fetch(engine, config, "lim").rows
-    assert _run(lambda s: s.return_unstarted(rows), config) == 1
+    assert run(lambda s: s.return_unstarted(rows), config) == 1
     assert engine.tasks.get(ids[0])["status"] == "QUEUED" and engine.tasks.get(ids[0])["attempt"] == 0
     assert _usage(engine, "lim")["running"] == 0 and _held(engine, "lim") == {}
     # Back at the tail of its stream: the group's other task goes first.
@@ -224,7 +213,7 @@ def test_the_lost_task_sweep_frees_the_slots_of_a_task_whose_entry_vanished(
     redis_client.set(engine.keys.lock(tag), "leader")
     late = dataclasses.replace(config, visibility_timeout_s=0.001, heartbeat_interval_s=0.0005)
     time.sleep(0.01)
-    assert _run(lambda s: s.recover_lost_tasks([tag]), late, "leader") == {tag: 1}
+    assert run(lambda s: s.recover_lost_tasks([tag]), late, "leader") == {tag: 1}
     assert engine.tasks.get(ids[0])["status"] == "QUEUED"
     assert _usage(engine, "lim")["running"] == 0 and _held(engine, "lim") == {}
 
@@ -236,11 +225,11 @@ def test_a_reclaim_keeps_the_slots_and_a_reclaim_out_of_attempts_frees_them(
     fast = dataclasses.replace(config, visibility_timeout_s=0.05, heartbeat_interval_s=0.01)
     _fetch(engine, config, "lim")
     time.sleep(0.1)
-    rows: list[Row] = _run(lambda s: s.reclaim(partitions(engine, "lim"), 10), fast, "peer")
+    rows: list[Row] = run(lambda s: s.reclaim(partitions(engine, "lim"), 10), fast, "peer")
     assert [(r.task_id, r.attempt) for r in rows] == [(tid, 2)]
     assert _usage(engine, "lim")["running"] == 1 and list(_held(engine, "lim")) == [tid]
     time.sleep(0.1)
-    assert _run(lambda s: s.reclaim(partitions(engine, "lim"), 10), fast, "peer2") == []  # out of attempts
+    assert run(lambda s: s.reclaim(partitions(engine, "lim"), 10), fast, "peer2") == []  # out of attempts
     assert engine.tasks.get(tid)["status"] == "DEAD_LETTERED"
     assert _usage(engine, "lim")["running"] == 0 and _held(engine, "lim") == {}
 
