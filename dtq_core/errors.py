@@ -63,6 +63,12 @@ class QueueLimitReached(DtqError):
     http_status = 409
 
 
+class WorkflowQueueLimitReached(QueueLimitReached, ValidationError):
+    """QUEUE_LIMIT_REACHED (409) for a workflow whose new queues do not all fit DTQ_MAX_QUEUES,
+    naming in `field` the step whose queue is the first past the bound, as the tree's other
+    refusals name theirs (error_body writes `field` for a ValidationError)."""
+
+
 class QueueNotEmpty(DtqError):
     code = "QUEUE_NOT_EMPTY"
     http_status = 409

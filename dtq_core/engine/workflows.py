@@ -21,10 +21,10 @@ from typing import Any
 from ..clock import iso
 from ..errors import (
     ErrorCode,
-    QueueLimitReached,
     UnknownTaskType,
     ValidationError,
     WorkflowNotFound,
+    WorkflowQueueLimitReached,
     WorkflowTerminal,
 )
 from ..keys import is_workflow_id, tag_of, workflow_tag
@@ -56,12 +56,6 @@ _STATE_STATUS = {"W": "WAITING", "S": "QUEUED", "D": "SUCCEEDED", "T": "FAILED",
                  "K": "CANCELLED"}
 _FINISHED_STATES = {"D", "T", "K", "F"}
 _STOPPED_STATES = {"C", "K"}  # never run: cancelled, or skipped by a tolerated failure (cancel_reason says)
-
-
-class WorkflowQueueLimitReached(QueueLimitReached, ValidationError):
-    """QUEUE_LIMIT_REACHED (409) for a workflow whose new queues do not all fit DTQ_MAX_QUEUES,
-    naming in `field` the step whose queue is the first past the bound, as the tree's other
-    refusals name theirs."""
 
 
 class Workflows(Noun):

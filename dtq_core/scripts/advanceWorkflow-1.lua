@@ -56,8 +56,6 @@ if def.t ~= task_id then return {'stale'} end
 local cur = rcall('HGET', W.state, idx) or 'W'
 local status, done, failed = w.status, tonumber(w.done), tonumber(w.failed)
 local stopped = wf_stopped(status, w.cancelled_at)
--- The step's task ended: if it was recorded as created, one step fewer may still run.
-if cur == 'S' then rcall('HINCRBY', W.w, 'live', -1) end
 
 local function error_json(text)
   local class, message = string.match(text, '^([^:]*): (.*)$')

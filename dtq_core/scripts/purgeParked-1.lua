@@ -67,13 +67,7 @@ local function sweep(stream)
   end
   for _, entry in ipairs(entries) do
     if not pending[entry[1]] then
-      local task_id = field(entry[2], 'task_id') or ''
-      local t = read_task(K.task_prefix .. task_id, 'status', 'queue', 'attempt', 'entry_id', 'type')
-      if t.status == 'QUEUED' and t.entry_id == entry[1] then
-        purge_task(R, K, task_id, t, counts, now_ms, now_iso)
-        cancelled = cancelled + 1
-      end
-      rcall('XDEL', stream, entry[1])
+      cancelled = cancelled + purge_entry(R, K, stream, entry, counts, now_ms, now_iso)
     end
   end
 end

@@ -36,14 +36,7 @@ local cancelled, last = 0, ''
 local counts = {}  -- per queue|type|cancelled field, for dtq_tasks_total (one HINCRBY each, not per task)
 for _, entry in ipairs(entries) do
   last = entry[1]
-  local task_id = field(entry[2], 'task_id')
-  local tkey = K.task_prefix .. (task_id or '')
-  local t = read_task(tkey, 'status', 'queue', 'attempt', 'entry_id', 'type')
-  if t.status == 'QUEUED' and t.entry_id == entry[1] then
-    purge_task(R, K, task_id, t, counts, now_ms, now_iso)
-    cancelled = cancelled + 1
-  end
-  rcall('XDEL', stream, entry[1])
+  cancelled = cancelled + purge_entry(R, K, stream, entry, counts, now_ms, now_iso)
 end
 retain_trim(R, K, now_ms)
 for counted, n in pairs(counts) do rcall('HINCRBY', K.stats_tasks, counted, n) end

@@ -15,13 +15,11 @@ local W = wf_keys(K, ARGV[1])
 local keep_ms = tonumber(ARGV[2])
 local w = read_task(W.w, 'status', 'cancelled_at')
 if not w.status then return {'missing'} end
-local live = 0
 local reply = {'ok'}
 if wf_stopped(w.status, w.cancelled_at) then
   local ids = {}
   for i = 3, #ARGV do
     local st = rcall('HGET', W.state, ARGV[i]) or 'W'
-    if st == 'S' then live = live - 1 end
     if st ~= 'D' and st ~= 'T' and st ~= 'F' and st ~= 'K' then
       rcall('HSET', W.state, ARGV[i], 'C')
       rcall('HSET', W.reason, ARGV[i], 'workflow cancelled')
@@ -35,10 +33,8 @@ else
     if st == 'W' or st == 'C' then
       rcall('HSET', W.state, ARGV[i], 'S')
       rcall('HDEL', W.reason, ARGV[i])
-      live = live + 1
     end
   end
 end
-if live ~= 0 then rcall('HINCRBY', W.w, 'live', live) end
 wf_retain(W, w.status, keep_ms, false)
 return reply

@@ -9,7 +9,6 @@
 --   pending  dependencies not finished yet (absent: none)
 --   result   the step's result JSON (a tolerated failure, and the steps it skipped: {"error": {...}})
 --   reason   why a step was cancelled, skipped or failed
--- The workflow's hash counts `live`: steps created (S) whose task has not ended.
 local WF_PARTS = {'def', 'state', 'pending', 'result', 'reason'}
 
 local function wf_keys(K, wid)
@@ -37,10 +36,17 @@ end
 -- (steps created and not ended, or `more` steps about to be) is kept without a TTL until they
 -- end: a branch outliving DTQ_TASK_RETENTION_S must still find its workflow. A cancelled one is
 -- not: its steps are being cancelled, and nothing new starts.
+local function wf_steps_running(W)
+  -- A step created (S) is one whose task has not ended: its end's advance moves it on.
+  for _, st in ipairs(rcall('HVALS', W.state)) do
+    if st == 'S' then return true end
+  end
+  return false
+end
+
 local function wf_retain(W, status, keep_ms, more)
   if status == 'RUNNING' then return end
-  if status == 'FAILED' and not rcall('HGET', W.w, 'cancelled_at')
-      and (more or tonumber(rcall('HGET', W.w, 'live') or '0') > 0) then
+  if status == 'FAILED' and not rcall('HGET', W.w, 'cancelled_at') and (more or wf_steps_running(W)) then
     wf_persist(W)
   else
     wf_expire(W, keep_ms)
