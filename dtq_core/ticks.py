@@ -22,7 +22,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from functools import cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cron_descriptor import Options, get_description
 from croniter import CroniterBadDateError, croniter
@@ -41,10 +42,22 @@ class BadSchedule(ValueError):
         self.field = field
 
 
+@cache
+def _iana_names() -> frozenset[str]:
+    # available_timezones() lists every TZif file it finds, Debian's `localtime` link among them.
+    return frozenset(available_timezones()) - {"localtime"}
+
+
 def zone(name: str) -> ZoneInfo:
+    # ZoneInfo also opens any file under the zoneinfo directory, and Debian's `localtime` there is
+    # a link to the host's /etc/localtime: a schedule in it would fire at a different instant on
+    # each host. Only IANA names read the same everywhere.
+    if not isinstance(name, str) or name not in _iana_names():
+        raise BadSchedule(f"timezone {name!r} is not an IANA time zone name (e.g. 'Europe/Berlin')",
+                          "timezone")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError):
         raise BadSchedule(f"timezone {name!r} is not an IANA time zone name (e.g. 'Europe/Berlin')",
                           "timezone") from None
 
@@ -65,6 +78,10 @@ class Ticks:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not MIN_EVERY_S <= value <= MAX_EVERY_S:
                 raise BadSchedule(f"every_seconds must be a number between {MIN_EVERY_S:g} and {MAX_EVERY_S:g}",
+                                  "every_seconds")
+            # Ticks are whole milliseconds: 1.0000001 would be shown as given and fire every 1 s.
+            if abs(value * 1000 - round(value * 1000)) > 1e-6:
+                raise BadSchedule("every_seconds is kept to the millisecond: give at most 3 decimals",
                                   "every_seconds")
         else:
             fields = self.cron.split() if isinstance(self.cron, str) else []

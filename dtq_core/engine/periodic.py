@@ -105,7 +105,18 @@ class PeriodicSpec:
 
     @property
     def ticks(self) -> Ticks:
-        return Ticks(cron=self.cron, timezone=self.timezone, every_seconds=self.every_seconds)
+        # A stored spec that an earlier version accepted and this one does not (a `localtime`
+        # zone) is a 400 naming its field, for the operator to PATCH, not a 500.
+        try:
+            return Ticks(cron=self.cron, timezone=self.timezone, every_seconds=self.every_seconds)
+        except BadSchedule as exc:
+            raise ValidationError(f"this schedule cannot be evaluated: {exc}", field=exc.field) from None
+
+    def description(self) -> str:
+        try:
+            return self.ticks.describe()
+        except ValidationError as exc:
+            return str(exc)
 
 
 # Fields a PATCH may change (the name is the schedule's identity; the source is how it was made).
@@ -264,7 +275,7 @@ class Periodic(Noun):
             "max_attempts": spec.max_attempts, "timeout_seconds": spec.timeout_seconds,
             "paused": stored.paused, "paused_at": iso(h.get("paused_at") or None) if stored.paused else None,
             "paused_by": (h.get("paused_by") or None) if stored.paused else None,
-            "source": spec.source, "description": spec.ticks.describe(),
+            "source": spec.source, "description": spec.description(),
             "next_run_at": None if stored.paused or stored.next_ms is None else iso(stored.next_ms),
             "created_at": iso(h.get("created_at") or None), "updated_at": iso(h.get("updated_at") or None),
             "last_runs": runs,

@@ -7,6 +7,7 @@ Quick: also run on Cluster and Sentinel (Makefile TOPOLOGY_TESTS)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime
 from typing import Any
 
@@ -465,3 +466,21 @@ def test_a_declared_schedule_that_cannot_be_written_does_not_stop_the_others(eng
     report = limited.periodic.sync_declared([every("fits", 60, queue="one"), every("too.many", 60, queue="two")])
     assert report["added"] == ["fits"] and report["failed"] == ["too.many"]
     assert [s["name"] for s in limited.periodic.list()] == ["fits"]
+
+
+def test_a_stored_schedule_this_version_refuses_is_listed_and_mended_by_a_patch(engine: Engine) -> None:
+    # An earlier version took `timezone: "localtime"` (a different instant on each host).
+    engine.periodic.create(PeriodicSpec(name="old", type="dtq.echo", cron="0 3 * * *", timezone="Europe/Berlin"),
+                           actor=ACTOR)
+    key = engine.keys.periodic(tag_of_schedule(engine, "old"), "old")
+    spec = json.loads(engine.client.hget(key, "spec"))
+    engine.client.hset(key, "spec", json.dumps({**spec, "timezone": "localtime"}))
+    [listed] = engine.periodic.list()
+    assert listed["timezone"] == "localtime" and "cannot be evaluated" in listed["description"]
+    engine.periodic.pause("old", actor=ACTOR)
+    with pytest.raises(ValidationError) as refused:
+        engine.periodic.resume("old", actor=ACTOR)
+    assert refused.value.field == "timezone"
+    mended = engine.periodic.update("old", {"timezone": "Europe/Berlin"}, actor=ACTOR)
+    assert mended["description"] == "At 03:00 (Europe/Berlin)"
+    assert engine.periodic.resume("old", actor=ACTOR)["paused"] is False

@@ -89,11 +89,28 @@ def test_every_seconds_counts_from_the_epoch() -> None:
     ({"cron": "0 3 * *"}, "cron"), ({"cron": "0 25 * * *"}, "cron"), ({}, "cron"),
     ({"cron": "0 3 * * *", "every_seconds": 1}, "cron"), ({"every_seconds": 0.1}, "every_seconds"),
     ({"every_seconds": float("inf")}, "every_seconds"), ({"cron": "0 3 * * *", "timezone": "CEST+2"}, "timezone"),
+    # A file under the zoneinfo directory that is not a zone of the same meaning on every host.
+    ({"cron": "0 3 * * *", "timezone": "localtime"}, "timezone"),
+    ({"cron": "0 3 * * *", "timezone": "posixrules"}, "timezone"),
+    ({"cron": "0 3 * * *", "timezone": "../zoneinfo/UTC"}, "timezone"),
+    ({"every_seconds": 1.0000001}, "every_seconds"), ({"every_seconds": 2.0005}, "every_seconds"),
 ])
 def test_bad_schedules_name_their_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(BadSchedule) as caught:
         Ticks(**kwargs)  # type: ignore[arg-type]
     assert caught.value.field == field
+
+
+def test_every_seconds_to_the_millisecond_is_kept() -> None:
+    assert Ticks(every_seconds=1.001).interval_ms == 1001
+    assert Ticks(every_seconds=2.1).interval_ms == 2100  # 2.1 * 1000 is 2100.0000000000005 in floats
+
+
+def test_a_reversed_range_wraps_around_as_described() -> None:
+    t = Ticks(cron="0 23-1 * * *")
+    assert t.describe() == "At 0 minutes past the hour, between 23:00 and 01:59"
+    assert t.between(ms("2026-01-01T20:00:00+00:00"), ms("2026-01-02T20:00:00+00:00"), 10) == [
+        ms("2026-01-01T23:00:00+00:00"), ms("2026-01-02T00:00:00+00:00"), ms("2026-01-02T01:00:00+00:00")]
 
 
 def test_a_cron_that_never_matches_is_refused() -> None:
