@@ -368,13 +368,28 @@ class Periodic(Noun):
     def _move(self, stored: Stored, spec: PeriodicSpec) -> None:
         """To another queue, so another partition: dropped from the old one first (never two
         partitions that can fire it), as it was read (a change made since is not carried over
-        stale), then written in the new one with its state."""
-        carry = self._drop(stored.tag, spec.name, rev=stored.rev)
+        stale), then written in the new one with its state. A target queue that cannot be made
+        (QUEUE_LIMIT_REACHED) refuses before anything is dropped; a write to the new partition
+        that fails puts the schedule back where it was."""
+        self.registry.ensure(spec.queue)
+        state = self._drop(stored.tag, spec.name, rev=stored.rev)
+        carry = dict(state)
         schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
         if schedule_changed:
             carry.pop("next", None)
         self.client.hdel(self.keys.periodic_registry(), spec.name)
-        self._create(spec, carry=carry)
+        try:
+            self._create(spec, carry=carry)
+        except PeriodicExists:
+            raise  # another create took the name in between: it is that schedule's now
+        except Exception:
+            try:
+                self._create(stored.spec, carry=state)
+            except Exception:
+                logger.exception("periodic schedule %r: its move to queue %r failed and it could not be put "
+                                 "back in queue %r; create it again (its spec: %s)", spec.name, spec.queue,
+                                 stored.spec.queue, json.dumps(stored.spec.spec_fields(), default=str))
+            raise
 
     def delete(self, name: str, *, actor: Actor, _sync: bool = False) -> None:
         """Remove a schedule: it fires nothing from now on (a fire running concurrently either

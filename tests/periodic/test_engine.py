@@ -20,10 +20,12 @@ from dtq_core.engine.audit import Actor
 from dtq_core.engine.periodic import PeriodicSpec
 from dtq_core.errors import (
     ErrorCode,
+    PartitionClosed,
     PeriodicConflict,
     PeriodicDeclaredInCode,
     PeriodicExists,
     PeriodicNotFound,
+    QueueLimitReached,
     QueueNotEmpty,
     UnknownTaskType,
     ValidationError,
@@ -484,3 +486,30 @@ def test_a_stored_schedule_this_version_refuses_is_listed_and_mended_by_a_patch(
     mended = engine.periodic.update("old", {"timezone": "Europe/Berlin"}, actor=ACTOR)
     assert mended["description"] == "At 03:00 (Europe/Berlin)"
     assert engine.periodic.resume("old", actor=ACTOR)["paused"] is False
+
+
+def test_a_move_to_a_queue_that_cannot_be_made_keeps_the_schedule_where_it_was(engine: Engine) -> None:
+    engine.periodic.create(every("beat", 60), actor=ACTOR)
+    engine.periodic.pause("beat", actor=ACTOR)
+    before = engine.periodic.get("beat")
+    full = Engine(dataclasses.replace(engine.config, max_queues=len(engine.queues.names())), clock=engine.clock)
+    with pytest.raises(QueueLimitReached):
+        full.periodic.update("beat", {"queue": "elsewhere"}, actor=ACTOR)
+    after = engine.periodic.get("beat")
+    assert after["queue"] == "default" and after["paused"] is True
+    assert {k: after[k] for k in ("payload", "paused_at", "created_at")} == \
+        {k: before[k] for k in ("payload", "paused_at", "created_at")}
+    assert "elsewhere" not in engine.queues.names()
+
+
+def test_a_move_whose_target_queue_is_deleted_meanwhile_puts_the_schedule_back(engine: Engine) -> None:
+    engine.periodic.create(every("beat", 60), actor=ACTOR)
+    other = twin(engine)
+    other.registry.ensure("elsewhere")  # this process holds the queue's layout from an earlier read
+    engine.queues.delete("elsewhere", ACTOR)
+    with pytest.raises(PartitionClosed):
+        other.periodic.update("beat", {"queue": "elsewhere"}, actor=ACTOR)
+    back = engine.periodic.get("beat")
+    assert back["queue"] == "default" and back["paused"] is False and back["next_run_at"] is not None
+    # And the change goes through once the process reads the queue again.
+    assert other.periodic.update("beat", {"queue": "elsewhere"}, actor=ACTOR)["queue"] == "elsewhere"
