@@ -115,11 +115,27 @@ class WorkflowDriver:
                 settle.setdefault(tag, []).extend([task_id, raw])
         if ready:
             await self.create(list(ready.values()), now)
+        await self._index([wid for _tag, task_id, _raw, wid in advances if task_id == f"wf:{wid}"])
         faults.reach(store.config.test_fault, "before_outbox_settle")
         if settle:
             return sum(int(n) for n in await self._run(
                 [("settleOutbox", [keys.partition(tag)], pairs) for tag, pairs in settle.items()]))
         return 0
+
+    async def _index(self, started: list[str]) -> None:
+        """List the workflows whose start is re-driven here: a submitter that died between
+        createWorkflow and its ZADD left one out of the listing (a global key, so not written by
+        the script). NX: an entry there already keeps its score."""
+        if not started:
+            return
+        store = self.store
+        pipe = store.client.pipeline(transaction=False)
+        for wid in started:
+            pipe.hget(store.keys.workflow(wid), "created_at")
+        created = await pipe.execute()
+        scores = {wid: int(c) for wid, c in zip(started, created, strict=True) if c is not None and str(c).isdigit()}
+        if scores:
+            await store.client.zadd(store.keys.workflows(), scores, nx=True)
 
     async def create(self, steps: list[Ready], now: int) -> None:
         """Create these ready steps' tasks and record them as created. A step whose partition no

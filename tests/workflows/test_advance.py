@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import redis
 
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import QueueLimitReached, ValidationError, WorkflowNotFound, WorkflowTerminal
-from dtq_core.keys import tag_of
+from dtq_core.keys import tag_of, workflow_tag
 from dtq_core.worker.workflows import WorkflowDriver
 from dtq_core.workflow_spec import parse
 from dtq_core.workflow_steps import advance_call, create_calls, ready_of, start_calls
@@ -481,6 +482,26 @@ def test_a_first_step_whose_queue_is_deleted_during_the_submit_is_left_to_the_le
     assert _drive(engine.config, lambda driver: driver.drive({tag: [f"wf:{wid}"]})) == 1
     assert _states(engine, wid) == ["QUEUED", "QUEUED"]
     assert engine.tasks.get(ids[1])["queue"] == "wq2"
+
+
+def test_a_submit_that_dies_before_listing_its_workflow_is_listed_by_the_re_drive(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    def connection_lost(*args: Any, **kwargs: Any) -> Any:
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(engine.client, "zadd", connection_lost)  # right after createWorkflow
+    with pytest.raises(redis.ConnectionError):
+        engine.workflows.submit({"chain": [{"type": "t.a"}, {"type": "t.b"}]})
+    monkeypatch.undo()
+    assert engine.workflows.list()[0] == []  # created, not listed, its first step not made
+    [(field, raw)] = [(f, r) for tag in engine.registry.get("default", fresh=True).tags
+                      for f, r in engine.client.hgetall(engine.keys.wf_outbox(tag)).items()]
+    wid = json.loads(raw)["w"]
+    assert field == f"wf:{wid}" and _states(engine, wid) == ["WAITING", "WAITING"]
+    assert _drive(engine.config, lambda driver: driver.drive({workflow_tag(wid): [field]})) == 1
+    [listed], _ = engine.workflows.list()
+    assert listed["id"] == wid and listed["created_at"] == engine.workflows.get(wid)["created_at"]
+    assert _states(engine, wid) == ["QUEUED", "WAITING"]
 
 
 def test_a_step_whose_deleted_queue_cannot_be_registered_again_fails_its_workflow(engine: Engine) -> None:
