@@ -9,7 +9,9 @@
            queue it again), no task parked in a group's wait list (flow control), nothing in its
            schedule or in the scheduler's claims (taken from
            the schedule and about to be queued), no dead letter (a dead letter of a deleted
-           queue could be neither listed nor retried).
+           queue could be neither listed nor retried), no workflow outbox entry (a step that
+           ended and whose workflow is not advanced yet: the leader re-drives only the
+           partitions of live queues, so the workflow would wait forever; counted in flight).
   reopen - undo a close (another partition was not empty): the owner names the queue again.
   drop   - after every partition closed: delete the partition's keys (streams and their group,
            flags, schedule, indexes, DLQ, statistics, which the caller has folded into the global
@@ -73,7 +75,7 @@ for _, stream in ipairs(streams) do
     if type(summary) == 'table' and not summary.err then pending = pending + tonumber(summary[1]) end
   end
 end
-local in_flight = math.max(pending, rcall('ZCARD', K.running))
+local in_flight = math.max(pending, rcall('ZCARD', K.running)) + rcall('HLEN', K.wf_outbox)
 -- Tasks parked while their group was full (includes/limits.lua) keep their entries in the streams,
 -- counted above; a wait list that still names one keeps the partition from being empty too (a task
 -- parked by an older dtq has no entry there).

@@ -16,7 +16,7 @@ import redis
 
 from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
-from dtq_core.errors import QueueLimitReached, ValidationError, WorkflowNotFound, WorkflowTerminal
+from dtq_core.errors import QueueLimitReached, QueueNotEmpty, ValidationError, WorkflowNotFound, WorkflowTerminal
 from dtq_core.keys import tag_of, workflow_tag
 from dtq_core.worker.workflows import WorkflowDriver
 from dtq_core.workflow_spec import parse
@@ -461,6 +461,22 @@ def test_a_step_whose_queue_was_deleted_while_it_waited_is_created_in_the_queue_
     task = engine.tasks.get(ids[1])  # under the id it was given, in the queue's new life
     assert task["status"] == "QUEUED" and task["queue"] == "wq2" and task["workflow_step"] == 1
     assert engine.client.hget(engine.keys.workflow_part(wid, "state"), "1") == "S"
+
+
+def test_a_queue_holding_an_ended_step_not_yet_advanced_is_not_deleted(engine: Engine) -> None:
+    wid, ids = _submit(engine, {"chain": [{"type": "t.a", "queue": "wq2"}, {"type": "t.b", "queue": "wq3"}]})
+    engine.tasks.cancel(ids[0], ACTOR)  # ends step 0: its outbox entry waits in wq2's partition
+    tag = tag_of(ids[0])
+    assert engine.client.hexists(engine.keys.wf_outbox(tag), ids[0])
+    # The leader re-drives only the partitions of live queues: deleted now, the workflow would
+    # stay RUNNING for good.
+    with pytest.raises(QueueNotEmpty) as refused:
+        engine.queues.delete("wq2", ACTOR)
+    assert "in flight" in refused.value.message
+    assert _drive(engine.config, lambda driver: driver.drive({tag: [ids[0]]})) == 1
+    assert engine.workflows.get(wid)["status"] != "RUNNING"
+    engine.queues.delete("wq2", ACTOR)
+    assert "wq2" not in engine.queues.names()
 
 
 def test_a_first_step_whose_queue_is_deleted_during_the_submit_is_left_to_the_leader(
