@@ -1,7 +1,8 @@
 --[[
   Forget a draining partition once it holds nothing: no stream entry (its queue's three streams),
   no pending entry, nothing scheduled or claimed by the scheduler, no RUNNING task, no dead
-  letter. Deleting the owner key closes it in the same step as the check, so a submitter still
+  letter, no workflow outbox entry (a step that ended, its workflow not advanced yet: the leader
+  re-drives only the partitions it leases). Deleting the owner key closes it in the same step as the check, so a submitter still
   holding the layout from before the partition started draining cannot add work after the check
   (every script that adds work refuses a partition without its owner). The leader then removes
   the tag from the registry (reconcileQueue). Fenced on the partition's lease, so a deposed
@@ -30,6 +31,6 @@ end
 for _, key in ipairs({K.schedule, K.schedule_claims, K.running}) do
   if rcall('ZCARD', key) > 0 then return 0 end
 end
-if rcall('XLEN', K.dlq) > 0 then return 0 end
+if rcall('XLEN', K.dlq) > 0 or rcall('HLEN', K.wf_outbox) > 0 then return 0 end
 rcall('DEL', K.owner)
 return 1

@@ -345,6 +345,9 @@ def test_lowering_drains_the_dropped_partitions_and_forgets_them_once_empty(
     # Leftovers of each kind the closing check looks at, in one partition or the other.
     redis_client.xadd(keys.stream(a, "shrink", "high"), {"task_id": "x", "attempt": 1})
     delayed = scheduled(redis_client, keys, b, "shrink", now + 3_600_000)
+    # A workflow step of b that ended, its workflow not advanced yet (only a leased partition's
+    # outbox is re-driven).
+    redis_client.hset(keys.wf_outbox(b), "t-ended", '{"w":"x","s":0,"st":"SUCCEEDED","r":""}')
     leader = Leader(partitioned(config, shrink=1), "w1")
 
     def read_then_delete() -> None:  # the entry pending (delivered) but gone from the stream
@@ -364,7 +367,8 @@ def test_lowering_drains_the_dropped_partitions_and_forgets_them_once_empty(
         seen = []
         try:
             steps = (lambda: None, lambda: None, read_then_delete, settle_a,
-                     lambda: redis_client.zrem(keys.running(b), delayed), lambda: redis_client.delete(keys.dlq(b)))
+                     lambda: redis_client.zrem(keys.running(b), delayed), lambda: redis_client.delete(keys.dlq(b)),
+                     lambda: redis_client.delete(keys.wf_outbox(b)))
             for clear in steps:
                 clear()
                 await leader._lead_once()
@@ -381,6 +385,7 @@ def test_lowering_drains_the_dropped_partitions_and_forgets_them_once_empty(
         ((kept,), (a, b)),  # a: an entry pending though trimmed; b: a running task, a dead letter
         ((kept,), (b,)),  # a settled: forgotten
         ((kept,), (b,)),  # b's dead letter keeps it (retry or discard it to let it go)
+        ((kept,), (b,)),  # b's workflow outbox entry keeps it
         ((kept,), ()),
     ]
     assert [redis_client.get(keys.owner(tag)) is None for tag in (kept, a, b)] == [False, True, True]
