@@ -10,8 +10,10 @@ API's request path, one master after the other).
 
 A command Redis did not run because its slot lives elsewhere (MOVED, ASK: a resharding) or
 because the node was demoted (READONLY: a failover) is sent again after the slot map is read
-anew. A connection error is not retried: the command may have run, and only its caller knows
-whether running it twice is safe (scripts are idempotent where dtq retries them). The blocking
+anew; one refused with TRYAGAIN (a script call while its slot migrates: the slot guard of
+scripts/__init__.py) is sent again after a short wait. A connection error is not retried: the
+command may have run, and only its caller knows whether running it twice is safe (scripts are
+idempotent where dtq retries them). The blocking
 exchange raises it; the worker's RoutedLines answers it for that master's commands only, as the
 other masters' replies stand (their commands ran: a fetch's claims there must reach the worker).
 """
@@ -19,6 +21,7 @@ other masters' replies stand (their commands ran: a fetch's claims there must re
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +35,10 @@ from redis.crc import key_slot
 from .wire import Line, exchange_pooled, pack
 
 MAX_REDIRECTS = 5
+# Waits before sending again a command refused with TRYAGAIN (its slot is migrating: a script's
+# declared keys are split between two masters, scripts/__init__.py's slot guard): 0.38 s in all,
+# redis-py's own budget, then the caller gets the refusal (a 503, a worker's back-off).
+TRYAGAIN_WAITS_S = (0.01, 0.02, 0.05, 0.1, 0.2)
 Routed = tuple[str, bytes]  # (routing key, packed command)
 
 
@@ -55,6 +62,34 @@ def asked_elsewhere(reply: object) -> tuple[str, int] | None:
 
 
 ASKING = pack(["ASKING"])
+
+
+def settling(reply: object) -> bool:
+    """TRYAGAIN: the keys of a multi-key command are split by a migrating slot; wait, then retry."""
+    return isinstance(reply, redis.exceptions.TryAgainError) or (
+        isinstance(reply, redis.exceptions.ResponseError) and str(reply).startswith("TRYAGAIN"))
+
+
+def _asked_node(client: redis.cluster.RedisCluster, host: str, port: int) -> Any:
+    """The node an ASK names. A master added to the cluster owns no slot until its first has
+    moved, so the slot map does not list it: made here, and kept until the map is next read.
+    (Only here: redis-py's own lookup answers None for it, and its ASK handling then fails.)"""
+    node = client.get_node(host, port)
+    if node is None:
+        node = redis.cluster.ClusterNode(host, port, server_type=redis.cluster.PRIMARY)
+        client.nodes_manager.create_redis_connections([node])
+        client.nodes_manager.nodes_cache[node.name] = node
+    return node
+
+
+def _asked_async_node(client: aiocluster.RedisCluster, host: str, port: int) -> Any:
+    """_asked_node for the asyncio client (RoutedLines opens its own Line from the node)."""
+    node = client.get_node(host, port)
+    if node is None:
+        node = aiocluster.ClusterNode(host, port, server_type=redis.cluster.PRIMARY,
+                                      **client.nodes_manager.connection_kwargs)
+        client.nodes_manager.nodes_cache[node.name] = node
+    return node
 
 
 def is_cluster(client: object) -> bool:
@@ -92,10 +127,11 @@ def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: 
     for attempt in range(MAX_REDIRECTS + 1):
         groups: dict[Any, list[int]] = defaultdict(list)
         for i in pending:
-            node = client.get_node(*asked[i]) if i in asked else None
+            node = _asked_node(client, *asked[i]) if i in asked else None
             groups[node or client.nodes_manager.get_node_from_slot(key_slot(commands[i][0].encode()))].append(i)
         was_asked, asked = asked, {}
         again: list[int] = []
+        wait = False
         for node, indexes in groups.items():
             pool = client.get_redis_connection(node).connection_pool
             packed = [part for i in indexes
@@ -113,12 +149,15 @@ def exchange_routed(client: redis.Redis | redis.cluster.RedisCluster, commands: 
             for i, reply in zip(indexes, got, strict=True):
                 if not_run_here(reply) and attempt < MAX_REDIRECTS:
                     again.append(i)
+                    wait = wait or settling(reply)
                     if (target := asked_elsewhere(reply)) is not None:
                         asked[i] = target
                 else:
                     replies[i] = reply
         if not again:
             break
+        if wait:
+            time.sleep(TRYAGAIN_WAITS_S[attempt])
         if any(i not in asked for i in again):
             client.nodes_manager.initialize()
         pending = again
@@ -175,7 +214,7 @@ class RoutedLines:
         for attempt in range(MAX_REDIRECTS + 1):
             groups: dict[str, tuple[Any, list[int]]] = {}
             for i in pending:
-                node = client.get_node(*asked[i]) if i in asked else None
+                node = _asked_async_node(client, *asked[i]) if i in asked else None
                 node = node or client.nodes_manager.get_node_from_slot(key_slot(commands[i][0].encode()))
                 groups.setdefault(node.name, (node, []))[1].append(i)
             names = list(groups)
@@ -184,7 +223,7 @@ class RoutedLines:
                   for name in names), return_exceptions=True)
             asked = {}
             again: list[int] = []
-            failed = False
+            failed = wait = False
             for name, got in zip(names, results, strict=True):
                 indexes = groups[name][1]
                 if isinstance(got, BaseException):
@@ -200,6 +239,7 @@ class RoutedLines:
                 for i, reply in zip(indexes, got, strict=True):
                     if not_run_here(reply) and attempt < MAX_REDIRECTS:
                         again.append(i)
+                        wait = wait or settling(reply)
                         if (target := asked_elsewhere(reply)) is not None:
                             asked[i] = target
                     else:
@@ -208,6 +248,8 @@ class RoutedLines:
                 await client.nodes_manager.initialize()  # a failover: the next call finds the new master
             if not again:
                 break
+            if wait:
+                await asyncio.sleep(TRYAGAIN_WAITS_S[attempt])
             pending = again
         return replies
 

@@ -65,6 +65,26 @@ def check_keys(name: str, keys: Sequence[str]) -> None:
         raise CrossSlotKeys(f"script {name} called with keys in different hash slots: {list(keys)}")
 
 
+# On a Redis Cluster, each script call declares one more key than its script reads: a name in the
+# slot of its first key that never exists. While that slot migrates between masters, Redis then
+# answers TRYAGAIN for the call on both of them (on the source some declared keys are missing; on
+# the target, behind ASKING, a call of several keys with one missing is refused), so no script runs
+# until the slot has moved. Without it, a call whose only declared key is a partition's prefix
+# (never a real key) was sent by ASK to the importing master, and ran there on empty keys while the
+# partition's streams and records were still on the source: a queue split in two, completions lost
+# (docs/deployment.md#resharding). Keys without a hash tag are single real keys a script reads
+# alone; Redis's own ASK rules hold for them.
+SLOT_GUARD = "~slot-guard"
+
+
+def slot_guarded(keys: Sequence[str]) -> list[str]:
+    """The keys a script call declares on a cluster: its own, and the guard of the first's slot."""
+    first = str(keys[0]) if keys else ""
+    if "{" not in first:
+        return list(keys)
+    return [*keys, first + SLOT_GUARD]
+
+
 def load(client: Any, name: str) -> Any:
     """Load script `name` where `client` points (on a cluster, every master): its function
     library when it has one (unless this client's Redis refuses functions: library.py), and its
@@ -122,16 +142,20 @@ class Scripts:
     def __init__(self, client: Any, replication: Replication = NO_WAIT) -> None:
         self._client = client
         self.replication = replication
+        self._cluster = is_cluster(client)
         self._fns = {name: client.register_script(src) for name, src in SOURCES.items()}
 
     def __call__(self, name: str, *, keys: list[str], args: list[object], client: Any = None) -> Any:
         check_keys(name, keys)
-        if client is not None and is_cluster(self._client):
+        if not self._cluster:
+            return self._fns[name](keys=keys, args=args, client=client)
+        declared = slot_guarded(keys)
+        if client is not None:
             # redis-py refuses EVALSHA in a cluster pipeline by name, not by routing: the generic
             # command routes by its first key like any other. NOSCRIPT: see execute().
-            queued = client.execute_command("EVALSHA", self._fns[name].sha, len(keys), *keys, *args)
+            queued = client.execute_command("EVALSHA", self._fns[name].sha, len(declared), *declared, *args)
             return _awaitable(queued) if isinstance(self._client, aiocluster.RedisCluster) else queued
-        return self._fns[name](keys=keys, args=args, client=client)
+        return self._fns[name](keys=declared, args=args)
 
     def execute(self, pipe: Any, *, raise_on_error: bool = True) -> list[Any]:
         """Run a pipeline that holds script calls (blocking clients). A script its node does not
@@ -182,6 +206,8 @@ class Scripts:
         pipeline their own commands (the caller handles a reply that says the node lacks it,
         library.is_unknown, by loading it and sending again)."""
         check_keys(name, keys)
+        if self._cluster:
+            keys = slot_guarded(keys)
         library = LIBRARIES.get(name)
         if library is not None and not functions_refused(self._client):
             return pack(["FCALL", library.function, len(keys), *keys, *args])

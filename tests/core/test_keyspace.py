@@ -14,7 +14,7 @@ import redis
 from redis.crc import key_slot
 
 from dtq_core.keys import PRIORITIES, Keys, dlq_ref, parse_dlq_ref, tag_of
-from dtq_core.scripts import _ROOT, NUMKEYS, CrossSlotKeys, _expand, check_keys
+from dtq_core.scripts import _ROOT, NUMKEYS, CrossSlotKeys, _expand, check_keys, slot_guarded
 from dtq_core.scripts.library import build
 
 # partition_keys(p).<name> -> the Keys method (and its sample arguments) it must equal.
@@ -151,7 +151,10 @@ def test_a_call_with_keys_of_two_slots_is_refused_before_redis() -> None:
 PRODUCT = ("dtq_core", "dtq_tasks", "dtq_api", "dtq_dashboard", "dtq_worker")
 SCRIPT_CALLS = {"scripts", "call_direct", "command", "routed", "call_direct_many", "_call", "__call__"}
 # Call sites that pass keys on from their own caller (checked where those callers build them).
-FORWARDERS = {("dtq_core/scripts/__init__.py", "keys"), ("dtq_core/worker/hotpath.py", "keys")}
+# The keys a script call declares on a cluster (scripts.slot_guarded: the caller's, and a key in
+# the first one's slot; test_the_slot_guard_stays_in_the_slot_of_the_first_key).
+FORWARDERS = {("dtq_core/scripts/__init__.py", "keys"), ("dtq_core/worker/hotpath.py", "keys"),
+              ("dtq_core/scripts/__init__.py", "declared")}
 
 
 def _script_call_sites() -> list[tuple[str, int, ast.expr]]:
@@ -210,3 +213,14 @@ def test_the_static_check_tells_one_slot_from_two() -> None:
     assert len(slots[0]) == 1 and None not in slots[0]
     assert len(slots[1]) == 2
     assert None in slots[2]
+
+
+def test_the_slot_guard_stays_in_the_slot_of_the_first_key() -> None:
+    keys = Keys("dtq")
+    for first in (keys.partition("ab12cd"), keys.audit(), keys.global_history("all")):
+        guarded = slot_guarded([first])
+        assert guarded[0] == first and len(guarded) == 2
+        assert key_slot(guarded[1].encode()) == key_slot(first.encode())
+    pair = [keys.audit(), keys.audit_open()]
+    assert slot_guarded(pair)[:2] == pair and len(slot_guarded(pair)) == 3
+    assert slot_guarded([keys.queues()]) == [keys.queues()]  # one real key without a tag: Redis's ASK holds
