@@ -25,6 +25,7 @@ from ..keys import Keys, dlq_ref, parse_dlq_ref
 from ..scripts import Scripts
 from . import reads
 from .reads import MAX_ID_PART, id_parts, stream_fields, valid_stream_id
+from .recent import Needle
 
 CALL_COUNT = 500  # entries one scan script call reads at most
 
@@ -129,8 +130,8 @@ class Walker:
         """
         below = self.below
         lanes = [_Lane(tag=tag, upper=below.bound_below(tag) if below else "+") for tag in self.tags]
-        needle = (self.filters.q or "").lower()
-        in_redis = needle.isascii()
+        needle = Needle.of((self.filters.q or "").lower())
+        in_redis = needle.in_redis
         pool: list[tuple[Position, dict[str, str]]] = []
         scanned = rounds = 0
         while True:
@@ -150,11 +151,12 @@ class Walker:
             asked = []
             for lane, count in zip(needed, counts, strict=True):
                 wanted = min(limit - lane.matched, share) if in_redis else count
-                if not (self.filters.type or needle):  # (a partition holds one queue) each entry matches:
+                if not (self.filters.type or needle.text):  # (a partition holds one queue) each entry matches:
                     count = min(count, wanted)  # read no more than the page can show
+                text, *json_forms = needle.script_args()
                 self.scripts("scanDeadLetters", keys=[self.keys.partition(lane.tag)], client=pipe, args=[
                     lane.upper, count, self.filters.queue or "", self.filters.type or "",
-                    needle if in_redis else "", 0 if in_redis else 1, wanted, reads.SCAN_CALL_BYTES])
+                    text, 0 if in_redis else 1, wanted, reads.SCAN_CALL_BYTES, *json_forms])
                 asked.append((lane, count))
             for (lane, count), reply in zip(asked, self.scripts.execute(pipe), strict=True):
                 examined, last, found, read = reply
@@ -166,8 +168,8 @@ class Walker:
                     lane.upper = None
                 for eid, raw, payload in found:
                     f = stream_fields(raw)
-                    if not in_redis and needle not in (f.get("error", "") + " " + f.get("error_class", "")).lower() \
-                            and needle not in payload.lower():
+                    if not in_redis and not needle.found(plain=f.get("error", "") + " " + f.get("error_class", ""),
+                                                         json=(payload,)):
                         continue
                     pool.append((Position.of(lane.tag, eid), f))
                     lane.matched += 1

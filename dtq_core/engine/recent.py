@@ -9,9 +9,11 @@ search), so a millisecond shared by a batch of tasks is neither skipped nor repe
 
 A page is read in rounds, one exchange with Redis per round. The first round asks every partition for a share
 of the page; a match is shown only once no partition that has not answered past it could still
-hold a newer one, and the next round reads only those partitions. Filters run in Redis; a round
-stops asking once the page's scan budget (reads.SCAN_BUDGET) is spent, and the page then ends
-with a cursor at the point up to which every partition was read.
+hold a newer one, and the next round reads only those partitions. Filters run in Redis (but for
+a text with non-ASCII letters, which only Python lower-cases, the script sends the candidates and
+the text is matched here: Needle); a round stops asking once the page's scan budget
+(reads.SCAN_BUDGET) is spent, and the page then ends with a cursor at the point up to which every
+partition was read.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -88,6 +90,44 @@ def _ms(value: Any, name: str) -> int | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return int(value.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Needle:
+    """A search text (lower-cased), found ignoring case in plain texts (an error message) and in
+    JSON texts (a payload, the error list). In JSON it is found both as the values read, where a
+    quote or backslash is escaped, and as the JSON text reads: that is what the search matched
+    before, and an operator may paste a piece of it.
+
+    An ASCII needle is matched in Redis by the scan scripts; any other is matched here, since only
+    Python's lower() knows Unicode case (Lua's lowers A-Z only)."""
+
+    text: str
+    json_forms: tuple[str, ...] = ()  # how the bodies of JSON strings hold the text, where not as itself
+
+    @classmethod
+    def of(cls, text: str) -> Needle:
+        # Payloads are written by Python's json (ensure_ascii=False: only quotes, backslashes and
+        # control characters escaped), the error list by Redis's cjson, which also escapes / and DEL.
+        python = codec.dumps(text)[1:-1]
+        cjson = python.replace("/", "\\/").replace("\x7f", "\\u007f")
+        return cls(text, tuple(form for form in dict.fromkeys((python, cjson)) if form != text))
+
+    @property
+    def in_redis(self) -> bool:
+        return self.text.isascii()
+
+    def script_args(self) -> list[str]:
+        """A scan script's text arguments: the needle, then its JSON forms; [""] (no text filter)
+        for a needle matched here, on the records the script sends."""
+        return [self.text, *self.json_forms] if self.in_redis else [""]
+
+    def found(self, *, plain: str = "", json: Iterable[str | None] = ()) -> bool:
+        """Whether the needle is in the plain text or in one of the JSON texts, ignoring case."""
+        if self.text in plain.lower():
+            return True
+        forms = (self.text, *self.json_forms)
+        return any(form in lowered for lowered in (value.lower() for value in json if value) for form in forms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +210,15 @@ class RecentTasks(Noun):
               count: int, wanted: int, periodic_name: str | None = None, search: Search | None = None) -> int:
         """One round: a scanRecentTasks call per walk, in one exchange; returns the ids examined."""
         search = search or Search()
+        needle = Needle.of(search.text)
+        if not needle.in_redis:  # matched here: the script must not stop at `wanted` candidates
+            wanted = count
         newest = "+inf" if search.created_before_ms is None else search.created_before_ms
         oldest = "-inf" if search.created_after_ms is None else search.created_after_ms
         replies = self.scripts.call_direct_many([("scanRecentTasks", [self.keys.partition(w.tag)], [
             newest if w.upper is None else w.upper.score, "" if w.upper is None else w.upper.task_id, count,
             queue or "", status or "", type or "", wanted, reads.SCAN_CALL_BYTES, periodic_name or "",
-            search.id_prefix, oldest, search.text])
+            search.id_prefix, oldest, *needle.script_args()])
             for w in walks])
         examined = 0
         for w, reply in zip(walks, replies, strict=True):
@@ -184,9 +227,18 @@ class RecentTasks(Noun):
             seen, reached_end, last_score, last_id, matches = reply
             examined += int(seen)
             for task_id, score, record in matches:
+                fields = stream_fields(record)
+                if not needle.in_redis and not _has_text(fields, needle):
+                    continue
                 w.matches.append((Position(int(float(score)), str(task_id)),
-                                  codec.task_view(stream_fields(record), task_id=str(task_id))))
+                                  codec.task_view(fields, task_id=str(task_id))))
             if last_id:
                 w.upper = Position(int(float(last_score)), str(last_id))
             w.done = int(reached_end) == 1
         return examined
+
+
+def _has_text(task: dict[str, str], needle: Needle) -> bool:
+    """Whether a task's payload, last error or error list holds the text, as scanRecentTasks
+    tells for an ASCII needle."""
+    return needle.found(plain=task.get("last_error", ""), json=(task.get("payload"), task.get("errors")))

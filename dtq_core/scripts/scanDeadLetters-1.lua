@@ -6,7 +6,8 @@
   Text matching is exactly Python's `needle in text.lower()` for an ASCII needle: besides A-Z,
   the only characters Python lowercases to ASCII are U+0130 (to "i" + U+0307) and U+212A (to
   "k"), mapped here first. A needle with other characters is matched by the caller, which asks
-  for the payloads of the entries that pass the other filters instead.
+  for the payloads of the entries that pass the other filters instead. A payload is JSON: the
+  needle is found there as written, or as a JSON string holds it (ARGV[9..]).
   Input:
     KEYS[1] partition key prefix (dtq_core.keys.Keys.partition): its DLQ and task records
     ARGV[1] upper bound for XREVRANGE ('+', an entry id, or '(' .. entry id)   ARGV[2] COUNT
@@ -14,6 +15,8 @@
     ARGV[6] return payloads (1/0)   ARGV[7] stop after this many matches
     ARGV[8] stop after this many bytes of text looked at or returned: large payloads must not
             hold Redis for long (lowering 1 MB takes tens of milliseconds)
+    ARGV[9..] the needle as the bodies of JSON strings hold it, where that differs (quotes and
+            backslashes escaped; one per JSON encoder)
   Output:
     {examined, id of the last entry examined ('' if none), matches, entries read}: matches is a
     list of {entry id, flat fields, payload ('' unless asked for)}
@@ -23,6 +26,8 @@ local K = partition_keys(KEYS[1])
 local queue, ttype, needle = ARGV[3], ARGV[4], ARGV[5]
 local want_payload, task_prefix, wanted = ARGV[6] == '1', K.task_prefix, tonumber(ARGV[7])
 local byte_budget, bytes = tonumber(ARGV[8]), 0
+local plain_needles, json_needles = {needle}, {needle}
+for i = 9, #ARGV do json_needles[#json_needles + 1] = ARGV[i] end
 
 local function lower(text)
   if string.find(text, '[\196\226]') then
@@ -31,7 +36,15 @@ local function lower(text)
   return string.lower(text)
 end
 
-local function has(text) return string.find(lower(text), needle, 1, true) ~= nil end
+-- Whether one of the needles is in the text, any case; plain finds, so '%' or '.' in a needle
+-- is itself.
+local function has(text, needles)
+  text = lower(text)
+  for _, n in ipairs(needles) do
+    if string.find(text, n, 1, true) then return true end
+  end
+  return false
+end
 
 local function payload_of(fields)
   return rcall('HGET', task_prefix .. (field(fields, 'task_id') or ''), 'payload') or ''
@@ -47,11 +60,11 @@ for _, entry in ipairs(entries) do
     if needle ~= '' then
       local text = (field(fields, 'error') or '') .. ' ' .. (field(fields, 'error_class') or '')
       bytes = bytes + #text
-      ok = has(text)
+      ok = has(text, plain_needles)
       if not ok then
         payload = payload_of(fields)
         bytes = bytes + #payload
-        ok = has(payload)
+        ok = has(payload, json_needles)
       end
     end
     if ok then

@@ -16,7 +16,12 @@
     ARGV[10] task id prefix ('' or absent = any)
     ARGV[11] lower score: created at or after this ms ('-inf' or absent = any)
     ARGV[12] text the payload, the last error or the error list contains, ignoring case ('' or
-             absent = any; lower-cased by the caller)
+             absent = any; lower-cased by the caller): exactly Python's `text in value.lower()`
+             for ASCII text (U+0130 and U+212A, the only other characters Python lower-cases to
+             ASCII, are mapped first); the caller matches other text itself
+    ARGV[13..] the same text as the bodies of JSON strings hold it, where that differs (quotes and
+             backslashes escaped; one per JSON encoder): the payload and the error list are JSON,
+             and either form found there is a match
   Output:
     {examined, 1 when the walk reached the oldest id else 0, score of the last id examined ('' if
     none), the last id examined, matches}: each match is {id, score, record}, the record a task
@@ -31,13 +36,32 @@ local periodic = ARGV[9] or ''
 local id_prefix, lower, text = ARGV[10] or '', ARGV[11] or '-inf', ARGV[12] or ''
 if lower == '' then lower = '-inf' end
 local filtering = queue ~= '' or status ~= '' or ttype ~= '' or periodic ~= '' or text ~= ''
+local plain_texts, json_texts = {text}, {text}
+for i = 13, #ARGV do json_texts[#json_texts + 1] = ARGV[i] end
 
--- Whether the text is in one of a task's texts (payload JSON, last error, error list), any case.
-local function contains(t)
-  for _, value in ipairs({t.payload, t.last_error, t.errors}) do
-    if value and string.find(string.lower(value), text, 1, true) then return true end
+-- Lower-case as Python does, for an ASCII needle (see ARGV[12]).
+local function lowered(value)
+  if string.find(value, '[\196\226]') then
+    value = string.gsub(string.gsub(value, '\196\176', 'i\204\135'), '\226\132\170', 'k')
+  end
+  return string.lower(value)
+end
+
+-- Whether one of the needles is in the value, any case; plain finds, so '%' or '.' in a needle
+-- is itself.
+local function has(value, needles)
+  if not value then return false end
+  value = lowered(value)
+  for _, needle in ipairs(needles) do
+    if string.find(value, needle, 1, true) then return true end
   end
   return false
+end
+
+-- Whether the text is in one of a task's texts: its last error (plain text), its payload or its
+-- error list (JSON).
+local function contains(t)
+  return has(t.last_error, plain_texts) or has(t.payload, json_texts) or has(t.errors, json_texts)
 end
 
 -- a sorts before b as Redis sorts members of one score (byte by byte): Lua's own < follows the
