@@ -5,8 +5,9 @@ Where a series is read from (dtq_core/history.py says what the hashes hold):
 - a type across queues: the leader's "types" roll-up; everything: the "all" roll-up;
 - depth: the leader's per-minute samples ("depth" roll-up).
 Ranges of 24 h and less read minutes; longer ones read hours, and minutes for the hours the
-leader has not folded yet (the current one, or more while no leader runs). One pipelined round
-trip for the counts, one for the depth: at most 1,440 keys per partition (24 h of minutes).
+leader has not folded yet (the current one, or more while no leader runs), never minutes older
+than they can live: while no leader runs, a 30-day range reads about a day of minutes, not 30.
+One pipelined round trip for the counts, one for the depth.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..history import (
     HOUR_S,
     MAX_POINTS,
     MINUTE_S,
+    MINUTE_TTL_MS,
     OUTCOMES,
     PERCENTILES,
     RANGES,
@@ -35,6 +37,16 @@ from .plumbing import Noun, Plumbing
 from .registry import Registry
 
 MAX_TYPES_SHOWN = 200  # rows of the types table
+
+# How far back a minute hash can still exist (older ones are not read: they expired). A partition's
+# minute lives MINUTE_TTL_MS from when its first count was written, in that minute by the writer's
+# clock (an hour's slack for skew between that clock and this one). A global roll-up's minute lives
+# as long from when the leader wrote it, which is up to a day late when it catches up after a time
+# without a leader (dtq_core/worker/history.py, _roll_minutes).
+PARTITION_MINUTES_LIVE_S = MINUTE_TTL_MS // 1000 + HOUR_S
+ROLLUP_MINUTES_LIVE_S = PARTITION_MINUTES_LIVE_S + DAY_S
+
+Scope = tuple[str, str, int]  # (key prefix, name in the folded record, how long its minutes live in s)
 
 
 class History(Noun):
@@ -81,29 +93,30 @@ class History(Noun):
             out["types"] = _types_table(by_type)
         return out
 
-    def _scopes(self, queue: str | None, by_type: bool) -> list[tuple[str, str]]:
-        """(key prefix, name in the folded record) of every history the series sums."""
+    def _scopes(self, queue: str | None, by_type: bool) -> list[Scope]:
+        """Every history the series sums."""
         k = self.keys
         if queue is not None:
             layout = self.registry.layouts(fresh=True).get(queue)
             if layout is None:
                 raise QueueNotFound(f"queue {queue!r} not found", queue=queue)
-            return [(k.history(tag), f"hour:{tag}") for tag in layout.all_tags]
+            return [(k.history(tag), f"hour:{tag}", PARTITION_MINUTES_LIVE_S) for tag in layout.all_tags]
         scope = "types" if by_type else "all"
-        return [(k.global_history(scope), f"hour:{scope}")]
+        return [(k.global_history(scope), f"hour:{scope}", ROLLUP_MINUTES_LIVE_S)]
 
-    def _keys(self, scopes: list[tuple[str, str]], start_s: int, end_s: int, resolution: int, *,
+    def _keys(self, scopes: list[Scope], start_s: int, end_s: int, resolution: int, *,
               days: bool = False) -> list[tuple[int, str]]:
         """(unit start in s, key) of every hash in the range: minutes, or hours (and, with days,
         the folded days that lie whole inside the range), and minutes for what is not folded yet
-        (gone after 25 h: an hour no leader folded)."""
+        (an hour no leader folded), only those young enough to exist."""
+        now_s = self.clock.now_ms() // 1000
         wanted: list[tuple[int, str]] = []
         if resolution == MINUTE_S:
-            for prefix, _ in scopes:
-                wanted += [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(start_s // MINUTE_S, end_s // MINUTE_S)]
+            for prefix, _, live_s in scopes:
+                wanted += _minutes(prefix, start_s, end_s, oldest_s=now_s - live_s)
             return wanted
         folded = text_hash(self.client.hgetall(self.keys.history_folded()))
-        for prefix, name in scopes:
+        for prefix, name, live_s in scopes:
             done = to_int(folded.get(name)) if name in folded else -1
             day_done = to_int(folded.get("day:" + name.partition(":")[2])) if days else -1
             h = start_s // HOUR_S
@@ -115,11 +128,11 @@ class History(Noun):
                 if h <= done:
                     wanted.append((h * HOUR_S, f"{prefix}h:{h}"))
                 else:
-                    wanted += [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(h * 60, h * 60 + 60)]
+                    wanted += _minutes(prefix, h * HOUR_S, (h + 1) * HOUR_S, oldest_s=now_s - live_s)
                 h += 1
         return wanted
 
-    def _read(self, scopes: list[tuple[str, str]], start_s: int, end_s: int, resolution: int, *,
+    def _read(self, scopes: list[Scope], start_s: int, end_s: int, resolution: int, *,
               field: str | None = None, days: bool = False) -> list[tuple[int, dict[str, str]]]:
         """(unit start in s, fields) of every hash in the range (only `field`, when given)."""
         wanted = self._keys(scopes, start_s, end_s, resolution, days=days)
@@ -151,8 +164,8 @@ class History(Noun):
     def _depth(self, queue: str, start_s: int, end_s: int, resolution: int, step: int, count: int
                ) -> list[int | None]:
         """The peak of the waiting tasks sampled in each point (None: no sample)."""
-        hashes = self._read([(self.keys.global_history("depth"), "hour:depth")], start_s, end_s, resolution,
-                            field=queue)
+        hashes = self._read([(self.keys.global_history("depth"), "hour:depth", ROLLUP_MINUTES_LIVE_S)], start_s,
+                            end_s, resolution, field=queue)
         out: list[int | None] = [None] * count
         for unit_s, fields in hashes:
             index = (unit_s - start_s) // step
@@ -160,6 +173,13 @@ class History(Noun):
                 n = to_int(fields[queue])
                 out[index] = n if out[index] is None else max(n, out[index] or 0)
         return out
+
+
+def _minutes(prefix: str, start_s: int, end_s: int, *, oldest_s: int) -> list[tuple[int, str]]:
+    """(minute start in s, key) of the minute hashes from start_s to end_s, leaving out those that
+    began before oldest_s: long expired, they would only cost a read each."""
+    first = max(start_s, oldest_s) // MINUTE_S
+    return [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(first, end_s // MINUTE_S)]
 
 
 def _check(range_: str, queue: str | None, ttype: str | None, step: int | None) -> tuple[int, int, int]:

@@ -107,27 +107,43 @@ class Registry(Noun):
 
     def unregister(self, layout: Layout) -> None:
         """Forget a deleted queue whose partitions a delete has closed (deleteQueue close on each):
-        fold their statistics into the global ones, so the /metrics counters never go back, drop
-        their keys, leaving each owner a tombstone for TOMBSTONE_TTL_S (a submitter holding the
-        layout is refused meanwhile), and remove the registry entry and its pause. Two round trips."""
+        drop their keys, leaving each owner a tombstone for TOMBSTONE_TTL_S (a submitter holding the
+        layout is refused meanwhile), fold the statistics the drops took out into the global ones,
+        so the /metrics counters never go back, and remove the registry entry and its pause. Two
+        round trips.
+
+        A drop hands a partition's statistics to its caller only (includes/stats.lua): when two
+        deletes of the queue race, one of them folds each partition's counts, the other folds
+        nothing. A process that dies between the two round trips loses those counts (the counters
+        go back once, as after a reset) rather than ever counting them twice; the registry entry
+        is still there, so running the delete again finishes it."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         for tag in layout.all_tags:
-            pipe.hgetall(k.stats_tasks(tag))
-            pipe.hgetall(k.stats_duration(tag))
-            pipe.hgetall(k.stats_counters(tag))
-        stats = pipe.execute()
-        pipe = self.client.pipeline(transaction=False)
-        for key, sums in ((k.global_stats_tasks(), stats[0::3]), (k.global_stats_duration(), stats[1::3]),
-                          (k.global_stats_counters(), stats[2::3])):
-            fold_into(pipe, key, sums)
-        for tag in layout.all_tags:
             self.scripts("deleteQueue", keys=[k.partition(tag)],
                          args=["drop", layout.owner, layout.queue, TOMBSTONE_TTL_S], client=pipe)
+        dropped = self.scripts.execute(pipe)
+        pipe = self.client.pipeline(transaction=False)
+        fold_stats(pipe, k, [reply[1:] for reply in dropped if int(reply[0]) == ErrorCode.OK])
         pipe.hdel(k.queues(), layout.queue)
         pipe.hdel(k.paused_index(), layout.queue)
-        self.scripts.execute(pipe)
+        pipe.execute()
         self.forget_cache()
+
+
+def fold_stats(pipe: Any, keys: Keys, taken: list[list[Any]]) -> None:
+    """Queue on pipe the increments that add statistics taken out of partitions (includes/stats.lua:
+    per partition, its stats:tasks, stats:duration and stats:counters as flat HGETALL replies) to
+    the global hashes. Works on a blocking or an asyncio pipeline (queueing a command is not
+    awaited on either)."""
+    targets = (keys.global_stats_tasks(), keys.global_stats_duration(), keys.global_stats_counters())
+    for i, key in enumerate(targets):
+        fold_into(pipe, key, [_pairs(partition[i]) for partition in taken])
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    """A flat HGETALL reply from a script ([field, value, ...]) as a dict."""
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
 
 
 def fold_into(pipe: Any, key: str, hashes: list[dict[str, str]]) -> None:

@@ -14,10 +14,12 @@
            partitions of live queues, so the workflow would wait forever; counted in flight).
   reopen - undo a close (another partition was not empty): the owner names the queue again.
   drop   - after every partition closed: delete the partition's keys (streams and their group,
-           flags, schedule, indexes, DLQ, statistics, which the caller has folded into the global
-           ones, the flow-control limits and their state; per-group rate windows expire on
-           their own), leaving the tombstone for ARGV[4] seconds. Task records, results and
-           idempotency keys expire on their own TTLs (a task stays readable by id meanwhile).
+           flags, schedule, indexes, DLQ, the flow-control limits and their state; per-group rate
+           windows expire on their own), leaving the tombstone for ARGV[4] seconds. Its statistics
+           are taken out (includes/stats.lua) and returned: only the caller whose drop took them
+           adds them to the global ones, so two deletes of one queue at once count its tasks once.
+           Task records, results and idempotency keys expire on their own TTLs (a task stays
+           readable by id meanwhile).
   A partition a delete closed and never dropped (the process died) stays closed: running the
   delete again finishes it.
   Input:
@@ -28,10 +30,12 @@
     close:  {OK}; {QUEUE_NOT_EMPTY, waiting, in flight, scheduled, dead letters};
             {PARTITION_CLOSED} (owned by another layout: the caller's is stale)
     reopen: {OK, 1 reopened or 0 it was not closed by this layout's delete}
-    drop:   {OK}; {PARTITION_CLOSED} (not closed by this layout's delete)
+    drop:   {OK, tasks, duration, counters} (the statistics it held, as flat HGETALL replies:
+            empty when another drop took them); {PARTITION_CLOSED} (not closed by this layout's delete)
     (codes: CODE in includes/common.lua)
 ]]
 -- #include common
+-- #include stats
 local K = partition_keys(KEYS[1])
 local step, mine, queue = ARGV[1], ARGV[2], ARGV[3]
 local tombstone = 'deleted|' .. mine
@@ -47,9 +51,10 @@ end
 
 if step == 'drop' then
   if current ~= tombstone then return {CODE.PARTITION_CLOSED} end
+  local stats = take_stats(K)
   rcall('DEL', streams[1], streams[2], streams[3], K.ready, K.wake_list, K.paused, K.schedule, K.schedule_claims,
         K.schedule .. ':counts', K.running, K.recent, K.dlq, K.dlq .. ':counts', K.event_seq,
-        K.stats_tasks, K.stats_duration, K.stats_counters, K.retain_ok, K.retain_failed,
+        K.retain_ok, K.retain_failed,
         K.limits, K.limits_rate, K.limits_held, K.limits_groups, K.limits_waiting, K.limits_gpause)
   -- The partition's history (includes/history.lua): every minute, hour and day hash it may still
   -- hold (minutes live 25 h, hours and days 31 days).
@@ -61,7 +66,7 @@ if step == 'drop' then
   for d = day - 32, day + 1 do old[#old + 1] = K.hist .. 'd:' .. d end
   for i = 1, #old, 500 do rcall('UNLINK', unpack(old, i, math.min(i + 499, #old))) end
   rcall('SET', K.owner, tombstone, 'EX', tonumber(ARGV[4]))
-  return {CODE.OK}
+  return {CODE.OK, unpack(stats)}
 end
 
 -- close (again, after a delete cut short: the partition is still checked). No owner at all (its

@@ -9,7 +9,11 @@ the number of partitions DTQ_QUEUE_PARTITIONS gives it (docs/deployment.md, "Que
 - Lowered: the last partitions move from `tags` to `draining`. Submits stop going there; workers
   and the leader keep serving them until they are empty.
 - A draining partition that holds nothing (closePartition-1.lua checks and closes it in one step)
-  is removed from the layout.
+  is removed from the layout. The close hands over the partition's statistics, which the leader
+  adds to the global ones before publishing the layout without it, so the /metrics counters
+  (dtq_tasks_total, ...) never go back. Each partition's counts are handed over once (a close run
+  again hands over nothing); a leader that dies between the close and the fold loses them (the
+  counters go back once, as after a reset) rather than ever counting them twice.
 
 Every registry write is a compare-and-set of the queue's layout (reconcileQueue-1.lua), so a
 delete, a re-registration or a second leader's write in between is never overwritten.

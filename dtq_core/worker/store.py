@@ -25,6 +25,7 @@ from redis.typing import EncodableT, FieldT
 from .. import faults
 from ..clock import Clock, iso
 from ..config import DtqConfig
+from ..engine.registry import fold_stats
 from ..errors import ErrorCode
 from ..events import EventsGate
 from ..keys import PRIORITIES, Keys
@@ -845,12 +846,19 @@ class WorkerStore:
         return refused
 
     async def close_partitions(self, layout: Layout, tags: Sequence[str]) -> list[str]:
-        """Close the partitions of `tags` that hold nothing any more (closePartition); returns
-        them. One whose lease this worker does not hold is left for a later round."""
+        """Close the partitions of `tags` that hold nothing any more (closePartition) and add the
+        statistics each handed over to the global ones; returns the closed. One whose lease this
+        worker does not hold is left for a later round."""
         replies = await self._each_partition("closePartition", tags,
                                              lambda tag: [layout.owner, self.worker_id, Keys.GROUP])
+        # {1, stats...} closed; a bare code (0, LEASE_LOST, PARTITION_CLOSED) left as it is.
+        taken = {tag: reply[1:] for tag, reply in replies.ok.items() if isinstance(reply, list)}
+        # Folded before a failure elsewhere is raised: those counts are out of their partitions now.
+        pipe = self.client.pipeline(transaction=False)
+        fold_stats(pipe, self.keys, list(taken.values()))
+        await pipe.execute()
         replies.raise_failure()
-        return [tag for tag, reply in replies.ok.items() if int(reply) == 1]
+        return list(taken)
 
     async def replace_layout(self, queue: str, read: str, layout: Layout) -> bool:
         """Publish a queue's new layout if the registry still holds the one read (reconcileQueue)."""
