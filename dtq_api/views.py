@@ -19,6 +19,7 @@ from rest_framework.response import Response
 
 from dtq_core.conf import get_engine
 from dtq_core.connection import EVICTION_POLICY, eviction_problem
+from dtq_core.engine import Engine
 from dtq_core.engine.dlq import DlqSelection
 from dtq_core.engine.periodic import PeriodicSpec
 from dtq_core.errors import QueueNotFound, RedisTrouble, ValidationError, error_body
@@ -458,17 +459,30 @@ def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+# How long the probe's key outlives the probe: long enough to be harmless, short enough that
+# it never piles up (every replica writes the same key).
+READY_PROBE_TTL_MS = 5000
+
+
+def _probe_write(engine: Engine) -> None:
+    """Write one short-lived key, as a submit would write: Redis answers PING while it refuses
+    every write (NOREPLICAS under min-replicas-to-write, OOM at maxmemory, READONLY from a
+    demoted master, MISCONF on a full disk), and a replica in that state must leave rotation."""
+    # On a Redis Cluster it lands on the one master that owns its slot.
+    engine.client.set(engine.keys.ready_probe(), "1", px=READY_PROBE_TTL_MS)
+
+
 @csrf_exempt
 def ready(request: HttpRequest) -> JsonResponse:
     """Readiness: 503 REDIS_UNAVAILABLE when Redis does not answer within the client timeout (or
-    still loads its dataset), REDIS_WRITE_FAILED while it refuses writes; a warning in the body when
-    its maxmemory-policy may evict dtq's keys."""
+    still loads its dataset, or the write reached a read-only replica), REDIS_WRITE_FAILED while
+    it refuses writes; a warning in the body when its maxmemory-policy may evict dtq's keys."""
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed(request)
     engine = get_engine()
     try:
-        with redis_trouble():  # a full disk makes Redis refuse PING too (MISCONF): REDIS_WRITE_FAILED
-            engine.ping()
+        with redis_trouble():  # the write's refusal maps as a submit's does: the same code and status
+            _probe_write(engine)  # one round trip, in place of a PING: its reply says Redis answers
             policy = engine.eviction_policy()
     except RedisTrouble as exc:
         return JsonResponse(error_body(exc, request_id_of(request), state=True), status=exc.http_status)

@@ -334,6 +334,16 @@ class Keys:
         the per-partition lease (lock) is what fences the leader's scripts."""
         return f"{self.prefix}:lock:scheduler"
 
+    def ready_probe(self) -> str:
+        """String written by GET /ready (with a 5 s TTL): a write, as Redis answers PING while it
+        refuses writes."""
+        return f"{self.prefix}:ready"
+
+    def metrics_labels(self) -> str:
+        """Hash `queue:<name>` / `type:<name>` -> `kept` | `other`: which values keep a label of
+        their own on /metrics, decided once per value (keepLabels-1.lua, dtq_core/metrics.py)."""
+        return f"{self.prefix}:metrics:labels"
+
     def operation(self, key: str) -> str:
         """Marker of dtq_tasks.idempotent_operation: kept apart from submit idempotency keys."""
         return f"{self.prefix}:once:{key}"

@@ -3,10 +3,15 @@
 Both carry the correlation fields task_id, queue, attempt, worker_id and request_id, found in
 this order (first wins):
 1. attributes passed with `logger.info(..., extra={"task_id": ...})`;
-2. `key=value` pairs in the message, the convention dtq's own log lines follow;
+2. `key=value` pairs in the message, the convention dtq's own log lines follow: read only from
+   dtq's own loggers ("dtq", "dtq.*"), whose messages dtq formats;
 3. the task a handler is running (so handler authors' own log lines are correlated for free);
 4. the HTTP request: the contextvar the middleware below sets, or the `request` that Django's
    django.request logger attaches.
+
+Pairs in another logger's message are not read: a handler logging a payload ("note: %s") would
+otherwise let whoever submitted it relabel the line as another task's, and a search by task_id
+is how an operator follows one task.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("dtq_log_request_id", default=None)
 
 
+def is_dtq_logger(name: str) -> bool:
+    """Whether a logger is one of dtq's own, whose messages carry trusted key=value pairs."""
+    return name == "dtq" or name.startswith("dtq.")
+
+
 def correlation(record: logging.LogRecord) -> dict[str, Any]:
     """Return the correlation fields known for a record (missing ones are absent)."""
     found: dict[str, Any] = {}
@@ -36,8 +46,9 @@ def correlation(record: logging.LogRecord) -> dict[str, Any]:
         value = getattr(record, name, None)
         if value not in (None, ""):
             found[name] = value
-    for name, value in _PAIR.findall(record.getMessage()):
-        found.setdefault(name, value)
+    if is_dtq_logger(record.name):
+        for name, value in _PAIR.findall(record.getMessage()):
+            found.setdefault(name, value)
     ctx = registry.current_task()
     if ctx is not None:
         for name in ("task_id", "queue", "attempt", "worker_id"):
@@ -81,6 +92,9 @@ def escape_controls(text: str) -> str:
 class TextFormatter(logging.Formatter):
     """`<time> <level> <logger> <message>` plus the correlation fields the message lacks.
 
+    Only a dtq logger's message is taken to hold its own fields; any other logger's line gets
+    every field appended, so text a handler logged cannot stand in for them.
+
     One record is one line: control characters in the message (a handler's error text, a task
     type, anything a user sent) are escaped, so nobody can forge log lines through them. A
     traceback (exc_info) still follows on lines of its own, as Python prints it.
@@ -92,7 +106,8 @@ class TextFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         text = super().formatMessage(record)
         message = record.getMessage()
-        extra = [f"{k}={v}" for k, v in correlation(record).items() if f"{k}=" not in message]
+        trusted = message if is_dtq_logger(record.name) else ""
+        extra = [f"{k}={v}" for k, v in correlation(record).items() if f"{k}=" not in trusted]
         return escape_controls(f"{text} {' '.join(extra)}" if extra else text)
 
 

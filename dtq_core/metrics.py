@@ -3,10 +3,12 @@
 Every API process serves the same figures: queue gauges come from the streams themselves, and
 the worker-side counters and histogram are hashes the workers' Lua scripts keep in Redis (one
 set per queue partition, summed here), so a scrape of any API replica sees the whole cluster. A
-scrape costs two pipelined round trips however many queues exist: (1) the partition registry,
-workers, leader lock, task types and the global stats hashes; (2) every partition's streams,
-schedule, DLQ and stats hashes. When Redis does not answer, the scrape still succeeds with
-dtq_redis_up 0 and nothing else from Redis (no stale values).
+scrape costs two pipelined round trips however many queues exist: (1) Redis's clock, the
+partition registry, workers, leader lock, task types, the label decisions and the global stats
+hashes; (2) every partition's streams, schedule, DLQ and stats hashes. A third, a script, only
+when a queue or task type shows up that no scrape has given a label yet (keepLabels-1.lua). When
+Redis does not answer, the scrape still succeeds with dtq_redis_up 0 and nothing else from Redis
+(no stale values).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 from prometheus_client.core import (
@@ -33,15 +35,20 @@ from .conf import get_engine
 from .connection import UNAVAILABLE_ERRORS
 from .keys import PRIORITIES, Keys
 from .partitions import parse_registry
+from .scripts import Scripts
 from .worker.executor import BUCKETS
 
 logger = logging.getLogger("dtq.metrics")
 
-# Label values dtq_tasks_total may use; the rest are counted as OTHER (see bounded_tasks).
+# Label values dtq_tasks_total may use; the rest are counted as OTHER (see keep_labels).
 MAX_TYPE_LABELS = 200
 MAX_UNREGISTERED_TYPE_LABELS = 100
 MAX_QUEUE_LABELS = 100
 OTHER = "other"
+# The kinds of label value keepLabels-1.lua decides, each with its cap.
+QUEUE, TYPE, UNREGISTERED_TYPE = "queue", "type", "unregistered_type"
+LABEL_CAPS = {QUEUE: MAX_QUEUE_LABELS, TYPE: MAX_TYPE_LABELS, UNREGISTERED_TYPE: MAX_UNREGISTERED_TYPE_LABELS}
+KEPT = "kept"
 
 # A tuple of its own: mypy does not follow a starred tuple in an except clause.
 _REDIS_FAILURES: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, redis.RedisError)
@@ -102,31 +109,96 @@ def parse_tasks(raw: dict[str, Any]) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def bounded_tasks(tasks: dict[tuple[str, str, str], float], *, types: Container[str],
-                  ) -> dict[tuple[str, str, str], float]:
-    """Fold the (queue, type, outcome) counts into a bounded set of label values.
+def label_field(kind: str, name: str) -> str:
+    """The labels hash's field for a value: one per queue, one per type whatever its kind."""
+    return f"{QUEUE if kind == QUEUE else TYPE}:{name}"
 
-    A type keeps its label when it is among the MAX_TYPE_LABELS most counted types workers
-    registered, or among the MAX_UNREGISTERED_TYPE_LABELS most counted other types (a Django
-    task's type is its function's import path, which no worker registers by name; junk that got in
-    before registration or with DTQ_ACCEPT_UNKNOWN_TYPES); a queue when it is among the
-    MAX_QUEUE_LABELS most counted. Everything else is counted under "other", so junk types and
-    queues cannot grow /metrics without bound (each would add a series per outcome).
+
+def ranked_labels(tasks: dict[tuple[str, str, str], float], *, types: Container[str]) -> list[tuple[str, str]]:
+    """Every queue and task type counted, as (kind, name), most counted first: the order in which
+    values not decided yet ask for a label (the busiest get one when several arrive at once).
+
+    A type's kind is "type" when workers registered it, "unregistered_type" otherwise (a Django
+    task's type is its function's import path, which no worker registers by name; junk that got
+    in before registration or with DTQ_ACCEPT_UNKNOWN_TYPES): junk cannot crowd out the types
+    workers serve.
     """
     by_type: dict[str, float] = {}
     by_queue: dict[str, float] = {}
     for (queue, ttype, _), value in tasks.items():
         by_type[ttype] = by_type.get(ttype, 0.0) + value
         by_queue[queue] = by_queue.get(queue, 0.0) + value
-    ranked = sorted(by_type, key=lambda t: (-by_type[t], t))
-    kept_types = set([t for t in ranked if t in types][:MAX_TYPE_LABELS]
-                     + [t for t in ranked if t not in types][:MAX_UNREGISTERED_TYPE_LABELS])
-    kept_queues = set(sorted(by_queue, key=lambda q: (-by_queue[q], q))[:MAX_QUEUE_LABELS])
+    queues = [(QUEUE, q) for q in sorted(by_queue, key=lambda q: (-by_queue[q], q))]
+    ranked_types = sorted(by_type, key=lambda t: (-by_type[t], t))
+    return queues + [(TYPE if t in types else UNREGISTERED_TYPE, t) for t in ranked_types]
+
+
+def first_decisions(candidates: list[tuple[str, str]]) -> dict[str, str]:
+    """What keepLabels-1.lua decides for candidates on an empty labels hash (a pure mirror of
+    it): kept while the kind has room, other after."""
+    out: dict[str, str] = {}
+    kept = dict.fromkeys(LABEL_CAPS, 0)
+    for kind, name in candidates:
+        field_name = label_field(kind, name)
+        if field_name not in out:
+            out[field_name] = KEPT if kept[kind] < LABEL_CAPS[kind] else OTHER
+            kept[kind] += out[field_name] == KEPT
+    return out
+
+
+def fold_tasks(tasks: dict[tuple[str, str, str], float], decisions: dict[str, str],
+               ) -> dict[tuple[str, str, str], float]:
+    """Count each (queue, type, outcome) under its own labels where they were kept, under OTHER
+    where not. A value with no decision (keepLabels could not run) is left out of this scrape
+    rather than counted as other: under other now and kept later, other would go back."""
     out: dict[tuple[str, str, str], float] = {}
     for (queue, ttype, outcome), value in tasks.items():
-        key = (queue if queue in kept_queues else OTHER, ttype if ttype in kept_types else OTHER, outcome)
+        queue_label = _label(decisions.get(label_field(QUEUE, queue)), queue)
+        type_label = _label(decisions.get(label_field(TYPE, ttype)), ttype)
+        if queue_label is None or type_label is None:
+            continue
+        key = (queue_label, type_label, outcome)
         out[key] = out.get(key, 0.0) + value
     return out
+
+
+def _label(decision: str | None, name: str) -> str | None:
+    if decision is None:
+        return None
+    return name if decision == KEPT else OTHER
+
+
+def bounded_tasks(tasks: dict[tuple[str, str, str], float], *, types: Container[str],
+                  ) -> dict[tuple[str, str, str], float]:
+    """Fold the counts into a bounded set of label values as a first scrape would: the
+    MAX_TYPE_LABELS most counted types workers registered, the MAX_UNREGISTERED_TYPE_LABELS most
+    counted other types and the MAX_QUEUE_LABELS most counted queues keep theirs, the rest are
+    counted under "other", so junk types and queues cannot grow /metrics without bound."""
+    return fold_tasks(tasks, first_decisions(ranked_labels(tasks, types=types)))
+
+
+def keep_labels(scripts: Scripts, keys: Keys, tasks: dict[tuple[str, str, str], float], *, types: Container[str],
+                decided: dict[str, str]) -> dict[str, str]:
+    """The label decisions for every value in tasks: those made already (decided, as read from
+    the labels hash), and one made now, for good and for every API replica, for each new one."""
+    undecided = [(kind, name) for kind, name in ranked_labels(tasks, types=types)
+                 if label_field(kind, name) not in decided]
+    if not undecided:
+        return decided
+    args: list[object] = [LABEL_CAPS[QUEUE], LABEL_CAPS[TYPE], LABEL_CAPS[UNREGISTERED_TYPE]]
+    args += [part for pair in undecided for part in pair]
+    try:
+        answers = scripts("keepLabels", keys=[keys.metrics_labels()], args=args)
+    except redis.ResponseError as exc:
+        # Redis refuses writes (OOM, NOREPLICAS, a replica): the new values wait for a later scrape.
+        logger.warning("metrics scrape could not record new label values: %s", exc)
+        return decided
+    made = {label_field(kind, name): _text(answer) for (kind, name), answer in zip(undecided, answers, strict=True)}
+    return {**decided, **made}
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def parse_histogram(raw: dict[str, Any]) -> tuple[list[tuple[str, float]], float]:
@@ -172,24 +244,42 @@ def _sum_fields(hashes: list[Any]) -> dict[str, float]:
     return total
 
 
-def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_ms: int) -> Snapshot:
-    """Read everything a scrape exports in two pipelined round trips: (1) the partition registry,
-    workers, leader, task types and the global stats hashes; (2) every partition's streams,
-    schedule, DLQ and stats hashes, summed (dtq_core/keys.py: the global hashes hold what no live
-    partition does, so the sums never go back when a queue is deleted)."""
+def redis_now_ms(reply: Any) -> int:
+    """Redis's TIME reply (seconds, microseconds) in milliseconds."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def count_alive(heartbeats: list[tuple[Any, float]], *, now_ms: int, alive_window_ms: int) -> int:
+    """Workers whose last heartbeat (a score on Redis's clock) is within the window of now."""
+    return sum(1 for _, score in heartbeats if score >= now_ms - alive_window_ms)
+
+
+def read_snapshot(client: redis.Redis, keys: Keys, scripts: Scripts, *, alive_window_ms: int) -> Snapshot:
+    """Read everything a scrape exports in two pipelined round trips: (1) Redis's clock, the
+    partition registry, workers, leader, task types, label decisions and the global stats hashes;
+    (2) every partition's streams, schedule, DLQ and stats hashes, summed (dtq_core/keys.py: the
+    global hashes hold what no live partition does, so the sums never go back when a queue is
+    deleted)."""
     snap = Snapshot()
     pipe = client.pipeline(transaction=False)
+    # Workers stamp heartbeats on Redis's clock, so "alive" is judged on it, not on this host's
+    # (which may be off: every API replica must report the same). redis-py blocks pipe.time() in a
+    # cluster pipeline by name only; the generic command goes to a node like any keyless one.
+    cast(Any, pipe).execute_command("TIME")  # untyped in redis-py
+    pipe.zrange(keys.workers(), 0, -1, withscores=True)  # the stale are pruned: about the live ones
     pipe.hgetall(keys.queues())
-    pipe.zcount(keys.workers(), now_ms - alive_window_ms, "+inf")
     pipe.get(keys.leader())
     pipe.hkeys(keys.task_types())
+    pipe.hgetall(keys.metrics_labels())
     pipe.hgetall(keys.global_stats_tasks())
     pipe.hgetall(keys.global_stats_duration())
     pipe.hgetall(keys.global_stats_counters())
-    registry, alive, leader, types, *global_stats = pipe.execute()
+    now, heartbeats, registry, leader, types, decided, *global_stats = pipe.execute()
     layouts = parse_registry(registry)
     snap.queues = sorted(layouts)
-    snap.workers_alive, snap.leader, snap.types = int(alive), leader or None, frozenset(types)
+    snap.workers_alive = count_alive(heartbeats, now_ms=redis_now_ms(now), alive_window_ms=alive_window_ms)
+    snap.leader, snap.types = leader or None, frozenset(types)
 
     pipe = client.pipeline(transaction=False)
     for queue in snap.queues:
@@ -236,7 +326,8 @@ def read_snapshot(client: redis.Redis, keys: Keys, *, now_ms: int, alive_window_
         snap.pending[queue] = in_flight
         snap.running[queue] = running
         snap.throttled[queue] = throttled
-    snap.tasks = bounded_tasks(parse_tasks(_sum_fields(stats[0])), types=snap.types)
+    tasks = parse_tasks(_sum_fields(stats[0]))
+    snap.tasks = fold_tasks(tasks, keep_labels(scripts, keys, tasks, types=snap.types, decided=decided))
     snap.duration_buckets, snap.duration_sum = parse_histogram(_sum_fields(stats[1]))
     counters = _sum_fields(stats[2])
     snap.counters = {name: counters.get(name, 0.0) for name in COUNTERS}
@@ -318,8 +409,7 @@ class RedisCollector(Collector):
         config = engine.config
         try:
             snap: Snapshot | None = read_snapshot(
-                engine.client, engine.keys, now_ms=engine.clock.now_ms(),
-                alive_window_ms=int(config.visibility_timeout_s * 1000))
+                engine.client, engine.keys, engine.scripts, alive_window_ms=int(config.visibility_timeout_s * 1000))
         except _REDIS_FAILURES as exc:
             # Any Redis failure reports dtq_redis_up 0: a scrape must answer, never 500 or hang.
             logger.warning("metrics scrape could not read Redis: %s: %s", type(exc).__name__, exc)

@@ -136,13 +136,38 @@ def _host_port(part: str, default_port: int, kind: str, shown: str) -> tuple[str
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for logs and messages (any scheme, any number of hosts)."""
+    """The URL without its passwords, for logs and messages (any scheme, any number of hosts): the
+    one in user:password@ and the value of any query parameter named like a password (password=,
+    sentinel_password=, ssl_password=...), which redis-py reads as well."""
+    return _mask_query(_mask_userinfo(url))
+
+
+def _mask_userinfo(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    netloc, slash, path = rest.partition("/")
+    # The authority ends at the first "/", "?" or "#" (a query may hold an "@" of its own).
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:end], rest[end:]
     userinfo, at, hosts = netloc.rpartition("@")
     if not at or ":" not in userinfo:
         return url
     user = userinfo.partition(":")[0]
-    return f"{scheme}://{user}:***@{hosts}{slash}{path}"
+    return f"{scheme}://{user}:***@{hosts}{tail}"
+
+
+def _mask_query(url: str) -> str:
+    head, question, rest = url.partition("?")
+    if not question:
+        return url
+    query, hash_sign, fragment = rest.partition("#")
+    params = [_mask_param(param) for param in query.split("&")]
+    return f"{head}?{'&'.join(params)}{hash_sign}{fragment}"
+
+
+def _mask_param(param: str) -> str:
+    name, equals, value = param.partition("=")
+    # Names are matched decoded and in any case: redis-py would read "Pass%77ord" as well.
+    if equals and value and "password" in unquote(name).lower():
+        return f"{name}=***"
+    return param

@@ -205,7 +205,7 @@ def test_a_deleted_queues_counts_stay_in_the_metrics(config: DtqConfig, redis_cl
         engine.tasks.cancel(engine.tasks.enqueue("dtq.echo", queue="wide").id, Actor.cli())
 
     def snapshot() -> Any:
-        return read_snapshot(redis_client, engine.keys, now_ms=engine.clock.now_ms(), alive_window_ms=30_000)
+        return read_snapshot(redis_client, engine.keys, engine.scripts, alive_window_ms=30_000)
 
     before = snapshot()
     assert before.tasks[("wide", "dtq.echo", "cancelled")] == 4

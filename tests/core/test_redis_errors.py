@@ -38,7 +38,6 @@ WRONG_DATABASE = "DTQ_REDIS_URL names a database this Redis does not have (DB in
 class Trouble:
     url: str  # a Redis URL that has this trouble
     caught: Callable[[], BaseException]  # what redis-py raises for a write there
-    refuses_ping: bool = True  # so /ready is 503 (Redis refuses PING under MISCONF, not under OOM)
     refuses_reads: bool = True
     # Brings the trouble on, for those a test can first write to (to have a queue to pause).
     start: Callable[[], None] | None = None
@@ -112,7 +111,7 @@ def _full_memory(stack: ExitStack, tmp_path: Path) -> Trouble:
                                              args=["--maxmemory-policy", "noeviction"]))
     client = redis.Redis(port=server.port)
     stack.callback(client.close)
-    return Trouble(server.url, _writer(server.url), refuses_ping=False, refuses_reads=False,
+    return Trouble(server.url, _writer(server.url), refuses_reads=False,
                    start=lambda: client.config_set("maxmemory", 1))
 
 
@@ -229,12 +228,12 @@ def test_every_surface_says_the_same_for_the_same_trouble(trouble: Trouble, sett
     page = console.post("/queues/default/pause")
     assert page.status_code == 503 and want.state in html.unescape(page.content.decode()), page.content[:500]
 
-    # Probes and reads say it as a condition, where Redis refuses them: /ready's PING (refused
-    # under MISCONF too), the console's JSON (a Redis refusing writes still serves reads).
+    # Probes and reads say it as a condition, where Redis refuses them: /ready (a write: a Redis
+    # that refuses writes is not ready for submits), the console's JSON (a Redis refusing writes
+    # still serves reads).
     ready = api.get("/ready")
-    assert ready.status_code == (503 if trouble.refuses_ping else 200), ready.content
-    if trouble.refuses_ping:
-        assert (ready.json()["error"]["code"], ready.json()["error"]["message"]) == (want.code, want.state)
+    assert ready.status_code == 503, ready.content
+    assert (ready.json()["error"]["code"], ready.json()["error"]["message"]) == (want.code, want.state)
     state = console.get("/console/state.json")
     assert state.status_code == (503 if trouble.refuses_reads else 200), state.content
     if trouble.refuses_reads:

@@ -71,9 +71,9 @@ def test_a_partitioned_queue_on_a_cluster_acts_as_one_queue(cluster_engine: Engi
     assert engine.queues.purge("wide", OPERATOR) == 12
     for task_id in delayed:
         engine.tasks.cancel(task_id, OPERATOR)
-    before = read_snapshot(client, engine.keys, now_ms=engine.clock.now_ms(), alive_window_ms=30_000)
+    before = read_snapshot(client, engine.keys, engine.scripts, alive_window_ms=30_000)
     assert before.tasks[("wide", "dtq.echo", "cancelled")] == 19
     engine.queues.delete("wide", OPERATOR)
     assert [client.get(engine.keys.owner(tag)) for tag in layout.tags] == [f"deleted|{layout.owner}"] * 6
-    after = read_snapshot(client, engine.keys, now_ms=engine.clock.now_ms(), alive_window_ms=30_000)
+    after = read_snapshot(client, engine.keys, engine.scripts, alive_window_ms=30_000)
     assert after.queues == [] and after.tasks == before.tasks

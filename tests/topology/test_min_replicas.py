@@ -147,7 +147,8 @@ def test_noreplicas_from_a_master_with_min_replicas_to_write_is_a_503(tmp_path: 
         assert error["code"] == "REDIS_WRITE_FAILED"
         assert error["message"] == ("Redis refused the write; try again shortly (NOREPLICAS Not enough good "
                                     "replicas to write.)")
-        assert api.get("/ready").status_code == 200  # it answers: only writes are refused
+        ready = api.get("/ready")  # it answers, but refuses writes: not ready for traffic
+        assert ready.status_code == 503 and "NOREPLICAS" in ready.content.decode()
 
 
 def test_a_worker_whose_completions_are_not_confirmed_warns_asks_again_and_goes_on(
