@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 from uuid import uuid4
 
 from dtq_core.clock import SystemClock
@@ -22,7 +23,7 @@ from dtq_core.engine import Engine
 from dtq_core.worker.store import Partition, WorkerStore
 from dtq_core.worker.wake import WakeSubscription
 
-from ..redis_topologies import ClusterSetup, client, role
+from ..redis_topologies import ClusterSetup, client, poll, role
 from .test_cluster_service import key_in
 
 QUEUE = "outage"
@@ -93,3 +94,30 @@ def test_a_worker_serves_the_live_masters_while_one_is_down(fresh_cluster: Clust
     assert subscribed, "the wake subscription did not come back through a live node"
     assert woken == {next(tag for tag in layout.tags if tag not in down)}
     engine.client.close()
+
+
+def test_ready_is_503_while_the_cluster_is_down(fresh_cluster: ClusterSetup, settings: Any) -> None:
+    # A master and its replicas gone: every node says cluster_state:fail and refuses key commands.
+    # A PING (keyless) is still answered; /ready's write is not.
+    from django.test import Client
+
+    from dtq_core.conf import get_engine
+
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": fresh_cluster.url, "KEY_PREFIX": f"dtqtest:{uuid4().hex[:12]}",
+                    "ACCEPT_UNKNOWN_TYPES": True}
+    http = Client()
+    assert http.get("/ready").status_code == 200
+    assert get_engine().tasks.enqueue("dtq.echo", queue="q").id
+    victim = fresh_cluster.masters()[0]
+    for replica in [s for s in fresh_cluster.live() if role(s.port) == "slave"
+                    and int(client(s.port).info("replication")["master_port"]) == victim.port]:
+        replica.kill()
+    victim.kill()
+    live = fresh_cluster.live()
+    poll(lambda: all(client(s.port).cluster("info")["cluster_state"] == "fail" for s in live), timeout=20,
+         what="cluster_state:fail on every live node")
+    submit = http.post("/api/v1/tasks", {"type": "dtq.echo", "payload": {}, "queue": "q"},
+                       content_type="application/json")
+    assert submit.status_code == 503, submit.content
+    probe = http.get("/ready")
+    assert probe.status_code == 503 and probe.json()["error"]["code"] == "REDIS_UNAVAILABLE", probe.content
