@@ -32,7 +32,8 @@ class StatsView(APIView):
     @extend_schema(operation_id="stats", parameters=PARAMETERS, responses={200: OpenApiTypes.OBJECT, **ERRORS})
     def get(self, request: Request) -> Response:
         step_text = text_param(request, "step")
-        if step_text is not None and not (step_text.isdigit() and len(step_text) <= 8):
+        # isascii: "²".isdigit() is True, and int() refuses it (a 500 before).
+        if step_text is not None and not (step_text.isascii() and step_text.isdigit() and len(step_text) <= 8):
             raise ValidationError("step must be a whole number of seconds", field="step")
         return Response(get_engine().history.stats(
             text_param(request, "range") or "1h", queue=text_param(request, "queue"),

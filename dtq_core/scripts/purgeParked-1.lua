@@ -22,6 +22,7 @@
 -- #include common
 -- #include purge
 local K = partition_keys(KEYS[1])
+history_batched = true  -- one write of the history for the whole call (purge_task)
 local now_ms, now_iso, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queue, group = ARGV[5], ARGV[6]
 local R = retention_policy(ARGV[4])
@@ -77,4 +78,5 @@ if seen < limit then
 end
 retain_trim(R, K, now_ms)
 for counted, n in pairs(counts) do rcall('HINCRBY', K.stats_tasks, counted, n) end
+history_flush(K, now_ms)
 return {cancelled, seen >= limit and 1 or 0}

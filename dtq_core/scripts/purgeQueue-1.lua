@@ -14,6 +14,7 @@
 -- #include common
 -- #include purge
 local K = partition_keys(KEYS[1])
+history_batched = true  -- one write of the history for the whole call (purge_task)
 local stream = stream_key(K, ARGV[1], ARGV[2])
 local group, now_ms, now_iso, limit = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[7])
 local R = retention_policy(ARGV[9])
@@ -40,5 +41,6 @@ for _, entry in ipairs(entries) do
 end
 retain_trim(R, K, now_ms)
 for counted, n in pairs(counts) do rcall('HINCRBY', K.stats_tasks, counted, n) end
+history_flush(K, now_ms)
 if #entries < limit then last = '' end
 return {cancelled, last}

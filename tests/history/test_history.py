@@ -217,6 +217,7 @@ def test_deleting_a_queue_deletes_its_history(live_engine: Engine, redis_client:
     ({"range": "2h"}, "range"), ({"range": "x" * 5000}, "range"), ({"step": "abc"}, "step"),
     ({"step": "7"}, "step"), ({"range": "24h", "step": "30"}, "step"), ({"step": "1" * 30}, "step"),
     ({"queue": "Bad Name"}, "queue"), ({"type": "no spaces"}, "type"), ({"type": "a|b"}, "type"),
+    ({"step": "\u00b2"}, "step"), ({"step": "\u0663"}, "step"),  # a superscript two, an Arabic-Indic three
 ])
 def test_bad_parameters_are_a_400_naming_the_field(live_engine: Engine, params: dict[str, str], field: str) -> None:
     response = APIClient().get("/api/v1/stats", params)
@@ -253,3 +254,16 @@ def _actor() -> Any:
 
     return Actor(name="cli:test", source="cli")
 
+
+
+def test_purged_tasks_count_as_cancelled_in_the_history(live_engine: Engine, anonymous_admin: Any) -> None:
+    api = APIClient()
+    for i in range(3):
+        live_engine.tasks.enqueue("dtq.noop", {"i": i}, queue="purge-hist")
+    one = live_engine.tasks.enqueue("dtq.noop", {"i": 9}, queue="purge-hist").id
+    assert api.post(f"/api/v1/tasks/{one}/cancel").status_code in (200, 202)
+    assert api.post("/api/v1/queues/purge-hist/purge").json()["count"] == 3
+    statuses = [t["status"] for t in api.get("/api/v1/tasks", {"queue": "purge-hist"}).json()["results"]]
+    assert statuses.count("CANCELLED") == 4
+    totals = api.get("/api/v1/stats", {"range": "1h", "queue": "purge-hist"}).json()["totals"]
+    assert totals["cancelled"] == 4, totals  # the purge's 3 with the cancel's 1, as the task list says
