@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..clock import iso
@@ -29,12 +30,21 @@ from .reads import Page, page_limit, queue_filter, stream_fields, type_filter
 from .registry import Registry
 from .tasks import Tasks
 
-__all__ = ["DeadLetters", "DlqSelection"]
+__all__ = ["DeadLetters", "DlqSelection", "RetryOutcome"]
 
 PIPELINE_DEPTH = 8  # script calls per round trip in bulk actions
 MAX_SELECTION = 1_000_000
 
 Call = tuple[str, builtins.list[str]]  # (partition tag, entry ids): one script call
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryOutcome:
+    """What a DLQ retry did with the dead letters it selected (retryDeadLetters' counts)."""
+
+    retried: int
+    not_found: int  # gone already (retried or discarded by someone else, trimmed), or stale
+    kept: int  # left in the DLQ: its task record expired (or cannot be read), so only discard helps
 
 
 class DeadLetters(Noun):
@@ -112,9 +122,12 @@ class DeadLetters(Noun):
 
     @staticmethod
     def _item(position: Position, f: dict[str, str]) -> dict[str, Any]:
-        return {"entry_id": position.ref, "task_id": f.get("task_id"), "queue": f.get("queue"),
-                "type": f.get("type"), "attempt": int(f.get("attempt") or 0), "error_class": f.get("error_class"),
-                "error": f.get("error"), "failed_at": iso(f.get("failed_at"))}
+        # attempt and failed_at hold their place in the field order; _typed_fields reads them.
+        item = {"entry_id": position.ref, "task_id": f.get("task_id"), "queue": f.get("queue"),
+                "type": f.get("type"), "attempt": None, "error_class": f.get("error_class"),
+                "error": f.get("error"), "failed_at": None}
+        item.update(_typed_fields(f))
+        return item
 
     def groups(self, *, queue: str | None = None, type: str | None = None,
                window: int = 1000) -> dict[str, Any]:
@@ -134,7 +147,7 @@ class DeadLetters(Noun):
             if group is None:
                 group = groups[key] = {"type": key[0], "error_class": key[1], "message": message, "count": 0,
                                        "queues": set(), "latest_entry_id": position.ref,
-                                       "latest_failed_at": iso(f.get("failed_at"))}
+                                       "latest_failed_at": _typed_fields(f)["failed_at"]}
             group["count"] += 1
             group["queues"].add(f.get("queue") or "")
         items = sorted(groups.values(), key=lambda g: (-g["count"], g["type"], g["message"]))
@@ -220,7 +233,12 @@ class DeadLetters(Noun):
             op.advance(sum(changed(call, reply) for call, reply in zip(sent, self.scripts.execute(pipe), strict=True)))
 
     def retry(self, selection: DlqSelection, actor: Actor) -> int:
-        """Requeue the matching dead letters with a fresh attempt budget; return how many.
+        """Requeue the matching dead letters with a fresh attempt budget; return how many."""
+        return self.retry_outcome(selection, actor).retried
+
+    def retry_outcome(self, selection: DlqSelection, actor: Actor) -> RetryOutcome:
+        """Requeue the matching dead letters with a fresh attempt budget; say how many were
+        retried, how many were not found and how many stay (their task record expired).
 
         A partition whose queue was deleted since (its owner no longer matches the registry) is
         refused by the script whole; the queue is then registered again (registry.ensure, within
@@ -235,6 +253,7 @@ class DeadLetters(Noun):
             layouts = self.registry.layouts(fresh=True)
             layout_of = {tag: layout for layout in layouts.values() for tag in layout.all_tags}
             closed: dict[str, builtins.list[Call]] = {}
+            skipped = {"not_found": 0, "kept": 0}
 
             def args_of(tag: str) -> builtins.list[object]:
                 layout = layout_of.get(tag)
@@ -245,14 +264,14 @@ class DeadLetters(Noun):
                     if reply[1]:  # else none of its entries is left: nothing to do
                         closed.setdefault(str(reply[1]), []).append(call)
                     return 0
-                return int(reply[1])
+                return _retried(reply, skipped)
 
             self._run("retryDeadLetters", _calls(ids), args_of, op, changed)
-            self._retry_reopened(closed, fixed, op)
-        return op.done
+            self._retry_reopened(closed, fixed, op, skipped)
+        return RetryOutcome(retried=op.done, **skipped)
 
     def _retry_reopened(self, closed: dict[str, builtins.list[Call]], fixed: builtins.list[object],
-                        op: Operation) -> None:
+                        op: Operation, skipped: dict[str, int]) -> None:
         """Register each refused partition's queue again and retry its calls once with the new
         layout; raise the first error doing so (QUEUE_LIMIT_REACHED) once the rest are done."""
         if not closed:
@@ -269,7 +288,7 @@ class DeadLetters(Noun):
                 continue
             again = [call for call in calls if call[0] in layout.all_tags]
             self._run("retryDeadLetters", again, _same([layout.owner, layout.queue, *fixed]), op,
-                      lambda _call, reply: int(reply[1]) if int(reply[0]) == ErrorCode.OK else 0)
+                      lambda _call, reply: _retried(reply, skipped) if int(reply[0]) == ErrorCode.OK else 0)
         if failure is not None:
             raise failure
 
@@ -282,6 +301,34 @@ class DeadLetters(Noun):
             fixed: builtins.list[object] = [now, iso(now), self.config.task_retention_s * 1000]
             self._run("discardDeadLetters", _calls(ids), _same(fixed), op, lambda _call, reply: int(reply))
         return op.done
+
+
+# The typed fields of a dead letter, each with how its stored text reads (a missing attempt is 0).
+_TYPED: tuple[tuple[str, Callable[[str | None], object]], ...] = (
+    ("attempt", lambda raw: int(raw or 0)), ("failed_at", iso))
+
+
+def _typed_fields(f: dict[str, str]) -> dict[str, Any]:
+    """A dead letter's attempt and failed_at as the API shows them. One that does not read (edited
+    by hand, or written by a bug) is shown as null, its stored text kept as `<name>_corrupt` (as a
+    quarantined task record keeps `attempt_corrupt`) and the entry marked "damaged": true, so one
+    damaged dead letter is listed (and can be discarded) instead of failing the whole DLQ."""
+    out: dict[str, Any] = {}
+    for name, read in _TYPED:
+        raw = f.get(name)
+        try:
+            out[name] = read(raw)
+        except (ValueError, OverflowError, OSError):  # not a number, or a time out of range
+            out.update({name: None, f"{name}_corrupt": raw, "damaged": True})
+    return out
+
+
+def _retried(reply: Any, skipped: dict[str, int]) -> int:
+    """How many a retryDeadLetters reply {OK, retried, gone, kept} retried; add the entries it
+    skipped (gone) and kept to `skipped`, for the caller to name what was not retried."""
+    skipped["not_found"] += int(reply[2])
+    skipped["kept"] += int(reply[3])
+    return int(reply[1])
 
 
 def _calls(ids: Iterable[str]) -> builtins.list[Call]:
