@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from typing import Any
 
 from .clock import iso
@@ -99,7 +101,7 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
         "priority": fields.get("priority"),
         "status": fields.get("status"),
         "payload": payload,
-        "timeout_s": _num(fields.get("timeout_s")),
+        "timeout_s": None,  # read below, with the other numbers
         "worker_id": fields.get("worker_id") or None,
         "last_error": fields.get("last_error") or None,
         "errors": _json_or_raw(fields.get("errors")) or [],
@@ -110,10 +112,11 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
         "request_id": fields.get("request_id") or None,
         "compact": fields.get("status") in COMPACTED and "payload" not in fields,
     }
+    _read_field(out, fields, "timeout_s", _num)
     for name in INT_FIELDS:
-        out[name] = int(fields[name]) if fields.get(name, "") != "" else None
+        _read_field(out, fields, name, int)
     for name in TIME_FIELDS:
-        out[name] = iso(fields.get(name) or None)
+        _read_field(out, fields, name, iso)
     if out["compact"]:  # what retain.lua leaves out of a compact record when it is the default
         out["updated_at"] = out["updated_at"] or out["finished_at"]
         out["priority"] = out["priority"] or "normal"
@@ -141,7 +144,7 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     # What became of its dead letter: an operator's discard or retry, or the DLQ cap's trim.
     for name in ("dlq_discarded_at", "retried_from_dlq_at", "dlq_trimmed_at"):
         if fields.get(name):
-            out[name] = iso(fields[name])
+            _read_field(out, fields, name, iso)
     if result is not None:
         out["result"], result_sealed = reveal(_json_or_raw(result))
         sealed = sealed or result_sealed
@@ -150,11 +153,25 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     return out
 
 
+def _read_field(out: dict[str, Any], fields: dict[str, str], name: str, read: Callable[[str], Any]) -> None:
+    """Set out[name] to the record's field read as a number or time (None when absent).
+
+    A field that does not read (edited by hand, or written by another tool) is shown as None, its
+    text kept as `<name>_corrupt` and the record marked "damaged": true, as a damaged dead letter
+    is shown, so one bad field does not turn the task's page into an error (a 500, a traceback).
+    """
+    raw = fields.get(name, "")
+    try:
+        out[name] = read(raw) if raw != "" else None
+    except (ValueError, OverflowError, OSError):  # not a number, or a time out of range
+        out.update({name: None, f"{name}_corrupt": raw, "damaged": True})
+
+
 def progress_view(fields: dict[str, str]) -> dict[str, Any]:
     """A record's progress fields as the API shows them: {"done", "total", "fraction", "message",
     "updated_at"}; fraction is done/total capped at 1 (None when the total is unknown)."""
-    done = _num(fields.get("progress_done")) or 0
-    total = _num(fields.get("progress_total"))
+    done = _num_or_none(fields.get("progress_done")) or 0
+    total = _num_or_none(fields.get("progress_total"))
     return {"done": done, "total": total, "fraction": min(1.0, done / total) if total else None,
             "message": fields.get("progress_message") or "", "updated_at": iso(fields.get("progress_at") or None)}
 
@@ -178,4 +195,13 @@ def _num(raw: str | None) -> float | int | None:
     if raw in (None, ""):
         return None
     value = float(raw)
+    if not math.isfinite(value):  # "nan", "inf": the API's strict JSON renderer cannot write them
+        raise ValueError(f"{raw!r} is not a finite number")
     return int(value) if value.is_integer() else value
+
+
+def _num_or_none(raw: str | None) -> float | int | None:
+    try:
+        return _num(raw)
+    except ValueError:  # progress is a hint: a damaged one is shown as unknown
+        return None

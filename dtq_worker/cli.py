@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -44,19 +45,28 @@ def translate(argv: list[str]) -> list[str]:
 def settings_module() -> str | None:
     """DJANGO_SETTINGS_MODULE; unset, dtq's own site when run from its checkout, else None.
 
-    Also puts the current directory on sys.path, as manage.py has its own directory there, so a
-    project's settings and apps import without PYTHONPATH=. (a console script has only its bin/).
+    Puts the checkout on sys.path (run from anywhere), and the current directory only when the
+    settings module is not found without it: a project's settings and apps then import without
+    PYTHONPATH=. (as manage.py has its own directory there; a console script has only its bin/).
+    Never otherwise: any redis.py or django/ in the directory an operator happens to be in would
+    shadow the real package (bin/dtq runs Python with -P for the same reason).
     """
+    checkout = (ROOT / "dtq_site" / "settings.py").is_file()  # bin/dtq, pip install -e
+    if checkout and str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    named = os.environ.get("DJANGO_SETTINGS_MODULE") or ("dtq_site.settings" if checkout else None)
     cwd = os.getcwd()
-    if cwd not in sys.path:
+    if named and not findable(named) and cwd not in sys.path:
         sys.path.insert(0, cwd)
-    if os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return os.environ["DJANGO_SETTINGS_MODULE"]
-    if (ROOT / "dtq_site" / "settings.py").is_file():  # a checkout (bin/dtq, pip install -e)
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))  # run from anywhere
-        return "dtq_site.settings"
-    return None
+    return named
+
+
+def findable(module: str) -> bool:
+    """Whether the module's top-level package is on sys.path (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module.partition(".")[0]) is not None
+    except (ImportError, ValueError):  # a malformed name: unimportable() says so
+        return False
 
 
 def unimportable(module: str) -> str | None:
@@ -75,6 +85,21 @@ def unimportable(module: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        run(argv)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what it cut short), not a traceback
+        sys.stderr.write(f"dtq: {interrupted(exc)}\n")
+        raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
+
+
+def interrupted(exc: KeyboardInterrupt) -> str:
+    """The line for Ctrl-C. Only an operator command can have an audited action under way, and
+    then dtq_worker.ops is loaded: nothing is imported here, mid-interrupt."""
+    ops = sys.modules.get("dtq_worker.ops")
+    return ops.interrupted(exc) if ops is not None else "interrupted"
+
+
+def run(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)

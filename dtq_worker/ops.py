@@ -1,13 +1,15 @@
 """Shared plumbing of the operator commands (dlq, queue, task, periodic): parsing, errors, output.
 
 Every failure leaves as one line and a non-zero exit: argparse errors (exit 2) without the
-usage block, dtq errors and an unreachable Redis as CommandError (exit 1).
+usage block, dtq errors and an unreachable Redis as CommandError (exit 1), saying how far an
+audited bulk action got when one was cut short.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -17,11 +19,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dtq_core.codec import is_unicode
 from dtq_core.conf import get_config
+from dtq_core.engine.audit import cut_short
 from dtq_core.engine.reads import MAX_PAGE
 from dtq_core.errors import DtqError
 from dtq_core.redis_errors import one_line, translate
 from dtq_core.redis_url import redacted as redacted_url
-from dtq_core.task import valid_queue_name
+from dtq_core.task import TASK_TYPE_RE, valid_queue_name
 
 
 class OneLineParser(CommandParser):
@@ -48,15 +51,51 @@ def implicit_redis() -> str | None:
     return f"reading {redacted(url)} (from {origin[1]})"
 
 
+def how_far(exc: BaseException) -> str:
+    """"dlq.retry stopped after 12,000 of 200,000" when exc cut an audited action short, else ""."""
+    op = cut_short(exc)
+    if op is None:
+        return ""
+    of = "" if op.selected is None else f" of {op.selected:,}"
+    unrecorded = "" if op.closed else " (its audit entry stays unfinished)"
+    return f"{op.action} stopped after {op.done:,}{of}{unrecorded}"
+
+
+def interrupted(exc: KeyboardInterrupt) -> str:
+    """The one line for Ctrl-C: what was cut short, if anything audited was under way."""
+    progress = how_far(exc)
+    return f"interrupted: {progress}; run the command again to finish" if progress else "interrupted"
+
+
+class _Silenced(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+@contextmanager
+def audit_log_silenced() -> Iterator[None]:
+    """Keep dtq.audit's "outcome not recorded" warning off the operator's terminal: the command's
+    one error line says it already (how_far), and a second line would break "one line on stderr"."""
+    audit_log, silenced = logging.getLogger("dtq.audit"), _Silenced()
+    audit_log.addFilter(silenced)
+    try:
+        yield
+    finally:
+        audit_log.removeFilter(silenced)
+
+
 @contextmanager
 def one_line_errors() -> Iterator[None]:
     """Turn dtq errors and Redis outages into CommandError (one line, exit 1)."""
     try:
-        yield
+        with audit_log_silenced():
+            yield
     except Exception as exc:
         trouble = translate(exc)
+        progress = how_far(exc)
         if trouble is not None:
-            raise CommandError(one_line(trouble, redacted(get_config().redis_url))) from None
+            line = one_line(trouble, redacted(get_config().redis_url))
+            raise CommandError(f"{line}; {progress}" if progress else line) from None
         if isinstance(exc, DtqError):
             raise CommandError(exc.message) from None
         raise
@@ -112,6 +151,13 @@ def page_limit(raw: str) -> int:
 def queue_name(raw: str) -> str:
     if not valid_queue_name(raw):
         raise argparse.ArgumentTypeError(f"{raw!r} is not a queue name ([a-z0-9][a-z0-9_-]{{0,63}})")
+    return raw
+
+
+def task_type(raw: str) -> str:
+    # Text that is not UTF-8 passes: OperatorCommand.handle names that trouble (in those words).
+    if is_unicode(raw) and not TASK_TYPE_RE.fullmatch(raw):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a task type (1-200 of letters, digits and _ . : -)")
     return raw
 
 

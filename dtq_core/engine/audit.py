@@ -21,6 +21,7 @@ import getpass
 import hashlib
 import json
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,12 +65,25 @@ class Actor:
 
     @classmethod
     def cli(cls) -> Actor:
-        try:
-            who = getpass.getuser()
-        except (KeyError, OSError):
-            who = "unknown"
         # One request id per command run, so its audit entry can be quoted like an API call's.
-        return cls(name=f"cli:{who}", source="cli", request_id=uuid.uuid4().hex)
+        return cls(name=f"cli:{os_user()}", source="cli", request_id=uuid.uuid4().hex)
+
+
+def os_user() -> str:
+    """The account the process runs as, for `cli:<os user>`. Not getpass.getuser(): it reads
+    $USER / $LOGNAME first, which anyone can set (USER=ceo dtq ...) to sign the audit trail as
+    someone else. getpass is the fallback where the uid has no passwd entry (a container's
+    arbitrary uid) or there is no pwd module (Windows)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, AttributeError):
+        pass
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -86,6 +100,7 @@ class Operation:
     done: int = 0
     start_id: str = ""  # the intent entry
     recorder: Audit = field(repr=False)
+    closed: bool = False  # its outcome is written (or its intent withdrawn): not listed as unfinished
 
     def advance(self, changed: int) -> None:
         """Count `changed` more and record the progress, so a cut-short action says how far it got."""
@@ -96,6 +111,24 @@ class Operation:
                 {"start": self.start_id, "at": recorder.clock.now_ms(), "done": self.done}))
         except UNAVAILABLE_ERRORS:
             pass  # progress is a hint; the action itself goes on (or fails on its next call)
+
+
+CUT_SHORT = "dtq_operation"  # the attribute Audit.operation leaves on what stopped an operation
+
+
+def _mark_cut_short(exc: BaseException, op: Operation) -> None:
+    # The caller's one line (the CLI's "stopped after 12,000 of 200,000") needs the progress, which
+    # only the operation knows; the exception is what reaches the caller.
+    try:
+        setattr(exc, CUT_SHORT, op)
+    except AttributeError:  # an exception class with __slots__: its caller just cannot say how far
+        pass
+
+
+def cut_short(exc: BaseException) -> Operation | None:
+    """The audited operation `exc` stopped part-way (a failure or Ctrl-C, not a refusal), or None."""
+    op = getattr(exc, CUT_SHORT, None)
+    return op if isinstance(op, Operation) else None
 
 
 def audit_selection(selection: dict[str, Any] | None) -> str:
@@ -184,6 +217,8 @@ class Audit(Noun):
             yield op
         except BaseException as exc:
             refused = isinstance(exc, DtqError)
+            if not refused:
+                _mark_cut_short(exc, op)
             try:
                 if refused and not op.done:
                     self.scripts("withdrawAudit", keys=[self.keys.audit(), self.keys.audit_open()],
@@ -191,6 +226,7 @@ class Audit(Noun):
                 else:
                     self.finish(op, outcome="refused" if refused else "failed",
                                 error=exc.code if refused else type(exc).__name__)  # type: ignore[attr-defined]
+                op.closed = True
             except Exception as second:  # noqa: BLE001 - the original error is the one to raise
                 logger.warning("audit outcome not recorded op_id=%s action=%s: %s", op.op_id, action, second)
             raise

@@ -15,6 +15,7 @@ from .plumbing import Noun, Plumbing
 from .running import Running
 
 CONTROLS = ("quiet", "stop")
+LOST = 3  # controlWorker-1.lua: the worker is lost, not told
 MAX_WORKER_ID = 200
 
 
@@ -49,12 +50,31 @@ class Workers(Noun):
         assert self.audit is not None
         with self.audit.operation(actor, f"worker.{control}", f"worker:{worker_id}", selected=1,
                                   selection={"worker_id": worker_id}) as op:
+            now = self.clock.now_ms()
             told = int(self.scripts("controlWorker", keys=[self.keys.worker(worker_id)],
-                                    args=[control, actor.name, self.clock.now_ms()]))
+                                    args=[control, actor.name, now, self._lost_cutoff_ms(now)]))
             if told == 0:  # its record expired in between
                 raise WorkerNotFound(f"worker {worker_id!r} not found", worker_id=worker_id)
+            if told == LOST:
+                raise self._lost(worker_id, control)
             op.done = 1 if told == 1 else 0
         return told == 1
+
+    def _lost_cutoff_ms(self, now_ms: int) -> int:
+        """The heartbeat time at or before which a worker is lost (list()'s state "lost"): silent
+        past the visibility timeout, so peers are taking its entries whatever it last reported."""
+        return now_ms - int(self.config.visibility_timeout_s * 1000)
+
+    def _lost(self, worker_id: str, control: str) -> WorkerNotFound:
+        """The refusal to tell a lost worker anything: it reads controls with its heartbeats, which
+        stopped, so it would neither drain nor exit (its process is likely gone: killed, host lost)."""
+        beat = self.client.zscore(self.keys.workers(), worker_id)
+        silent = "" if beat is None else f" for {(self.clock.now_ms() - float(beat)) / 1000:.0f}s"
+        timeout = f"{self.config.visibility_timeout_s:g}s"
+        return WorkerNotFound(
+            f"worker {worker_id!r} is lost: no heartbeat{silent} (past the {timeout} visibility timeout), so it "
+            f"cannot be told to {control}: it would never read it. Other workers take over its tasks; check its host",
+            worker_id=worker_id)
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Registered workers with heartbeat age, newest heartbeat first."""
@@ -68,7 +88,7 @@ class Workers(Noun):
         out = []
         for (wid, beat), info in zip(rows, details, strict=True):
             age = round((now - beat) / 1000, 3)
-            alive = age < self.config.visibility_timeout_s
+            alive = beat > self._lost_cutoff_ms(now)
             row: dict[str, Any] = {
                 "id": wid, "heartbeat_at": iso(int(beat)), "heartbeat_age_s": age, "alive": alive,
                 "leader": wid == leader,

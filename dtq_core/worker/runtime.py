@@ -67,6 +67,15 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def drain_signals() -> list[signal.Signals]:
+    """The signals that drain the worker (Worker.serve): SIGTERM, SIGINT, and SIGHUP unless the
+    process was started ignoring it (nohup)."""
+    signals = [signal.SIGTERM, signal.SIGINT]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    return signals
+
+
 class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
     """One worker process. Each loop lives in the module of the failure modes it handles (the
     mixins: fetch, execution, liveness, reclaim, leader); this class holds the state they share,
@@ -157,13 +166,21 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             self.wake.poke()  # an idle consumer waiting for a wake-up stops waiting
 
     async def serve(self) -> int:
-        """run() as a process's main task: SIGTERM/SIGINT drain (request_stop); a second signal
-        exits at once, leaving what runs to redelivery."""
+        """run() as a process's main task: SIGTERM, SIGINT and SIGHUP drain (request_stop); a second
+        SIGTERM or SIGINT exits at once, leaving what runs to redelivery.
+
+        SIGHUP is a terminal hanging up (an ssh session dropped under a worker started by hand):
+        its default would kill the process mid-task, as SIGKILL does. It never counts as the
+        second signal, since a hangup often comes twice (from the shell, then the kernel), and it
+        is left alone where it is ignored (nohup): that process asked to outlive its terminal.
+        """
         loop = asyncio.get_running_loop()
         signals_seen = 0
 
         def on_signal(signum: int) -> None:
             nonlocal signals_seen
+            if signum == signal.SIGHUP and self._stopping:
+                return  # the hangup's echo: already draining
             signals_seen += 1
             if signals_seen > 1:
                 logger.warning("worker_id=%s second signal: exiting now", self.worker_id)
@@ -171,7 +188,7 @@ class Worker(FetchLoop, ExecutionLoops, HeartbeatLoop, ReaperLoop, LeaderLoop):
             logger.info("worker_id=%s got %s", self.worker_id, signal.Signals(signum).name)
             self.request_stop()
 
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in drain_signals():
             loop.add_signal_handler(signum, on_signal, signum)
         return await self.run()
 

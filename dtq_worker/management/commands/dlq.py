@@ -7,10 +7,11 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from dtq_core.conf import get_engine
+from dtq_core.engine import Engine
 from dtq_core.engine.audit import Actor
-from dtq_core.engine.dlq import DlqSelection
+from dtq_core.engine.dlq import DlqSelection, RetryOutcome
 from dtq_core.engine.reads import SCAN_BUDGET
-from dtq_worker.ops import OperatorCommand, page_limit, queue_name, short
+from dtq_worker.ops import OperatorCommand, page_limit, queue_name, short, task_type
 
 HEADERS = ("ENTRY ID", "TASK ID", "QUEUE", "TYPE", "ATTEMPT", "FAILED AT", "ERROR")
 
@@ -37,7 +38,7 @@ class Command(OperatorCommand):
     @staticmethod
     def _filters(parser: CommandParser) -> None:
         parser.add_argument("--queue", type=queue_name, default=None, help="only this queue")
-        parser.add_argument("--type", default=None, help="only this task type")
+        parser.add_argument("--type", type=task_type, default=None, help="only this task type")
 
     def do_list(self, *, queue: str | None, type: str | None, q: str | None, limit: int, json: bool,
                 **_: Any) -> None:
@@ -76,7 +77,60 @@ class Command(OperatorCommand):
         if dry_run:
             self.stdout.write(f"would {verb} {engine.dlq.count_selected(selection)} dead letter(s)")
             return
-        if ids and engine.dlq.count_selected(selection) == 0:
-            raise CommandError(f"no dead letter with id {', '.join(ids[:5])}")
-        method = engine.dlq.retry if verb == "retry" else engine.dlq.discard
-        self.stdout.write(f"{done} {method(selection, Actor.cli())} dead letter(s)")
+        named = list(dict.fromkeys(ids))
+        missing = _missing(engine, named)
+        if named and len(missing) == len(named):
+            raise CommandError(f"no dead letter with id {_listed(missing)}")
+        if verb == "discard":
+            self.stdout.write(f"{done} {engine.dlq.discard(selection, Actor.cli())} dead letter(s)")
+            return
+        outcome = engine.dlq.retry_outcome(selection, Actor.cli())
+        self.stdout.write(f"{done} {outcome.retried} dead letter(s)")
+        if named:
+            self._named_not_retried(engine, [i for i in named if i not in missing], missing, outcome)
+        else:
+            self._selected_not_retried(outcome)
+
+    @staticmethod
+    def _named_not_retried(engine: Engine, present: list[str], missing: list[str], outcome: RetryOutcome) -> None:
+        """Fail (exit 1) naming each id the operator gave that was not retried: not found, or kept."""
+        if not missing and outcome.retried == len(present):
+            return
+        kept = _missing(engine, present, inverse=True) if outcome.retried < len(present) else []
+        reasons = [f"no dead letter with id {_listed(missing)}"] if missing else []
+        if kept:
+            reasons.append(f"kept {_listed(kept)}: {KEPT_BECAUSE}; drop with `dtq discard-dlq {' '.join(kept[:5])}`")
+        meanwhile = len(present) - outcome.retried - len(kept)
+        if meanwhile > 0:  # present a moment before, gone by its turn
+            reasons.append(f"{meanwhile} gone meanwhile (retried or discarded by someone else)")
+        raise CommandError("not all retried: " + "; ".join(reasons))
+
+    def _selected_not_retried(self, outcome: RetryOutcome) -> None:
+        """Fail (exit 1) when dead letters the filters selected stay in the DLQ (kept)."""
+        if outcome.not_found:
+            self.stderr.write(f"({outcome.not_found} gone before their turn: retried or discarded by someone else)")
+        if outcome.kept:
+            raise CommandError(f"{outcome.kept} dead letter(s) kept: {KEPT_BECAUSE}; `dtq dlq show ID` shows "
+                               "their task as null: drop them with `dtq discard-dlq ID...`")
+
+
+# The one reason retryDeadLetters keeps an entry (besides a record corrupted by hand).
+KEPT_BECAUSE = "the task record expired (DTQ_TASK_RETENTION_S), so there is nothing to requeue"
+
+
+def _missing(engine: Engine, ids: list[str], *, inverse: bool = False) -> list[str]:
+    """The ids with no dead letter now (with inverse, the ids that have one). One count for them
+    all first, so the usual case (every id exists) costs one round trip, not one per id."""
+    if not ids:
+        return []
+    count = engine.dlq.count_selected(DlqSelection(ids=tuple(ids)))
+    if count == (0 if inverse else len(ids)):
+        return []
+    if count == (len(ids) if inverse else 0):
+        return list(ids)
+    return [i for i in ids if bool(engine.dlq.count_selected(DlqSelection(ids=(i,)))) == inverse]
+
+
+def _listed(ids: list[str]) -> str:
+    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    return ", ".join(ids[:5]) + more

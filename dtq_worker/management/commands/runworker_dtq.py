@@ -1,5 +1,6 @@
 """manage.py runworker_dtq: run one dtq worker process (consumer, executor, heartbeats, reaper,
-cancel watcher and scheduler candidacy). SIGTERM/SIGINT drain; a second signal exits at once."""
+cancel watcher and scheduler candidacy). SIGTERM, SIGINT and SIGHUP (a terminal hanging up) drain;
+a second SIGTERM or SIGINT exits at once. Ctrl-C before it serves exits 130 with one line."""
 
 from __future__ import annotations
 
@@ -100,6 +101,16 @@ class Command(BaseCommand):
                 super().check(*args, **kwargs)
             finally:
                 checks.run_checks = run_all
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        # Until Worker.serve takes SIGINT over (to drain), Ctrl-C raises KeyboardInterrupt: in
+        # Django's checks, the task modules' imports or the first connection. Nothing is
+        # registered yet, so one line says so instead of a traceback.
+        try:
+            return super().execute(*args, **options)
+        except KeyboardInterrupt:
+            raise CommandError("interrupted while starting: the worker had not started serving",
+                               returncode=130) from None
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", type=queue_list, default=None,

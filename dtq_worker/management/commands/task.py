@@ -34,6 +34,10 @@ class Command(OperatorCommand):
         for name in SUMMARY:
             if task.get(name) is not None:
                 self.stdout.write(f"{name + ':':<18}{task[name]}")
+        damaged = [f"{name.removesuffix('_corrupt')}={raw!r}" for name, raw in task.items()
+                   if name.endswith("_corrupt")]
+        if damaged:  # shown as null above (codec.task_view): say what the record really holds
+            self.stdout.write(f"{'damaged:':<18}{', '.join(damaged)} (not readable; edited by hand or another tool?)")
         payload = "(not kept: a compact finished record, DTQ_KEEP_PAYLOAD)" if task.get("compact") \
             else short(dumps(task["payload"]), 200)
         self.stdout.write(f"{'payload:':<18}{payload}")
