@@ -62,11 +62,12 @@ class History(Noun):
         span, resolution, default_step = _check(range_, queue, ttype, step)
         step = step or default_step
         count = span // step
-        end_s = (self.clock.now_ms() // 1000 // step + 1) * step  # the point holding now is the last
+        now_s = self.redis_now_ms() // 1000  # workers count on Redis's clock, not this host's
+        end_s = (now_s // step + 1) * step  # the point holding now is the last
         start_s = end_s - count * step
         scopes = self._scopes(queue, ttype is not None or types)
         # Whole days come from the leader's day folds when a point is a day or more.
-        hashes = self._read(scopes, start_s, end_s, resolution, days=step % DAY_S == 0)
+        hashes = self._read(scopes, start_s, end_s, resolution, now_s, days=step % DAY_S == 0)
         points = [Tally.empty() for _ in range(count)]
         total = Tally.empty()
         by_type: dict[str, Tally] = {}
@@ -84,7 +85,7 @@ class History(Noun):
             series[name] = [p.outcomes.get(letter, 0) for p in points]
         for name, attr in (("wait_ms", "wait"), ("run_ms", "run")):
             series[name] = {f"p{q}": [_round(percentile(getattr(p, attr), q)) for p in points] for q in PERCENTILES}
-        series["depth"] = (self._depth(queue or "*", start_s, end_s, resolution, step, count)
+        series["depth"] = (self._depth(queue or "*", start_s, end_s, resolution, step, count, now_s)
                            if depth and ttype is None else None)
         out: dict[str, Any] = {"range": range_, "step_s": step, "resolution_s": resolution,
                                "start": iso(start_s * 1000), "end": iso(end_s * 1000),
@@ -104,12 +105,11 @@ class History(Noun):
         scope = "types" if by_type else "all"
         return [(k.global_history(scope), f"hour:{scope}", ROLLUP_MINUTES_LIVE_S)]
 
-    def _keys(self, scopes: list[Scope], start_s: int, end_s: int, resolution: int, *,
+    def _keys(self, scopes: list[Scope], start_s: int, end_s: int, resolution: int, now_s: int, *,
               days: bool = False) -> list[tuple[int, str]]:
         """(unit start in s, key) of every hash in the range: minutes, or hours (and, with days,
         the folded days that lie whole inside the range), and minutes for what is not folded yet
         (an hour no leader folded), only those young enough to exist."""
-        now_s = self.clock.now_ms() // 1000
         wanted: list[tuple[int, str]] = []
         if resolution == MINUTE_S:
             for prefix, _, live_s in scopes:
@@ -132,10 +132,10 @@ class History(Noun):
                 h += 1
         return wanted
 
-    def _read(self, scopes: list[Scope], start_s: int, end_s: int, resolution: int, *,
+    def _read(self, scopes: list[Scope], start_s: int, end_s: int, resolution: int, now_s: int, *,
               field: str | None = None, days: bool = False) -> list[tuple[int, dict[str, str]]]:
         """(unit start in s, fields) of every hash in the range (only `field`, when given)."""
-        wanted = self._keys(scopes, start_s, end_s, resolution, days=days)
+        wanted = self._keys(scopes, start_s, end_s, resolution, now_s, days=days)
         pipe = self.client.pipeline(transaction=False)
         for _, key in wanted:
             if field is None:
@@ -152,20 +152,21 @@ class History(Noun):
         """The types table of a range alone (the console's /types/ page): {"types": rows, the
         slowest first, "totals"}; read from whole days where the leader folded them."""
         span, resolution, _ = _check(range_, queue, None, None)
-        end_s = (self.clock.now_ms() // 1000 // resolution + 1) * resolution
+        now_s = self.redis_now_ms() // 1000
+        end_s = (now_s // resolution + 1) * resolution
         start_s = end_s - span
         by_type: dict[str, Tally] = {}
         total = Tally.empty()
-        for _, fields in self._read(self._scopes(queue, True), start_s, end_s, resolution, days=True):
+        for _, fields in self._read(self._scopes(queue, True), start_s, end_s, resolution, now_s, days=True):
             add_by_type(by_type, fields)
             total.merge(tally_fields(fields, None))
         return {"range": range_, "queue": queue, "totals": total.summary(), "types": _types_table(by_type)}
 
-    def _depth(self, queue: str, start_s: int, end_s: int, resolution: int, step: int, count: int
-               ) -> list[int | None]:
+    def _depth(self, queue: str, start_s: int, end_s: int, resolution: int, step: int, count: int,
+               now_s: int) -> list[int | None]:
         """The peak of the waiting tasks sampled in each point (None: no sample)."""
         hashes = self._read([(self.keys.global_history("depth"), "hour:depth", ROLLUP_MINUTES_LIVE_S)], start_s,
-                            end_s, resolution, field=queue)
+                            end_s, resolution, now_s, field=queue)
         out: list[int | None] = [None] * count
         for unit_s, fields in hashes:
             index = (unit_s - start_s) // step

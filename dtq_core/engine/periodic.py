@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import SystemClock, iso
+from ..clock import iso
 from ..errors import (
     DtqError,
     ErrorCode,
@@ -302,7 +302,7 @@ class Periodic(Noun):
             if held and self.client.exists(self.keys.periodic(held, spec.name)):
                 raise PeriodicExists(f"periodic schedule {spec.name!r} exists already", name=spec.name)
             self.client.hset(registry, spec.name, tag)  # a create cut short left the name behind
-        now = self._now_ms()
+        now = self.redis_now_ms()
         state = dict(carry or {})
         paused = state.get("paused") == "1"
         next_ms = int(state["next"]) if (state.get("next") or "").isdigit() else spec.ticks.next_after(now)
@@ -357,7 +357,7 @@ class Periodic(Noun):
         if spec.queue != stored.spec.queue:
             self._move(stored, spec)
             return 1
-        now = self._now_ms()
+        now = self.redis_now_ms()
         fields: dict[str, object] = self._spec_fields(spec)
         schedule_changed = any(getattr(spec, f) != getattr(stored.spec, f) for f in SCHEDULE_FIELDS)
         if not stored.paused and (schedule_changed or stored.next_ms is None):
@@ -417,7 +417,7 @@ class Periodic(Noun):
         return self.get(name)
 
     def _pause(self, stored: Stored, actor: Actor) -> int:
-        now = self._now_ms()
+        now = self.redis_now_ms()
         # The tick it would have fired next is kept: misfire=run_once catches up from it.
         self._save(self._layout_of(stored), stored.spec.name, "update",
                    {"paused": "1", "paused_at": now, "paused_by": actor.name,
@@ -439,7 +439,7 @@ class Periodic(Noun):
     def _resume(self, stored: Stored) -> int:
         # One script resumes and fires the catch-up: only while still paused at the revision read.
         layout = self._layout_of(stored)
-        now = self._now_ms()
+        now = self.redis_now_ms()
         ticks = stored.spec.ticks
         held = stored.hash.get("paused_next") or ""
         catch_up = None
@@ -457,7 +457,7 @@ class Periodic(Noun):
         layout = self._layout_of(stored)
         with self.audit.operation(actor, "periodic.trigger", f"periodic:{name}", selected=1,
                                   selection={"name": name}) as op:
-            now = self._now_ms()
+            now = self.redis_now_ms()
             created = self._fire(stored, self.fire_args(stored.tag, layout, name, "", None, "", now))
             if not created:  # the partition is full (DTQ_MAX_QUEUE_DEPTH): the run says QUEUE_FULL
                 raise_for_code(ErrorCode.QUEUE_FULL, task_id=None, script="firePeriodic", queue=stored.spec.queue,
@@ -559,17 +559,6 @@ class Periodic(Noun):
             raise PartitionClosed(f"the queue {stored.spec.queue!r} of periodic schedule {stored.spec.name!r} "
                                   "no longer holds it", queue=stored.spec.queue)
         return layout
-
-    def _now_ms(self) -> int:
-        """Now for an operator's change (its next tick, paused_at, updated_at). The leader fires on
-        Redis's clock (workers keep RedisAlignedClock); the host of an API or CLI process may be
-        off (no NTP, a VM resumed), so a SystemClock's now is Redis's TIME: one round trip, on
-        these rare operations only. Any other clock (a worker's aligned one, a test's) is used as
-        it is."""
-        if not isinstance(self.clock, SystemClock):
-            return self.clock.now_ms()
-        seconds, micros = self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
 
     def _settle(self, name: str, stored: Stored, change: Callable[[Stored], int]) -> int:
         """Run change on the schedule as read; its write is a compare-and-set on the revision

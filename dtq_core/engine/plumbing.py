@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import redis
 
-from ..clock import Clock
+from ..clock import Clock, SystemClock
 from ..config import DtqConfig
 from ..keys import Keys
 from ..replication import NO_WAIT, Replication
@@ -37,3 +37,14 @@ class Noun:
         self.clock = plumbing.clock
         self.scripts = plumbing.scripts
         self.replication = plumbing.replication
+
+    def redis_now_ms(self) -> int:
+        """Now on the clock workers write by. They keep RedisAlignedClock, so what they record
+        (history minutes, heartbeats, ticks) is on Redis's clock; the host of an API or CLI process
+        may be off (no NTP, a VM resumed), so a SystemClock's now is Redis's TIME: one round trip,
+        for reads and changes that compare with what workers wrote. Any other clock (a worker's
+        aligned one, a test's) is used as it is."""
+        if not isinstance(self.clock, SystemClock):
+            return self.clock.now_ms()
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
