@@ -297,10 +297,13 @@ class DlqItemSerializer(serializers.Serializer):
     task_id = serializers.CharField(allow_null=True)
     queue = serializers.CharField(allow_null=True)
     type = serializers.CharField(allow_null=True)
-    attempt = serializers.IntegerField()
+    attempt = serializers.IntegerField(allow_null=True, help_text="null when the stored value does not read")
     error_class = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_null=True)
     failed_at = serializers.DateTimeField(allow_null=True)
+    damaged = serializers.BooleanField(required=False, help_text="present (true) on a dead letter damaged in Redis")
+    attempt_corrupt = serializers.CharField(required=False, help_text="the stored attempt, when it does not read")
+    failed_at_corrupt = serializers.CharField(required=False, help_text="the stored failed_at, when it does not read")
 
 
 class DlqEntrySerializer(DlqItemSerializer):

@@ -51,6 +51,7 @@ def test_a_damaged_dead_letters_own_page_and_the_console_answer(damaged: tuple[l
     page = client.get("/dlq/", {"queue": "damaged"})
     assert page.status_code == 200, page.content[:300]
     assert "deadbeef" in page.content.decode()
+    assert ">damaged</span>" in page.content.decode() and ">None<" not in page.content.decode()
 
 
 def test_a_damaged_dead_letter_is_grouped_and_can_be_discarded(live_engine: Engine,
