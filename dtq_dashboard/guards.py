@@ -18,7 +18,15 @@ from django.views.decorators.http import require_GET
 from dtq_api.middleware import request_id_of
 from dtq_core.engine.audit import Actor
 from dtq_core.errors import DeadLetterNotFound, DtqError, QueueNotFound, RedisTrouble, TaskNotFound, ValidationError
-from dtq_core.redis_errors import LOADING, REPLICATION, WRITE_REFUSED, WRONG_DB, redis_trouble
+from dtq_core.redis_errors import (
+    AUTH_FAILED,
+    LOADING,
+    NO_PERMISSION,
+    REPLICATION,
+    WRITE_REFUSED,
+    WRONG_DB,
+    redis_trouble,
+)
 
 from .models import ACTION_PERMISSIONS
 from .permissions import can_act, can_view_console
@@ -39,10 +47,15 @@ def to_login(back: str) -> HttpResponse:
     return redirect_to_login(back, login_url=reverse("dtq_dashboard:login"))
 
 
+# Redis trouble that is DTQ_REDIS_URL's, not Redis's: a database it lacks, a user it refuses or
+# does not grant what dtq needs. Waiting does not end it; the page says to fix the setting.
+CONFIGURATION = (WRONG_DB, AUTH_FAILED, NO_PERMISSION)
+
+
 def unavailable(request: HttpRequest, trouble: RedisTrouble | None = None) -> HttpResponse:
     """The page for Redis trouble (dtq_core.redis_errors): what is wrong and what was not done."""
     title = "Redis is unavailable"
-    if trouble is not None and trouble.kind == WRONG_DB:
+    if trouble is not None and trouble.kind in CONFIGURATION:
         detail = f"{trouble.state}. Nothing was read or changed; fix the setting and restart."
     elif trouble is not None and trouble.kind == WRITE_REFUSED:
         title = "Redis refuses writes"
@@ -62,7 +75,7 @@ def unavailable(request: HttpRequest, trouble: RedisTrouble | None = None) -> Ht
 
 
 def _log_trouble(what: str, request: HttpRequest, trouble: RedisTrouble) -> None:
-    if trouble.kind == WRONG_DB:  # a configuration error: it will not pass by itself
+    if trouble.kind in CONFIGURATION:  # it will not pass by itself
         logger.error("console %s failed: %s", what, trouble.state)
     else:
         logger.warning("console %s failed: redis %s path=%s", what, trouble.kind, request.path)

@@ -350,3 +350,14 @@ def test_the_audit_actor_is_the_os_user_not_whatever_user_says(
     assert proc.returncode == 0, proc.stderr
     # docs/cli.md: audited "with actor cli:<os user>"; the process runs as this uid, not as "ceo".
     assert live_engine.audit.list(limit=1).items[0]["actor"] == f"cli:{pwd.getpwuid(os.geteuid()).pw_name}"
+
+
+def test_the_console_says_to_fix_the_setting_for_a_refused_user(redis_server: RedisServer, settings: Any,
+                                                                key_prefix: str, db: Any) -> None:
+    from django.test import Client
+
+    settings.DTQ = {**settings.DTQ, "REDIS_URL": redis_server.url.replace("redis://", "redis://nobody:wrong@"),
+                    "KEY_PREFIX": key_prefix}
+    page = Client().get("/")
+    text = page.content.decode()
+    assert page.status_code == 503 and "authentication failed" in text and "fix the setting" in text, text[:600]
