@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 from collections.abc import Awaitable
+from importlib import import_module
+from typing import Any
 
+from channels.auth import get_user
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from .backpressure import SCOPE_KEY, SendGate
 from .fanout import ClientBuffer, get_hub
-from .permissions import can_view_console
+from .permissions import can_view_console, login_required_to_read
+
+logger = logging.getLogger(__name__)
 
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4008
+CLOSE_CHECK_FAILED = 4011  # 1011 "internal error" in the range daphne (autobahn) sends: the page reconnects
 # How long a client closed for being too slow has to read its 4008 (behind up to a few MB its
 # socket already holds) before the connection is dropped; the socket is all it costs meanwhile.
 TOO_SLOW_CLOSE_TIME_S = 10.0
@@ -21,6 +30,17 @@ SEND_CHUNK = 32  # events written per look at the socket: at most this many land
 # The handshake waits at most this long for the process's subscription (daphne's own handshake
 # timeout is 5 s): the page's "live" and its REST re-read then come after events reach it.
 SUBSCRIBE_WAIT_S = 3.0
+# With DTQ_CONSOLE_LOGIN_REQUIRED the handshake's "yes" does not last: a logout or a deactivated
+# account must end the feed too. Events go out only on a check of the session and user at most
+# ACCESS_FRESH_S old (a busy feed costs a page at most one check a second), and a quiet socket is
+# checked every ACCESS_IDLE_RECHECK_S, so it is closed (4403) even when nothing is sent.
+ACCESS_FRESH_S = 1.0
+ACCESS_IDLE_RECHECK_S = 5.0
+# daphne queues every frame a client sends for the consumer, without bound, and parses them faster
+# than we handle them: past INBOX_HIGH waiting frames it stops reading the client's socket, and
+# reads again below INBOX_LOW (a flood of pings then waits in the client's kernel buffers).
+INBOX_HIGH = 1000
+INBOX_LOW = 100
 
 
 class NoRouteConsumer(AsyncWebsocketConsumer):
@@ -31,15 +51,56 @@ class NoRouteConsumer(AsyncWebsocketConsumer):
         await self.close()
 
 
+async def still_allowed(scope: dict[str, Any]) -> bool:
+    """Read the policy's answer again from the database: the session (gone after a logout, or
+    expired) and its user (deactivated, or a changed password), as a page request would."""
+    if not login_required_to_read():
+        return True
+    session = scope.get("session")
+    session_key = getattr(session, "session_key", None)
+    if session_key is None:
+        return can_view_console(scope.get("user"))  # no session to read again: the handshake's user
+    fresh = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return can_view_console(await get_user({"session": fresh}))  # channels' own check, in a thread
+
+
+class InboxGate:
+    """Reads a client's frames only as fast as the consumer handles them (see INBOX_HIGH)."""
+
+    def __init__(self, protocol: Any) -> None:
+        self._protocol = protocol
+        self._paused = False
+
+    def handled_one(self) -> None:
+        """Call once per frame handled: pause or resume reading by how many still wait."""
+        waiting = self._protocol.application_queue.qsize()
+        if not self._paused and waiting > INBOX_HIGH:
+            self._paused = True
+            self._protocol.transport.pauseProducing()
+        elif self._paused and waiting < INBOX_LOW:
+            self.resume()
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._protocol.transport.resumeProducing()
+
+
 class EventsConsumer(AsyncWebsocketConsumer):
     buffer: ClientBuffer | None = None
     pump: asyncio.Task[None] | None = None
     gate: SendGate | None = None
+    inbox: InboxGate | None = None
+    recheck_access = False
+    # Event-loop time of the last check that said yes. Not the handshake's: that one was read
+    # before the wait for the subscription (up to SUBSCRIBE_WAIT_S), so the first send checks.
+    access_checked_at = -math.inf
 
     async def connect(self) -> None:
         if not can_view_console(self.scope.get("user")):
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        self.recheck_access = login_required_to_read()
         # Registered before the subscription exists, so nothing published after it is missed.
         self.hub = get_hub()
         self.buffer = self.hub.register()
@@ -49,6 +110,7 @@ class EventsConsumer(AsyncWebsocketConsumer):
         self.gate = self.scope.get(SCOPE_KEY)
         if self.gate is not None:
             self.gate.start()
+            self.inbox = InboxGate(self.gate._protocol)  # daphne's protocol (backpressure.py found it)
         self.pump = asyncio.get_running_loop().create_task(self._pump())
 
     async def disconnect(self, code: int) -> None:
@@ -56,28 +118,35 @@ class EventsConsumer(AsyncWebsocketConsumer):
             self.pump.cancel()
         if self.gate is not None:
             self.gate.stop()
+        if self.inbox is not None:
+            self.inbox.resume()
         if self.buffer is not None:
             await self.hub.unregister(self.buffer)
             self.buffer = None
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        """The feed is one-way; a client's "ping" gets a "pong" so pages can check liveness."""
-        if text_data == "ping":
-            await self.send(text_data=json.dumps({"type": "feed.pong"}))
+        """The feed is one-way; a client's "ping" gets a "pong" so pages can check liveness.
+
+        The pong goes out through the sender, like events, once the socket takes data: sent from
+        here, daphne would hold one for every ping of a client that pings and never reads."""
+        if self.inbox is not None:
+            self.inbox.handled_one()
+        if text_data == "ping" and self.buffer is not None:
+            self.buffer.request_pong()  # False: one is already waiting, and this ping is dropped
 
     async def _pump(self) -> None:
         assert self.buffer is not None
         buffer, reported = self.buffer, 0
         while True:
-            if self.gate is not None and not self.gate.is_open:
-                # The client's socket is full: events wait in its bounded buffer (where a slow
-                # client's drops happen) until it reads again or piles up too many to keep.
-                await _either(self.gate.wait_open(), buffer.overflowed.wait())
-            batch = await buffer.take(SEND_CHUNK)
+            batch = await self._next_batch(buffer)
             if buffer.overflowed.is_set():
                 if self.gate is not None:
                     self.gate.allow_close_time(TOO_SLOW_CLOSE_TIME_S)
                 await self.close(code=CLOSE_TOO_SLOW)
+                return
+            lost = await self._access_lost()
+            if lost is not None:
+                await self.close(code=lost)
                 return
             if buffer.dropped != reported:
                 # Tell the page it missed events, so it re-reads counts over REST.
@@ -85,6 +154,37 @@ class EventsConsumer(AsyncWebsocketConsumer):
                 reported = buffer.dropped
             for text in batch:
                 await self.send(text_data=text)
+
+    async def _next_batch(self, buffer: ClientBuffer) -> list[str]:
+        """The next events (and pong) to send, once the socket takes data; [] after
+        ACCESS_IDLE_RECHECK_S without any, when access is to be checked again."""
+        try:
+            async with asyncio.timeout(ACCESS_IDLE_RECHECK_S if self.recheck_access else None):
+                if self.gate is not None and not self.gate.is_open:
+                    # The client's socket is full: events wait in its bounded buffer (where a slow
+                    # client's drops happen) until it reads again or piles up too many to keep.
+                    await _either(self.gate.wait_open(), buffer.overflowed.wait())
+                return await buffer.take(SEND_CHUNK)
+        except TimeoutError:
+            return []  # nothing taken: cancelled while waiting, the events stay in the buffer
+
+    async def _access_lost(self) -> int | None:
+        """None while the user may still read, else the close code. The database is asked again
+        once the last "yes" is ACCESS_FRESH_S old, so nothing is sent on an older one."""
+        if not self.recheck_access:
+            return None
+        started = asyncio.get_running_loop().time()
+        if started - self.access_checked_at < ACCESS_FRESH_S:
+            return None
+        try:
+            allowed = await still_allowed(self.scope)
+        except Exception as exc:  # noqa: BLE001 - e.g. the database is down: send nothing unchecked
+            logger.warning("could not check a feed client's access: %s; closing its socket", exc)
+            return CLOSE_CHECK_FAILED  # not 4403: the page reconnects (backoff) and is checked anew
+        if not allowed:
+            return CLOSE_FORBIDDEN
+        self.access_checked_at = started  # what the check read is as old as its start
+        return None
 
 
 async def _either(*waits: Awaitable[object]) -> None:

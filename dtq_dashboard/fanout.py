@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import weakref
 from collections import deque
 from typing import Any
+
+from redis.utils import HIREDIS_AVAILABLE
 
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client
@@ -27,13 +30,35 @@ BUFFER_SIZE = 1000
 # past this many buffered terminal events it is disconnected and re-derives state over REST.
 TERMINAL_OVERFLOW = 10 * BUFFER_SIZE
 DROP_FLUSH_S = 1.0  # the cluster-wide drop counter is written at most this often (batched HINCRBY)
+# Anyone who can PUBLISH can flood the channel with junk: say so in the log, but not per message.
+MALFORMED_LOG_EVERY_S = 60.0
 TERMINAL_STATUSES = frozenset(s.value for s in TERMINAL)
+DISCONNECTED: dict[str, str] = {"type": "feed.status", "state": "disconnected"}
+PONG = json.dumps({"type": "feed.pong"})
 
 
 def is_terminal(event: Any) -> bool:
     """Terminal events are the task.* ones with a terminal status (CONTRACT section 8)."""
-    return (isinstance(event, dict) and str(event.get("type", "")).startswith("task.")
-            and event.get("status") in TERMINAL_STATUSES)
+    if not isinstance(event, dict):
+        return False
+    etype, status = event.get("type"), event.get("status")
+    # Anything may arrive on the channel: a list as status must not raise (unhashable) here.
+    return (isinstance(etype, str) and etype.startswith("task.")
+            and isinstance(status, str) and status in TERMINAL_STATUSES)
+
+
+def parse_event(raw: str | bytes) -> tuple[str, bool] | None:
+    """Return the event's text and whether it is terminal, or None when it is no event: not UTF-8
+    or JSON, or not an object whose type is a string and whose status is a string or null."""
+    try:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        event = json.loads(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if not (isinstance(event, dict) and isinstance(event.get("type"), str)
+            and isinstance(event.get("status"), str | None)):
+        return None  # pages would trip over it: an event's fields are what they read
+    return text, is_terminal(event)
 
 
 class ClientBuffer:
@@ -49,6 +74,7 @@ class ClientBuffer:
         self._plain: deque[tuple[int, str]] = deque()
         self._terminal: deque[tuple[int, str]] = deque()
         self._seq = 0
+        self._pong_due = False
         self.dropped = 0  # events this client never got
         self.overflowed = asyncio.Event()  # past the terminal cap: the client is to be closed
         self._ready = asyncio.Event()
@@ -81,6 +107,15 @@ class ClientBuffer:
             self._ready.set()  # wake the sender: it closes the connection
         return 0
 
+    def request_pong(self) -> bool:
+        """Have the sender answer a ping; False while a pong already waits (the ping is dropped),
+        so a client that pings and never reads costs one pending pong, not one per ping."""
+        if self._pong_due:
+            return False
+        self._pong_due = True
+        self._ready.set()
+        return True
+
     def _push(self, terminal: bool, text: str) -> None:
         self._seq += 1
         (self._terminal if terminal else self._plain).append((self._seq, text))
@@ -88,14 +123,16 @@ class ClientBuffer:
 
     async def take(self, limit: int | None = None) -> list[str]:
         """Wait for events, then hand over the oldest `limit` (default: all) of them, in arrival
-        order; nothing once the buffer has overflowed (its client is to be closed)."""
-        while not len(self) and not self.overflowed.is_set():
+        order, after a pending pong; nothing once the buffer has overflowed (its client is to be
+        closed)."""
+        while not len(self) and not self._pong_due and not self.overflowed.is_set():
             self._ready.clear()
             await self._ready.wait()
         if self.overflowed.is_set():
             return []
         plain, terminal = self._plain, self._terminal
-        batch = []
+        batch = [PONG] if self._pong_due else []
+        self._pong_due = False
         for _ in range(len(self) if limit is None else min(limit, len(self))):
             if plain and (not terminal or plain[0][0] < terminal[0][0]):
                 batch.append(plain.popleft()[1])
@@ -116,6 +153,8 @@ class EventHub:
         self.subscribed = asyncio.Event()
         self.in_trouble = asyncio.Event()  # the last attempt to subscribe failed (Redis unreachable)
         self._pending_drops = 0
+        self.malformed_total = 0  # messages on the channel that were no event (skipped)
+        self._malformed_logged_at: float | None = None
         self._task: asyncio.Task[None] | None = None
 
     def register(self, client: ClientBuffer | None = None) -> ClientBuffer:
@@ -126,6 +165,10 @@ class EventHub:
             self.subscribed.clear()
             self.in_trouble.clear()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="dtq-events-subscription")
+        elif self.in_trouble.is_set():
+            # The hub said "disconnected" before this client came: it would show "live" while
+            # nothing can arrive. (It hears feed.resync with the others once Redis is back.)
+            client.offer(json.dumps(DISCONNECTED), terminal=True)
         return client
 
     async def ready(self, timeout: float) -> None:
@@ -153,18 +196,36 @@ class EventHub:
                 pass
 
     def dispatch(self, raw: str | bytes) -> None:
-        """Hand one published event to every client buffer, counting what slow clients drop."""
-        text = raw.decode() if isinstance(raw, bytes) else raw
-        try:
-            terminal = is_terminal(json.loads(text))
-        except ValueError:
-            logger.warning("ignoring a malformed event on the events channel")
+        """Hand one published event to every client buffer, counting what slow clients drop;
+        a message that is no event is skipped."""
+        parsed = parse_event(raw)
+        if parsed is None:
+            self._skip_malformed("not a JSON event")
             return
+        text, terminal = parsed
         self.received_total += 1
         dropped = sum(client.offer(text, terminal=terminal) for client in list(self.clients))
         if dropped:
             self.dropped_total += dropped
             self._pending_drops += dropped
+
+    def _skip_malformed(self, why: object) -> None:
+        self.malformed_total += 1
+        now = time.monotonic()
+        if self._malformed_logged_at is None or now - self._malformed_logged_at >= MALFORMED_LOG_EVERY_S:
+            self._malformed_logged_at = now
+            logger.warning("skipping a message on the events channel that is no event (%s); "
+                           "%d skipped so far, logged at most every %.0f s",
+                           why, self.malformed_total, MALFORMED_LOG_EVERY_S)
+
+    def _dispatch_one(self, raw: str | bytes) -> None:
+        """Dispatch, whatever the message: a bug it trips must cost that message, not the
+        subscription (the catch-all in _run would take it for Redis trouble and resubscribe,
+        losing what is published meanwhile)."""
+        try:
+            self.dispatch(raw)
+        except Exception as exc:  # noqa: BLE001 - one message's problem; the feed goes on
+            self._skip_malformed(repr(exc))
 
     def broadcast_control(self, message: dict[str, Any]) -> None:
         """Send a feed.* control message (never dropped) to every client."""
@@ -194,9 +255,9 @@ class EventHub:
                     failed, backoff = False, 0.25
                 next_flush = loop.time() + DROP_FLUSH_S
                 while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                    message = await self._next_message(pubsub)
                     if message is not None and message.get("type") == "message":
-                        self.dispatch(message["data"])
+                        self._dispatch_one(message["data"])
                     if loop.time() >= next_announce:
                         await aannounce(client, self.keys)
                         next_announce = loop.time() + LISTENER_REFRESH_S
@@ -211,12 +272,25 @@ class EventHub:
                 self.in_trouble.set()
                 if not failed:
                     logger.warning("events subscription lost: %s; retrying", exc)
-                    self.broadcast_control({"type": "feed.status", "state": "disconnected"})
+                    self.broadcast_control(DISCONNECTED)
                 failed = True
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
                 await _close(pubsub, client)
+
+    async def _next_message(self, pubsub: Any) -> Any:
+        """The next published message, or None. One that is not UTF-8 raises in redis-py's
+        decoding, which hiredis does after taking the whole message off the connection: it is
+        skipped here, not taken for Redis trouble. (redis-py's own parser would raise on it again
+        and again: without hiredis, it is left to _run, which subscribes anew.)"""
+        try:
+            return await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+        except UnicodeDecodeError as exc:
+            if not HIREDIS_AVAILABLE:
+                raise
+            self._skip_malformed(f"not UTF-8: {exc}")
+            return None
 
     async def _flush_drops(self, client: Any, *, quiet: bool = False) -> None:
         count, self._pending_drops = self._pending_drops, 0
