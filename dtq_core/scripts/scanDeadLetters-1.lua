@@ -22,29 +22,13 @@
     list of {entry id, flat fields, payload ('' unless asked for)}
 ]]
 -- #include common
+-- #include search
 local K = partition_keys(KEYS[1])
 local queue, ttype, needle = ARGV[3], ARGV[4], ARGV[5]
 local want_payload, task_prefix, wanted = ARGV[6] == '1', K.task_prefix, tonumber(ARGV[7])
 local byte_budget, bytes = tonumber(ARGV[8]), 0
 local plain_needles, json_needles = {needle}, {needle}
 for i = 9, #ARGV do json_needles[#json_needles + 1] = ARGV[i] end
-
-local function lower(text)
-  if string.find(text, '[\196\226]') then
-    text = string.gsub(string.gsub(text, '\196\176', 'i\204\135'), '\226\132\170', 'k')
-  end
-  return string.lower(text)
-end
-
--- Whether one of the needles is in the text, any case; plain finds, so '%' or '.' in a needle
--- is itself.
-local function has(text, needles)
-  text = lower(text)
-  for _, n in ipairs(needles) do
-    if string.find(text, n, 1, true) then return true end
-  end
-  return false
-end
 
 local function payload_of(fields)
   return rcall('HGET', task_prefix .. (field(fields, 'task_id') or ''), 'payload') or ''
@@ -60,11 +44,11 @@ for _, entry in ipairs(entries) do
     if needle ~= '' then
       local text = (field(fields, 'error') or '') .. ' ' .. (field(fields, 'error_class') or '')
       bytes = bytes + #text
-      ok = has(text, plain_needles)
+      ok = search_has(text, plain_needles)
       if not ok then
         payload = payload_of(fields)
         bytes = bytes + #payload
-        ok = has(payload, json_needles)
+        ok = search_has(payload, json_needles)
       end
     end
     if ok then

@@ -28,6 +28,7 @@
     hash as flat field/value pairs; ids whose hash expired are passed over.
 ]]
 -- #include common
+-- #include search
 local K = partition_keys(KEYS[1])
 local upper, upper_id, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queue, status, ttype = ARGV[4], ARGV[5], ARGV[6]
@@ -39,29 +40,11 @@ local filtering = queue ~= '' or status ~= '' or ttype ~= '' or periodic ~= '' o
 local plain_texts, json_texts = {text}, {text}
 for i = 13, #ARGV do json_texts[#json_texts + 1] = ARGV[i] end
 
--- Lower-case as Python does, for an ASCII needle (see ARGV[12]).
-local function lowered(value)
-  if string.find(value, '[\196\226]') then
-    value = string.gsub(string.gsub(value, '\196\176', 'i\204\135'), '\226\132\170', 'k')
-  end
-  return string.lower(value)
-end
-
--- Whether one of the needles is in the value, any case; plain finds, so '%' or '.' in a needle
--- is itself.
-local function has(value, needles)
-  if not value then return false end
-  value = lowered(value)
-  for _, needle in ipairs(needles) do
-    if string.find(value, needle, 1, true) then return true end
-  end
-  return false
-end
-
 -- Whether the text is in one of a task's texts: its last error (plain text), its payload or its
 -- error list (JSON).
 local function contains(t)
-  return has(t.last_error, plain_texts) or has(t.payload, json_texts) or has(t.errors, json_texts)
+  return search_has(t.last_error, plain_texts) or search_has(t.payload, json_texts)
+    or search_has(t.errors, json_texts)
 end
 
 -- a sorts before b as Redis sorts members of one score (byte by byte): Lua's own < follows the
