@@ -75,7 +75,7 @@ def os_user() -> str:
     someone else. getpass is the fallback where the uid has no passwd entry (a container's
     arbitrary uid) or there is no pwd module (Windows)."""
     try:
-        import pwd
+        import pwd  # POSIX only: not importable on Windows, where getpass below answers
 
         return pwd.getpwuid(os.geteuid()).pw_name
     except (ImportError, KeyError, AttributeError):

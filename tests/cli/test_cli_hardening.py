@@ -307,16 +307,24 @@ def test_stopping_a_sigkilled_worker_does_not_claim_it_will_drain_and_exit(
     assert "is lost" in one_line(proc.stderr)
 
 
-def test_a_terminal_hangup_drains_the_worker_like_sigterm(live_engine: Engine, start_worker: Any) -> None:
-    # `dtq runworker_dtq` started by hand in an ssh session: the connection drops, the kernel sends SIGHUP.
-    worker = start_worker("--name", "hup-w")
-    wait_for(lambda: "started queues=" in worker.output() or worker.proc.poll() is not None, timeout=30)
-    worker.proc.send_signal(signal.SIGHUP)
-    worker.proc.send_signal(signal.SIGHUP)  # the shell's and the kernel's: a hangup often comes twice
-    assert worker.wait(timeout=60) == 0, worker.output()[-600:]
-    # Drained: deregistered and exited 0. Killed by the signal, it would stay listed until its heartbeat went stale.
-    assert [w for w in live_engine.workers.list() if w["id"] == "hup-w"] == []
-    assert "got SIGHUP" in worker.output() and "second signal" not in worker.output()
+def test_a_terminal_hangup_drains_the_worker_like_sigterm(live_engine: Engine, redis_server: RedisServer,
+                                                          key_prefix: str, tmp_path: Path) -> None:
+    # `dtq runworker_dtq` started by hand in an ssh session: the connection drops, the kernel sends
+    # SIGHUP. The hangup's default disposition, as a login shell gives its children (the suite
+    # itself may run under nohup, whose ignored SIGHUP every child would inherit).
+    worker = WorkerProcess(["--name", "hup-w"], worker_env(redis_server.url, key_prefix), tmp_path / "w.log",
+                           preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    try:
+        wait_for(lambda: "started queues=" in worker.output() or worker.proc.poll() is not None, timeout=30)
+        worker.proc.send_signal(signal.SIGHUP)
+        worker.proc.send_signal(signal.SIGHUP)  # the shell's and the kernel's: a hangup often comes twice
+        assert worker.wait(timeout=60) == 0, worker.output()[-600:]
+        # Drained: deregistered and exited 0. Killed by the signal, it would stay listed until its
+        # heartbeat went stale.
+        assert [w for w in live_engine.workers.list() if w["id"] == "hup-w"] == []
+        assert "got SIGHUP" in worker.output() and "second signal" not in worker.output()
+    finally:
+        worker.kill()
 
 
 def test_a_worker_started_with_nohup_ignores_the_hangup(
