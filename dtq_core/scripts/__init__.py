@@ -80,9 +80,16 @@ SLOT_GUARD = "~slot-guard"
 def slot_guarded(keys: Sequence[str]) -> list[str]:
     """The keys a script call declares on a cluster: its own, and the guard of the first's slot."""
     first = str(keys[0]) if keys else ""
-    if "{" not in first:
+    if not _has_hash_tag(first):
         return list(keys)
     return [*keys, first + SLOT_GUARD]
+
+
+def _has_hash_tag(key: str) -> bool:
+    """Whether Redis hashes only a part of key ({...}, non-empty: the first such): then a suffix
+    leaves its slot alone. Any other key hashes whole, and a suffix would move it."""
+    start = key.find("{")
+    return start >= 0 and key.find("}", start + 1) > start + 1
 
 
 def load(client: Any, name: str) -> Any:

@@ -224,3 +224,5 @@ def test_the_slot_guard_stays_in_the_slot_of_the_first_key() -> None:
     pair = [keys.audit(), keys.audit_open()]
     assert slot_guarded(pair)[:2] == pair and len(slot_guarded(pair)) == 3
     assert slot_guarded([keys.queues()]) == [keys.queues()]  # one real key without a tag: Redis's ASK holds
+    for untagged in ("dtq:once:{half", "dtq:once:{}x", "dtq:once:}{"):  # hashed whole: a suffix would move it
+        assert slot_guarded([untagged]) == [untagged]
