@@ -15,7 +15,7 @@ the same trouble gives the same code, status and words everywhere:
 - READONLY (a write reached a master demoted by a failover): REDIS_UNAVAILABLE, as an outage; the
   connection is dropped, so the next call finds the new master
 - CLUSTERDOWN, TRYAGAIN, or MOVED / ASK past routing's redirects (a Redis Cluster failing over or
-  resharding): REDIS_UNAVAILABLE, as an outage
+  resharding), and redis-py's ClusterError after its own: REDIS_UNAVAILABLE, as an outage
 - fewer replicas than DTQ_REDIS_MIN_REPLICAS confirmed a write (replication.py raises it):
   REDIS_REPLICATION_TIMEOUT
 - the URL's user or password is refused (WRONGPASS, NOAUTH): REDIS_UNAVAILABLE; message and state
@@ -68,7 +68,9 @@ def translate(exc: BaseException) -> RedisTrouble | None:
         return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=LOADING, state=LOADING_STATE, cause=str(exc))
     # A demoted master, a cluster that marks a master failed (CLUSTERDOWN) or is moving slots
     # (TRYAGAIN, MOVED or ASK past the redirects): a failover or resharding under way, nothing run.
-    if isinstance(exc, UNAVAILABLE_ERRORS) or demoted(exc) or not_run_here(exc):
+    # redis-py's own cluster client ends its MOVED / ASK / TRYAGAIN retries with ClusterError("TTL
+    # exhausted."): a slot still migrating (dtq's scripts wait it out, scripts/__init__.py).
+    if isinstance(exc, (*UNAVAILABLE_ERRORS, redis.exceptions.ClusterError)) or demoted(exc) or not_run_here(exc):
         return RedisUnavailable(f"{UNAVAILABLE}; {RETRY}", kind=UNREACHABLE, state=UNAVAILABLE, cause=str(exc))
     if write_refused(exc):
         # Not a bad request and not our bug: the client should retry once the operator frees disk

@@ -24,6 +24,7 @@ from redis.crc import key_slot
 from dtq_core.config import DtqConfig
 from dtq_core.connection import cluster_client
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
 from dtq_core.errors import RedisUnavailable
 from dtq_core.redis_errors import redis_trouble
 
@@ -89,12 +90,15 @@ def test_a_submit_while_its_queue_slot_migrates_is_refused_whole_and_the_queue_s
             except RedisUnavailable as exc:
                 refused.append(exc)
             assert time.monotonic() - started < 2.0  # TRYAGAIN is waited out briefly, then refused
+            # An operator's action (a script sent through redis-py's own cluster client) likewise.
+            with pytest.raises(RedisUnavailable), redis_trouble():
+                engine.queues.pause("q", Actor.user("ops", source="api", request_id="r1"))
 
         _move_slot(fresh_cluster, slot, src_port, dst_port, submit)
         assert len(refused) == 1 and refused[0].http_status == 503
         rc.nodes_manager.initialize()
         after = engine.tasks.enqueue("dtq.echo", queue="q").id
-        assert engine.queues.get("q")["depth"]["normal"] == 2
+        assert engine.queues.get("q")["depth"]["normal"] == 2 and engine.queues.get("q")["paused"] is False
         assert sorted(i["task_id"] for i in engine.queues.waiting("q", limit=10).items) == sorted([before, after])
         assert client(src_port).execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
     finally:
