@@ -328,6 +328,10 @@ def test_a_worker_draining_short_sync_tasks_runs_its_threads_on_one_cpu_and_stay
     wait_for(lambda: "threads on CPU" in worker.output(), timeout=10, message=worker.output)
     # Drained, idle: still on one CPU (the next sporadic task reaches its body sooner), tick after tick.
     wait_for(lambda: done(engine, 30000) == 30000, timeout=120, message=worker.output)
+    # A probe during the drain (EARLY_PROBE_S after the pin) that measured the threads on more than
+    # PARALLEL CPUs (a busy CI machine) leaves them on every CPU for HOLD_S: idle, they are pinned
+    # again after it.
+    wait_for(lambda: pinned_to(worker.pid) is not None, timeout=affinity.HOLD_S + 10, message=worker.output)
     # Every look finds each thread on one CPU (a move off a crowded CPU goes thread by thread, so a
     # look during one may find two).
     looks, until = 0, time.monotonic() + 4 * affinity.TICK_S
