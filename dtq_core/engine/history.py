@@ -113,7 +113,7 @@ class History(Noun):
         wanted: list[tuple[int, str]] = []
         if resolution == MINUTE_S:
             for prefix, _, live_s in scopes:
-                wanted += _minutes(prefix, start_s, end_s, oldest_s=now_s - live_s)
+                wanted += _minutes(prefix, start_s, end_s, oldest_s=now_s - live_s, now_s=now_s)
             return wanted
         folded = text_hash(self.client.hgetall(self.keys.history_folded()))
         for prefix, name, live_s in scopes:
@@ -128,7 +128,8 @@ class History(Noun):
                 if h <= done:
                     wanted.append((h * HOUR_S, f"{prefix}h:{h}"))
                 else:
-                    wanted += _minutes(prefix, h * HOUR_S, (h + 1) * HOUR_S, oldest_s=now_s - live_s)
+                    wanted += _minutes(prefix, h * HOUR_S, (h + 1) * HOUR_S, oldest_s=now_s - live_s,
+                                       now_s=now_s)
                 h += 1
         return wanted
 
@@ -176,11 +177,12 @@ class History(Noun):
         return out
 
 
-def _minutes(prefix: str, start_s: int, end_s: int, *, oldest_s: int) -> list[tuple[int, str]]:
+def _minutes(prefix: str, start_s: int, end_s: int, *, oldest_s: int, now_s: int) -> list[tuple[int, str]]:
     """(minute start in s, key) of the minute hashes from start_s to end_s, leaving out those that
-    began before oldest_s: long expired, they would only cost a read each."""
+    began before oldest_s (long expired) and those after now's (not written yet: a range of days
+    ends with the current day, up to 24 h ahead): either would only cost a read each."""
     first = max(start_s, oldest_s) // MINUTE_S
-    return [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(first, end_s // MINUTE_S)]
+    return [(m * MINUTE_S, f"{prefix}m:{m}") for m in range(first, min(end_s, now_s + MINUTE_S) // MINUTE_S)]
 
 
 def _check(range_: str, queue: str | None, ttype: str | None, step: int | None) -> tuple[int, int, int]:
