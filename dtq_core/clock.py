@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -72,6 +72,12 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self._ms += int(seconds * 1000)
         self._mono += seconds
+
+
+def redis_time_ms(reply: Any) -> int:
+    """Redis's TIME reply (seconds, microseconds) in milliseconds."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def iso(ms: int | str | None) -> str | None:

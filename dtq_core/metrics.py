@@ -31,6 +31,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from .clock import redis_time_ms
 from .conf import get_engine
 from .connection import UNAVAILABLE_ERRORS
 from .keys import PRIORITIES, Keys
@@ -244,12 +245,6 @@ def _sum_fields(hashes: list[Any]) -> dict[str, float]:
     return total
 
 
-def redis_now_ms(reply: Any) -> int:
-    """Redis's TIME reply (seconds, microseconds) in milliseconds."""
-    seconds, micros = reply
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def count_alive(heartbeats: list[tuple[Any, float]], *, now_ms: int, alive_window_ms: int) -> int:
     """Workers whose last heartbeat (a score on Redis's clock) is within the window of now."""
     return sum(1 for _, score in heartbeats if score >= now_ms - alive_window_ms)
@@ -278,7 +273,7 @@ def read_snapshot(client: redis.Redis, keys: Keys, scripts: Scripts, *, alive_wi
     now, heartbeats, registry, leader, types, decided, *global_stats = pipe.execute()
     layouts = parse_registry(registry)
     snap.queues = sorted(layouts)
-    snap.workers_alive = count_alive(heartbeats, now_ms=redis_now_ms(now), alive_window_ms=alive_window_ms)
+    snap.workers_alive = count_alive(heartbeats, now_ms=redis_time_ms(now), alive_window_ms=alive_window_ms)
     snap.leader, snap.types = leader or None, frozenset(types)
 
     pipe = client.pipeline(transaction=False)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import redis
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, redis_time_ms
 from ..config import DtqConfig
 from ..keys import Keys
 from ..replication import NO_WAIT, Replication
@@ -46,5 +46,4 @@ class Noun:
         aligned one, a test's) is used as it is."""
         if not isinstance(self.clock, SystemClock):
             return self.clock.now_ms()
-        seconds, micros = self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return redis_time_ms(self.client.time())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..clock import Clock, RedisAlignedClock
+from ..clock import Clock, RedisAlignedClock, redis_time_ms
 from ..config import DtqConfig
 from .state import WorkerState
 
@@ -106,11 +106,11 @@ class HeartbeatLoop(WorkerState):
         if clock.monotonic() - self._aligned_at < CLOCK_ALIGN_S:
             return  # clocks drift slowly: a heartbeat stays one round trip in between
         sent = clock.system_ms()
-        seconds, micros = await self.client.time()
+        redis_ms = redis_time_ms(await self.client.time())
         received = clock.system_ms()
         if received - sent > 1000:
             return  # a reading that slow says little
         self._aligned_at = clock.monotonic()
-        if clock.align(sent, int(seconds) * 1000 + int(micros) // 1000, received) and abs(clock.offset_ms) > 1000:
+        if clock.align(sent, redis_ms, received) and abs(clock.offset_ms) > 1000:
             logger.warning("worker_id=%s this host's clock is %+.1fs off Redis's; keeping time by Redis's "
                            "(run NTP on every host)", self.worker_id, -clock.offset_ms / 1000)

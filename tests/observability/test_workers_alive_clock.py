@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from dtq_core.clock import redis_time_ms
 from dtq_core.engine import Engine
 from dtq_core.keys import Keys
-from dtq_core.metrics import count_alive, redis_now_ms
+from dtq_core.metrics import count_alive
 
 from ..browser.server import ConsoleServer
 from ..conftest import WorkerProcess, wait_for
@@ -32,7 +33,7 @@ def workers_alive(base_url: str) -> float | None:
 
 
 def test_alive_is_judged_on_redis_time() -> None:
-    now = redis_now_ms((1_700_000_100, 250_000))
+    now = redis_time_ms((1_700_000_100, 250_000))
     assert now == 1_700_000_100_250
     beats = [("fresh", now - 1_000.0), ("edge", now - 2_000.0), ("silent", now - 2_001.0)]
     assert count_alive(beats, now_ms=now, alive_window_ms=2_000) == 2
@@ -65,7 +66,7 @@ def test_a_live_worker_is_alive_on_every_api_replica_whatever_its_host_clock(
 def test_a_heartbeat_on_redis_time_counts_though_this_host_runs_ahead(
         live_engine: Engine, scrape: Callable[..., Scrape], monkeypatch: pytest.MonkeyPatch) -> None:
     # A worker's heartbeat, stamped on Redis's clock as workers do.
-    beat = redis_now_ms(live_engine.client.execute_command("TIME"))
+    beat = redis_time_ms(live_engine.client.execute_command("TIME"))
     live_engine.client.zadd(live_engine.keys.workers(), {"beating": beat})
     real_time_ns = time.time_ns
     monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + 60 * 10**9)  # this host: 60 s ahead
