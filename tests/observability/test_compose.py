@@ -135,7 +135,8 @@ def test_the_compose_commands_serve_work_and_metrics(compose: dict[str, Any], re
             procs[name] = subprocess.Popen(localize(services[name]["command"], port), cwd=ROOT, env=env,
                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: http(base + "/health")[0] == 200, timeout=30, message="daphne never served /health")
+        wait_for(lambda: http(base + "/health")[0] == 200, timeout=30,
+                 message=lambda: "daphne never served /health: " + (tmp_path / "api.log").read_text()[-2000:])
         # The healthcheck command itself, as the container would run it.
         check = subprocess.run(localize(services["api"]["healthcheck"]["test"][1:], port), cwd=ROOT, env=env,
                                timeout=30)
