@@ -283,6 +283,13 @@ class CountSerializer(serializers.Serializer):
     count = serializers.IntegerField()
 
 
+class DlqRetryResultSerializer(CountSerializer):
+    not_found = serializers.IntegerField(help_text="selected entries gone by then (retried or discarded "
+                                         "by someone else, trimmed)")
+    kept = serializers.IntegerField(help_text="entries left in the DLQ because their task record expired: "
+                                    "only discard removes them")
+
+
 class PurgeResultSerializer(CountSerializer):
     queue = serializers.CharField()
 

@@ -300,8 +300,7 @@ class DlqEntryActionView(DestructiveMixin, APIView):
     def post(self, request: Request, entry_id: str) -> Response:
         engine = get_engine()
         engine.dlq.get(entry_id)  # 404 DLQ_ENTRY_NOT_FOUND before anything is audited
-        act = engine.dlq.retry if self.operation == "retry" else engine.dlq.discard
-        return Response({"count": act(DlqSelection(ids=(entry_id,)), actor_for(request))})
+        return act_on_dead_letters(self.operation, DlqSelection(ids=(entry_id,)), request)
 
 
 class DlqBulkView(DestructiveMixin, APIView):
@@ -311,13 +310,21 @@ class DlqBulkView(DestructiveMixin, APIView):
 
     @extend_schema(request=s.DlqSelectionSerializer, responses={200: s.CountSerializer, **DESTRUCTIVE_ERRORS})
     def post(self, request: Request) -> Response:
-        selection = DlqSelection.from_body(request.data)
-        engine = get_engine()
-        act = engine.dlq.retry if self.operation == "retry" else engine.dlq.discard
-        return Response({"count": act(selection, actor_for(request))})
+        return act_on_dead_letters(self.operation, DlqSelection.from_body(request.data), request)
 
 
-@extend_schema_view(post=extend_schema(operation_id="dlq_retry_one"))
+def act_on_dead_letters(operation: str, selection: DlqSelection, request: Request) -> Response:
+    """Retry or discard the selected dead letters. A retry also says how many it could not find
+    and how many it left in the DLQ (task record expired), as `manage.py dlq retry` does."""
+    dlq = get_engine().dlq
+    if operation == "discard":
+        return Response({"count": dlq.discard(selection, actor_for(request))})
+    outcome = dlq.retry_outcome(selection, actor_for(request))
+    return Response({"count": outcome.retried, "not_found": outcome.not_found, "kept": outcome.kept})
+
+
+@extend_schema_view(post=extend_schema(operation_id="dlq_retry_one",
+                                        responses={200: s.DlqRetryResultSerializer, **DESTRUCTIVE_ERRORS}))
 class DlqEntryRetryView(DlqEntryActionView):
     operation = "retry"
     permission = "retry_deadletter"
@@ -329,7 +336,8 @@ class DlqEntryDiscardView(DlqEntryActionView):
     permission = "discard_deadletter"
 
 
-@extend_schema_view(post=extend_schema(operation_id="dlq_retry_bulk"))
+@extend_schema_view(post=extend_schema(operation_id="dlq_retry_bulk", request=s.DlqSelectionSerializer,
+                                        responses={200: s.DlqRetryResultSerializer, **DESTRUCTIVE_ERRORS}))
 class DlqBulkRetryView(DlqBulkView):
     operation = "retry"
     permission = "retry_deadletter"

@@ -450,14 +450,30 @@ def _dlq_ids_action(request: HttpRequest, actor: Actor, back: str, *, retry: boo
     if not form.is_valid():
         messages.error(request, f"Nothing was changed: {form.first_error()}.")
         return redirect(back)
-    engine = get_engine()
     selection = DlqSelection(ids=tuple(form.ids))
-    count = (engine.dlq.retry if retry else engine.dlq.discard)(selection, actor)
+    count, kept = _act_on_dead_letters(selection, actor, retry=retry)
     verb = "Retried" if retry else "Discarded"
-    gone = len(form.ids) - count
-    note = f" ({gone} already gone or expired)" if gone else ""
-    messages.success(request, f"{verb} {count:,} of {len(form.ids):,} selected dead letter{_s(len(form.ids))}{note}.")
+    gone = len(form.ids) - count - kept
+    note = f" ({gone:,} already gone)" if gone else ""
+    messages.success(request, f"{verb} {count:,} of {len(form.ids):,} selected dead letter{_s(len(form.ids))}{note}."
+                     + _kept_note(kept))
     return redirect(back)
+
+
+def _act_on_dead_letters(selection: DlqSelection, actor: Actor, *, retry: bool) -> tuple[int, int]:
+    """Retry or discard; return how many were changed and how many a retry left in the DLQ."""
+    dlq = get_engine().dlq
+    if not retry:
+        return dlq.discard(selection, actor), 0
+    outcome = dlq.retry_outcome(selection, actor)
+    return outcome.retried, outcome.kept
+
+
+def _kept_note(kept: int) -> str:
+    if not kept:
+        return ""
+    return (f" {kept:,} stay{'s' if kept == 1 else ''} in the DLQ: {'its' if kept == 1 else 'their'} task record "
+            f"expired, so only discarding removes {'it' if kept == 1 else 'them'}.")
 
 
 @console_action("retry_deadletter", default_next=_dlq_url)
@@ -479,13 +495,12 @@ def _dlq_matching_action(request: HttpRequest, actor: Actor, back: str, *, retry
     if form.cleaned_data["confirm"] != "yes":
         query = urlencode({"action": "retry" if retry else "discard", **{k: v for k, v in filters.items() if v}})
         return redirect(f"{reverse('dtq_dashboard:dlq-confirm')}?{query}")
-    engine = get_engine()
     selection = DlqSelection(queue=filters["queue"], type=filters["type"], q=filters["q"],
                              all=not any(filters.values()))
-    count = (engine.dlq.retry if retry else engine.dlq.discard)(selection, actor)
+    count, kept = _act_on_dead_letters(selection, actor, retry=retry)
     verb = "Retried" if retry else "Discarded"
     what = ", ".join(f"{k}={v}" for k, v in filters.items() if v) or "everything in the DLQ"
-    messages.success(request, f"{verb} {count:,} dead letter{_s(count)} matching {what}.")
+    messages.success(request, f"{verb} {count:,} dead letter{_s(count)} matching {what}.{_kept_note(kept)}")
     return redirect(back)
 
 

@@ -261,8 +261,10 @@ class DeadLetters(Noun):
 
             def changed(call: Call, reply: Any) -> int:
                 if int(reply[0]) == ErrorCode.PARTITION_CLOSED:
-                    if reply[1]:  # else none of its entries is left: nothing to do
+                    if reply[1]:
                         closed.setdefault(str(reply[1]), []).append(call)
+                    else:  # none of its entries is left (or the partition never was): not found
+                        skipped["not_found"] += len(call[1])
                     return 0
                 return _retried(reply, skipped)
 

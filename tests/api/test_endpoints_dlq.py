@@ -101,7 +101,7 @@ def test_retry_requeues_the_same_task_with_a_fresh_attempt_budget(
     wait_for(lambda: time.time() > datetime.fromisoformat(dead["expires_at"]).timestamp(), timeout=5)
     entry_id = entry_of(live_engine, task_id)
     response = api.post(f"/api/v1/dlq/{entry_id}/retry")
-    assert response.status_code == 200 and response.json() == {"count": 1}
+    assert response.status_code == 200 and response.json() == {"count": 1, "not_found": 0, "kept": 0}
     task = live_engine.tasks.get(task_id)
     assert task["status"] == "QUEUED" and task["attempt"] == 0 and "dlq_entry_id" not in task
     assert task["retried_from_dlq_at"].endswith("Z")
@@ -137,15 +137,30 @@ def test_bulk_retry_by_ids_task_ids_filters_and_all(api: APIClient, live_engine:
     a = make_dead_letters(live_engine, 4, queue="a")
     b = make_dead_letters(live_engine, 3, queue="b", type="no.such.type")
     assert post(api, "/api/v1/dlq/retry", {"ids": [entry_of(live_engine, a[0]), entry_of(live_engine, a[1]),
-                                                   "abc-1-0"]}).json() == {"count": 2}
-    assert post(api, "/api/v1/dlq/retry", {"task_ids": [a[2], "missing"]}).json() == {"count": 1}
-    assert post(api, "/api/v1/dlq/retry", {"queue": "b", "type": "no.such.type"}).json() == {"count": 3}
+                                                   "abc-1-0"]}).json() == {"count": 2, "not_found": 1, "kept": 0}
+    assert post(api, "/api/v1/dlq/retry", {"task_ids": [a[2], "missing"]}).json() == {"count": 1, "not_found": 0,
+                                                                                       "kept": 0}
+    assert post(api, "/api/v1/dlq/retry", {"queue": "b", "type": "no.such.type"}).json() == {"count": 3,
+                                                                                           "not_found": 0, "kept": 0}
     assert {live_engine.tasks.get(t)["status"] for t in a[:3] + b} == {"QUEUED"}
-    assert post(api, "/api/v1/dlq/retry", {"all": True}).json() == {"count": 1}
+    assert post(api, "/api/v1/dlq/retry", {"all": True}).json() == {"count": 1, "not_found": 0, "kept": 0}
     assert live_engine.dlq.count() == 0
     audit = [(e["action"], e["target"], e["count"]) for e in live_engine.audit.list().items]
     assert audit[0] == ("dlq.retry", "dlq:all", 1) and audit[1] == ("dlq.retry", "dlq:queue=b&type=no.such.type", 3)
     assert len(audit) == 4  # one entry per bulk action, with its count
+
+
+def test_a_retry_says_which_dead_letters_it_kept_because_their_task_expired(
+        api: APIClient, live_engine: Engine) -> None:
+    ids = make_dead_letters(live_engine, 3, queue="mail")
+    entries = [entry_of(live_engine, t) for t in ids]
+    live_engine.client.delete(live_engine.keys.task(ids[0]))  # its retention ran out
+    one = api.post(f"/api/v1/dlq/{entries[0]}/retry")
+    assert (one.status_code, one.json()) == (200, {"count": 0, "not_found": 0, "kept": 1})
+    bulk = post(api, "/api/v1/dlq/retry", {"all": True})
+    assert (bulk.status_code, bulk.json()) == (200, {"count": 2, "not_found": 0, "kept": 1})
+    assert [e["entry_id"] for e in api.get("/api/v1/dlq").json()["results"]] == [entries[0]]
+    assert post(api, "/api/v1/dlq/discard", {"all": True}).json() == {"count": 1}  # what helps, helps
 
 
 def test_bulk_discard_by_text_search(api: APIClient, live_engine: Engine) -> None:

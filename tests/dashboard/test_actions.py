@@ -198,7 +198,22 @@ def test_retrying_entries_already_gone_says_so(live_engine: Engine, dead_letters
                                                login: Callable[[str], Client]) -> None:
     ids = dead_letters(1)
     response = login("operator").post("/dlq/retry", {"ids": [*ids, "abc-1-0"]})  # a well-formed id, gone
-    assert any("Retried 1 of 2 selected dead letters (1 already gone or expired)" in m for m in _messages(response))
+    assert any("Retried 1 of 2 selected dead letters (1 already gone)." in m for m in _messages(response))
+
+
+def test_retrying_entries_whose_task_expired_says_they_stay_and_how_to_remove_them(
+        live_engine: Engine, dead_letters: Any, login: Callable[[str], Client]) -> None:
+    ids = dead_letters(3)
+    expired = [e for e in live_engine.dlq.list().items if e["entry_id"] == ids[0]][0]["task_id"]
+    live_engine.client.delete(live_engine.keys.task(expired))  # its retention ran out
+    operator = login("operator")
+    response = operator.post("/dlq/retry", {"ids": ids[:2]})
+    assert any(m == "Retried 1 of 2 selected dead letters. 1 stays in the DLQ: its task record expired, so only "
+                    "discarding removes it." for m in _messages(response)), _messages(response)
+    response = operator.post("/dlq/matching/retry", {"confirm": "yes"})
+    assert any(m.startswith("Retried 1 dead letter matching everything in the DLQ. 1 stays in the DLQ")
+               for m in _messages(response)), _messages(response)
+    assert [e["entry_id"] for e in live_engine.dlq.list().items] == [ids[0]]
 
 
 def test_domain_errors_become_messages(live_engine: Engine, login: Callable[[str], Client]) -> None:
