@@ -5,7 +5,8 @@ ASGI has no way to say "this client is not reading": daphne's `websocket.send` r
 and Twisted buffers whatever the socket cannot take. Twisted itself does know: a push producer
 registered on the transport is paused when the write buffer passes its high-water mark (64 KiB)
 and resumed when it drains. The middleware below finds daphne's protocol behind the ASGI `send`
-and hands the consumer a gate driven by exactly that.
+and hands the consumer a gate driven by exactly that, and one (InboxGate) that stops reading a
+client that sends faster than the consumer handles its frames.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ import functools
 from typing import Any
 
 SCOPE_KEY = "dtq.send_gate"
+# daphne queues every frame a client sends for the consumer, without bound, and parses them faster
+# than we handle them: past INBOX_HIGH waiting frames it stops reading the client's socket, and
+# reads again below INBOX_LOW (a flood of pings then waits in the client's kernel buffers).
+INBOX_HIGH = 1000
+INBOX_LOW = 100
 
 
 class SendGate:
@@ -59,6 +65,10 @@ class SendGate:
         if hasattr(self._protocol, "closeHandshakeTimeout"):
             self._protocol.closeHandshakeTimeout = seconds
 
+    def inbox_gate(self) -> InboxGate:
+        """The gate for the other direction, on the same daphne protocol."""
+        return InboxGate(self._protocol)
+
     @property
     def is_open(self) -> bool:
         return self._open.is_set()
@@ -75,6 +85,28 @@ class SendGate:
 
     def stopProducing(self) -> None:  # noqa: N802 - the connection is gone: let the sender finish
         self._open.set()
+
+
+class InboxGate:
+    """Reads a client's frames only as fast as the consumer handles them (see INBOX_HIGH)."""
+
+    def __init__(self, protocol: Any) -> None:
+        self._protocol = protocol
+        self._paused = False
+
+    def handled_one(self) -> None:
+        """Call once per frame handled: pause or resume reading by how many still wait."""
+        waiting = self._protocol.application_queue.qsize()
+        if not self._paused and waiting > INBOX_HIGH:
+            self._paused = True
+            self._protocol.transport.pauseProducing()
+        elif self._paused and waiting < INBOX_LOW:
+            self.resume()
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._protocol.transport.resumeProducing()
 
 
 def daphne_protocol(send: Any) -> Any | None:

@@ -14,7 +14,7 @@ from channels.auth import get_user
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from .backpressure import SCOPE_KEY, SendGate
+from .backpressure import SCOPE_KEY, InboxGate, SendGate
 from .fanout import ClientBuffer, get_hub
 from .permissions import can_view_console, login_required_to_read
 
@@ -36,11 +36,6 @@ SUBSCRIBE_WAIT_S = 3.0
 # checked every ACCESS_IDLE_RECHECK_S, so it is closed (4403) even when nothing is sent.
 ACCESS_FRESH_S = 1.0
 ACCESS_IDLE_RECHECK_S = 5.0
-# daphne queues every frame a client sends for the consumer, without bound, and parses them faster
-# than we handle them: past INBOX_HIGH waiting frames it stops reading the client's socket, and
-# reads again below INBOX_LOW (a flood of pings then waits in the client's kernel buffers).
-INBOX_HIGH = 1000
-INBOX_LOW = 100
 
 
 class NoRouteConsumer(AsyncWebsocketConsumer):
@@ -62,28 +57,6 @@ async def still_allowed(scope: dict[str, Any]) -> bool:
         return can_view_console(scope.get("user"))  # no session to read again: the handshake's user
     fresh = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     return can_view_console(await get_user({"session": fresh}))  # channels' own check, in a thread
-
-
-class InboxGate:
-    """Reads a client's frames only as fast as the consumer handles them (see INBOX_HIGH)."""
-
-    def __init__(self, protocol: Any) -> None:
-        self._protocol = protocol
-        self._paused = False
-
-    def handled_one(self) -> None:
-        """Call once per frame handled: pause or resume reading by how many still wait."""
-        waiting = self._protocol.application_queue.qsize()
-        if not self._paused and waiting > INBOX_HIGH:
-            self._paused = True
-            self._protocol.transport.pauseProducing()
-        elif self._paused and waiting < INBOX_LOW:
-            self.resume()
-
-    def resume(self) -> None:
-        if self._paused:
-            self._paused = False
-            self._protocol.transport.resumeProducing()
 
 
 class EventsConsumer(AsyncWebsocketConsumer):
@@ -110,7 +83,7 @@ class EventsConsumer(AsyncWebsocketConsumer):
         self.gate = self.scope.get(SCOPE_KEY)
         if self.gate is not None:
             self.gate.start()
-            self.inbox = InboxGate(self.gate._protocol)  # daphne's protocol (backpressure.py found it)
+            self.inbox = self.gate.inbox_gate()
         self.pump = asyncio.get_running_loop().create_task(self._pump())
 
     async def disconnect(self, code: int) -> None:
