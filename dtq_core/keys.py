@@ -375,6 +375,12 @@ class Keys:
         so a new leader folds what its predecessor left and nothing twice."""
         return f"{self.prefix}:{{hist}}:folded"
 
+    def history_late(self) -> str:
+        """Set: minutes (epoch minute) a worker wrote samples into after the leader's roll-up had
+        stopped recomputing them (samples held while Redis could not be reached, a stopped
+        worker), for the leader to roll up and fold again."""
+        return f"{self.prefix}:{{hist}}:late"
+
     def audit(self) -> str:
         return f"{self.prefix}:{{audit}}:stream:audit"
 

@@ -10,7 +10,10 @@ Every HISTORY_EVERY_S the leader
 - folds every complete hour (HOUR_GRACE_MIN after its end) of every partition and roll-up into an
   hour hash, and every day whose hours are folded into a day hash (foldHistory-1.lua, a replace as
   well), and records what it folded (Keys.history_folded) so the next leader starts where this
-  one stopped.
+  one stopped;
+- rolls up and folds again the minutes workers announce as written late (Keys.history_late:
+  samples a worker held while Redis could not be reached, or while it was stopped), and removes
+  the announcements it handled.
 
 Every call touches one slot: a partition's keys or the {hist} roll-ups. Nothing here is on the
 task path; a failed pass is logged and the next one does it again.
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..history import HOUR_TTL_MS, MAX_GLOBAL_TYPES, MINUTE_TTL_MS, OTHER, split_field, to_int
 from ..keys import PRIORITIES, Keys
-from ..replies import text_hash
+from ..replies import text_hash, text_list
 
 if TYPE_CHECKING:
     from .store import WorkerStore
@@ -36,6 +39,7 @@ RECENT_MINUTES = 3  # minutes recomputed each pass: this one and the two before
 HOUR_GRACE_MIN = 2  # an hour is folded this long after its end (late completions, clock skew)
 CATCH_UP_HOURS = 24  # a leader folds at most this many hours left behind (minutes live 25 h)
 CATCH_UP_MINUTES = 60  # minutes left behind that one pass rolls up (a day of them in 24 passes)
+LATE_MINUTES_KEPT = 24 * 60  # minutes written late are rolled up again while this recent (they live 25 h)
 GLOBAL_SCOPES = ("all", "types", "depth")
 
 
@@ -48,24 +52,29 @@ class HistoryRoller:
     async def run_once(self, layouts: Mapping[str, Sequence[str]], now_ms: int) -> None:
         """One pass over the queues (queue -> its partitions' tags, serving and draining)."""
         minute = now_ms // 60000
-        folded = text_hash(await self.store.client.hgetall(self.keys.history_folded()))
-        rolled = await self._roll_minutes(layouts, minute, folded)
+        client = self.store.client
+        folded = text_hash(await client.hgetall(self.keys.history_folded()))
+        marks = text_list(list(await client.smembers(self.keys.history_late())))
+        late = sorted({m for m in map(_late_minute, marks) if minute - LATE_MINUTES_KEPT < m <= minute})
+        rolled = await self._roll_minutes(layouts, minute, folded, late)
         if minute != self._depth_minute:
             await self._sample_depth(layouts, minute)
             self._depth_minute = minute
-        await self._fold_hours(layouts, minute, folded, rolled)
+        if await self._fold_hours(layouts, minute, folded, rolled, late) and marks:
+            await client.srem(self.keys.history_late(), *marks)  # handled, or too old to matter
 
-    async def _roll_minutes(self, layouts: Mapping[str, Sequence[str]], minute: int, folded: Mapping[str, str]
-                            ) -> int:
-        """Recompute the global minutes from the partitions': the recent ones, and up to
-        CATCH_UP_MINUTES a pass of those no leader rolled (a time without a leader). Returns the
-        last minute rolled for good (older than the recent ones)."""
+    async def _roll_minutes(self, layouts: Mapping[str, Sequence[str]], minute: int, folded: Mapping[str, str],
+                            late: Sequence[int]) -> int:
+        """Recompute the global minutes from the partitions': the recent ones, those written late,
+        and up to CATCH_UP_MINUTES a pass of those no leader rolled (a time without a leader).
+        Returns the last minute rolled for good (older than the recent ones)."""
         k, client = self.keys, self.store.client
         recent = minute - RECENT_MINUTES + 1
         rolled = to_int(folded["minute"]) if "minute" in folded else recent - 1
         start = max(rolled + 1, minute - 24 * 60 + 1)
         behind = list(range(start, min(recent, start + CATCH_UP_MINUTES)))
         minutes = behind + list(range(recent, minute + 1))
+        minutes += [m for m in late if m not in set(minutes)]
         tags = [tag for queue in sorted(layouts) for tag in layouts[queue]]
         pipe = client.pipeline(transaction=False)
         for tag in tags:
@@ -123,8 +132,12 @@ class HistoryRoller:
         await self.store.scripts.aexecute(pipe)
 
     async def _fold_hours(self, layouts: Mapping[str, Sequence[str]], minute: int, folded: Mapping[str, str],
-                          rolled: int) -> None:
+                          rolled: int, late: Sequence[int]) -> bool:
+        """Fold the complete hours and days, and fold again those already folded that hold a
+        minute written late; return whether every fold again succeeded."""
         k, client = self.keys, self.store.client
+        late_hours = sorted({m // 60 for m in late})
+        refolds: list[tuple[str, int]] = []
         last_complete = (minute - HOUR_GRACE_MIN) // 60 - 1
         scopes = [(f"hour:{tag}", k.history(tag), "sum", last_complete)
                   for queue in sorted(layouts) for tag in layouts[queue]]
@@ -146,20 +159,33 @@ class HistoryRoller:
                 await self.store.scripts("foldHistory", keys=[prefix],
                                          args=["m", hour * 60, 60, "h", hour, HOUR_TTL_MS, mode], client=pipe)
                 calls.append((name, hour))
-        progress = await self._settle(pipe, calls, fresh)
-        await self._fold_days(scopes, {**folded, **progress})
+        # Hours folded already that a late write changed (their minutes were re-rolled above),
+        # after the hours in order: _settle counts progress from `calls` alone.
+        for name, prefix, mode, _complete in scopes:
+            for hour in late_hours:
+                if name in folded and hour <= to_int(folded[name]):
+                    await self.store.scripts("foldHistory", keys=[prefix],
+                                             args=["m", hour * 60, 60, "h", hour, HOUR_TTL_MS, mode], client=pipe)
+                    refolds.append((name, hour))
+        progress, refolded = await self._settle(pipe, calls, fresh, refolds)
+        days_refolded = await self._fold_days(scopes, {**folded, **progress}, late_hours)
         # Partitions no longer registered keep no entry here.
         live = {name for name, *_ in scopes} | {"day:" + name.partition(":")[2] for name, *_ in scopes} | {"minute"}
         stale = [name for name in folded if name not in live]
         if stale:
             await client.hdel(k.history_folded(), *stale)
+        return refolded and days_refolded
 
-    async def _fold_days(self, scopes: Sequence[tuple[str, str, str, int]], folded: Mapping[str, Any]) -> None:
+    async def _fold_days(self, scopes: Sequence[tuple[str, str, str, int]], folded: Mapping[str, Any],
+                         late_hours: Sequence[int]) -> bool:
         """Fold every day whose 24 hours are folded into a day hash (what the types page reads for
-        its 7 and 30 day ranges), recorded as "day:<scope>"."""
+        its 7 and 30 day ranges), recorded as "day:<scope>"; and fold again the days folded
+        already that hold an hour folded again. Returns whether every fold again succeeded."""
         client = self.store.client
         calls: list[tuple[str, int]] = []
+        refolds: list[tuple[str, int]] = []
         fresh: dict[str, int] = {}
+        late_days = sorted({hour // 24 for hour in late_hours})
         pipe = client.pipeline(transaction=False)
         for name, prefix, mode, _ in scopes:
             if name not in folded:
@@ -173,24 +199,39 @@ class HistoryRoller:
                 await self.store.scripts("foldHistory", keys=[prefix],
                                          args=["h", day * 24, 24, "d", day, HOUR_TTL_MS, mode], client=pipe)
                 calls.append((day_name, day))
-        await self._settle(pipe, calls, fresh)
+        for name, prefix, mode, _ in scopes:
+            day_name = "day:" + name.partition(":")[2]
+            for day in late_days:
+                if day_name in folded and day <= to_int(folded[day_name]):
+                    await self.store.scripts("foldHistory", keys=[prefix],
+                                             args=["h", day * 24, 24, "d", day, HOUR_TTL_MS, mode], client=pipe)
+                    refolds.append((day_name, day))
+        _progress, refolded = await self._settle(pipe, calls, fresh, refolds)
+        return refolded
 
-    async def _settle(self, pipe: Any, calls: Sequence[tuple[str, int]], fresh: Mapping[str, int]
-                      ) -> dict[str, int]:
-        """Run the pipelined folds and record, per scope, the last unit folded with no gap before it
-        (with the scopes starting fresh); a failed fold is logged and done again next pass."""
+    async def _settle(self, pipe: Any, calls: Sequence[tuple[str, int]], fresh: Mapping[str, int],
+                      refolds: Sequence[tuple[str, int]] = ()) -> tuple[dict[str, int], bool]:
+        """Run the pipelined folds (`calls`, then `refolds`) and record, per scope, the last unit of
+        `calls` folded with no gap before it (with the scopes starting fresh); a failed fold is
+        logged and done again next pass. Returns that progress and whether every refold succeeded."""
         progress: dict[Any, Any] = dict(fresh)
-        replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls else []
-        for (name, unit), reply in zip(calls, replies, strict=True):
+        replies = await self.store.scripts.aexecute(pipe, raise_on_error=False) if calls or refolds else []
+        for i, ((name, unit), reply) in enumerate(zip([*calls, *refolds], replies, strict=True)):
             if isinstance(reply, Exception):
                 logger.warning("history: folding %s %d failed (%s: %s); the next pass tries again",
                                name, unit, type(reply).__name__, reply)
                 continue
-            if progress.get(name, unit - 1) == unit - 1:  # record only a run with no gap
+            if i < len(calls) and progress.get(name, unit - 1) == unit - 1:  # record only a run with no gap
                 progress[name] = unit
         if progress:
             await self.store.client.hset(self.keys.history_folded(), mapping=progress)
-        return progress
+        return progress, not any(isinstance(r, Exception) for r in replies[len(calls):])
+
+
+def _late_minute(mark: str) -> int:
+    """The minute of a late-write mark ("<minute>:<writer>:<number>"); -1 for anything else."""
+    head = mark.partition(":")[0]
+    return int(head) if head.isdigit() else -1
 
 
 def _cap_types(by_type: Mapping[str, int]) -> dict[str, int]:

@@ -26,6 +26,10 @@ from typing import Any
 
 FLUSH_EVERY_S = 1.0
 MAX_MINUTES = 25 * 60  # the history's minutes live 25 h (includes/history.lua)
+# The leader's roll-up recomputes the minute of its pass and the two before, every 5 s
+# (worker/history.py): a write into a minute more than this many minutes before the current one
+# may land after the last pass that recomputes it, so it is announced (WorkerStore._mark_late).
+LATE_SAMPLE_MINUTES = 1
 
 
 @dataclass(slots=True)
@@ -69,7 +73,7 @@ class Samples:
     def __init__(self, worker_id: str) -> None:
         self.writer = f"{worker_id}:{secrets.token_hex(4)}"  # a restart under the same id starts afresh
         self._pending: dict[str, PartitionSamples] = {}
-        self._unanswered: dict[str, tuple[int, str]] = {}  # tag -> (number, payload)
+        self._unanswered: dict[str, tuple[int, str, list[int]]] = {}  # tag -> (number, payload, its minutes)
         self._number = 0
 
     def __bool__(self) -> bool:
@@ -90,13 +94,18 @@ class Samples:
         new one for each other partition with samples."""
         for tag in [tag for tag in self._pending if tag not in self._unanswered]:
             self._number += 1
-            self._unanswered[tag] = (self._number, self._pending.pop(tag).payload())
-        return [(tag, number, payload) for tag, (number, payload) in self._unanswered.items()]
+            pending = self._pending.pop(tag)
+            self._unanswered[tag] = (self._number, pending.payload(), sorted(pending.minutes))
+        return [(tag, number, payload) for tag, (number, payload, _) in self._unanswered.items()]
 
-    def answered(self, tag: str, number: int) -> None:
-        """flushStats answered this write (applied, applied before, or the partition is gone)."""
-        if self._unanswered.get(tag, (0, ""))[0] == number:
-            del self._unanswered[tag]
+    def answered(self, tag: str, number: int) -> list[int]:
+        """flushStats answered this write (applied, applied before, or the partition is gone);
+        return the minutes it held history for."""
+        number_, _payload, minutes = self._unanswered.get(tag, (0, "", []))
+        if number_ != number:
+            return []
+        del self._unanswered[tag]
+        return minutes
 
 
 def _counts(value: Any) -> dict[str, int]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
+from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
 from .. import faults
@@ -38,7 +39,7 @@ from ..wire import pack
 from .executor import Completion, Row
 from .fairness import share
 from .hotpath import Call, HotPath
-from .samples import Samples
+from .samples import LATE_SAMPLE_MINUTES, Samples
 
 COMPLETE_BATCH = 500
 WAKE_SELF_TTL_MS = 60_000  # a push to a worker's own wake list outlives no wait by much
@@ -511,6 +512,8 @@ class WorkerStore:
                            "waits for them again", self.worker_id, len(writes), self.replication.replicas,
                            self.replication.timeout_ms, acked)
         failed = None
+        late_before = self.clock.now_ms() // 60000 - LATE_SAMPLE_MINUTES
+        late: list[str] = []
         for (tag, number, _payload), reply in zip(writes, replies[:len(calls)], strict=True):
             if isinstance(reply, Exception):
                 failed = failed or reply
@@ -519,10 +522,25 @@ class WorkerStore:
                 error = reply[-1].decode() if isinstance(reply[-1], bytes) else reply[-1]
                 logger.warning("worker_id=%s statistics samples of partition %s written in part (%s); the rest "
                                "is left out", self.worker_id, tag, error)
-            self.samples.answered(tag, number)
+            late += [f"{minute}:{self.samples.writer}:{number}"
+                     for minute in self.samples.answered(tag, number) if minute < late_before]
+        if late:
+            await self._mark_late(late)
         if failed is not None:
             raise failed
         return len(writes)
+
+    async def _mark_late(self, marks: list[str]) -> None:
+        """Tell the leader's roll-up about minutes written after it stopped recomputing them
+        (samples held while Redis could not be reached, or a stopped worker): it rolls them up and
+        folds their hours again (worker/history.py). Each mark names its write, so a leader that
+        removes the marks it handled never removes a newer write's. Lost, the mark costs only the
+        all-queues and per-type charts these samples (the queue's own series has them)."""
+        try:
+            await self.client.sadd(self.keys.history_late(), *marks)
+        except RedisError as exc:
+            logger.warning("worker_id=%s late statistics samples not announced to the history roll-up (%s: %s); "
+                           "the all-queues charts miss them", self.worker_id, type(exc).__name__, exc)
 
     async def write_all_samples(self, rounds: int = 3) -> None:
         """Write every sample before the worker stops: a partition's write sent again goes

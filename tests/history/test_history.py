@@ -4,6 +4,7 @@ and folds, and what GET /api/v1/stats returns of it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -267,3 +268,57 @@ def test_purged_tasks_count_as_cancelled_in_the_history(live_engine: Engine, ano
     assert statuses.count("CANCELLED") == 4
     totals = api.get("/api/v1/stats", {"range": "1h", "queue": "purge-hist"}).json()["totals"]
     assert totals["cancelled"] == 4, totals  # the purge's 3 with the cancel's 1, as the task list says
+
+
+def test_samples_a_worker_writes_late_reach_the_overview_and_the_hours_already_folded(
+        live_engine: Engine, redis_client: redis.Redis) -> None:
+    # A worker keeps its samples while Redis cannot be reached (worker/samples.py) and writes
+    # them when it can: into minutes the leader's roll-up stopped recomputing, of an hour it
+    # folded already. The overview and the long ranges must count them all the same.
+    engine, api = live_engine, APIClient()
+    t = engine.registry.ensure("late").tags[0]
+    _roll(engine, time.time())  # a leader ran: every scope's hours are folded up to now
+    now_minute = int(time.time() // 60)
+    late_minute, recent_minute = now_minute - 180, now_minute  # three hours ago: a folded hour
+    late_reply = json.dumps({"h": {"job|s": 4, "job|d": 1}, "f": {"late": 5}, "b": {}, "s": 0})
+    recent_reply = json.dumps({"h": {"job|s": 2}, "f": {"late": 2}, "b": {}, "s": 0})
+
+    async def write() -> None:
+        s: WorkerStore = worker_store(engine.config)
+        s.samples.add(t, late_minute, late_reply)
+        s.samples.add(t, recent_minute, recent_reply)
+        assert await s.write_samples() == 1
+        await s.client.aclose()
+    asyncio.run(write())
+    # Only the late minute is announced; the recent one is the roll-up's own work.
+    marks = redis_client.smembers(engine.keys.history_late())
+    assert [m.split(":")[0] for m in marks] == [str(late_minute)], marks
+
+    _roll(engine, time.time())
+    day = _stats(api, range="24h")["totals"]
+    assert (day["succeeded"], day["dead_lettered"]) == (6, 1)
+    assert _stats(api, range="24h", type="job")["totals"]["succeeded"] == 6
+    # The 7-day range reads hours: the one the leader folded before the write, folded again.
+    week = _stats(api, range="7d")["totals"]
+    assert (week["succeeded"], week["dead_lettered"]) == (6, 1)  # the current hour's minutes read as they are
+    assert _stats(api, range="7d", queue="late")["totals"]["succeeded"] == 6
+    assert redis_client.hget(f"{engine.keys.history(t)}h:{late_minute // 60}", "job|s") == "4"
+    assert redis_client.smembers(engine.keys.history_late()) == set()  # handled
+
+
+def test_a_late_write_whose_fold_failed_is_folded_again_by_the_next_pass(
+        live_engine: Engine, redis_client: redis.Redis) -> None:
+    engine, api = live_engine, APIClient()
+    t = engine.registry.ensure("late").tags[0]
+    _roll(engine, time.time())
+    late_minute = (int(time.time() // 60) - 180) // 60 * 60 + 10  # 3 hours ago, 10 past the hour
+    redis_client.hset(f"{engine.keys.history(t)}m:{late_minute}", mapping={"job|s": 3})
+    redis_client.sadd(engine.keys.history_late(), f"{late_minute}:w-test:1")
+    broken = f"{engine.keys.history(t)}m:{late_minute + 1}"
+    redis_client.set(broken, "not a hash")  # the partition hour's fold fails (WRONGTYPE)
+    _roll(engine, time.time())
+    assert redis_client.smembers(engine.keys.history_late()) == {f"{late_minute}:w-test:1"}  # kept for the next pass
+    redis_client.delete(broken)
+    _roll(engine, time.time())
+    assert _stats(api, range="7d")["totals"]["succeeded"] == 3
+    assert redis_client.smembers(engine.keys.history_late()) == set()
