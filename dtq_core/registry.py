@@ -55,8 +55,8 @@ def _seconds(value: object) -> float | None:
         return None
     try:
         seconds = float(value)
-    except ValueError:
-        return None  # e.g. an HTTP-date Retry-After
+    except (ValueError, OverflowError):
+        return None  # an HTTP-date Retry-After, or an int past float's range
     return seconds if 0 <= seconds <= MAX_DELAY_S else None  # the longest wait a task may be given
 
 

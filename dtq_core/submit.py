@@ -105,12 +105,15 @@ def new_task_id(tag: str) -> str:
 
 
 def _number(name: str, value: Any, *, minimum: float, maximum: float, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    # An int is finite however long (JSON's 1 followed by 400 zeros), but math.isfinite and
+    # float() raise OverflowError on one past float's range: the range check comes first.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, float) and not math.isfinite(value)):
         raise ValidationError(f"{name} must be a number", field=name)
-    if integer and not float(value).is_integer():
-        raise ValidationError(f"{name} must be a whole number", field=name)
     if not minimum <= value <= maximum:
         raise ValidationError(f"{name} must be between {minimum:g} and {maximum:g}", field=name)
+    if integer and not float(value).is_integer():
+        raise ValidationError(f"{name} must be a whole number", field=name)
     return value
 
 

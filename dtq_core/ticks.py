@@ -18,7 +18,6 @@ Pure logic: the clock is the caller's (the leader's, or a test's fixed one).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -75,7 +74,8 @@ class Ticks:
             raise BadSchedule("give exactly one of cron and every_seconds", "cron")
         if self.every_seconds is not None:
             value = self.every_seconds
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            # No math.isfinite on an int: it overflows past float's range; NaN fails the range.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not MIN_EVERY_S <= value <= MAX_EVERY_S:
                 raise BadSchedule(f"every_seconds must be a number between {MIN_EVERY_S:g} and {MAX_EVERY_S:g}",
                                   "every_seconds")

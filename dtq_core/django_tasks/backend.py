@@ -186,7 +186,7 @@ class DtqBackend(BaseTaskBackend):
         )
         if on_commit:
             # Rolled back: the callback is dropped and Redis never hears of the task.
-            transaction.on_commit(partial(self._push, submission, result), using=using)
+            transaction.on_commit(partial(self._push, submission, result, task.run_after), using=using)
         else:
             self._push(submission, result)
         return result
@@ -220,7 +220,11 @@ class DtqBackend(BaseTaskBackend):
                 raise InvalidTask(f"run_after must be at most {MAX_DELAY_S // 86400} days ahead") from exc
             raise InvalidTask(exc.message) from exc
 
-    def _push(self, submission: Submission, result: TaskResult[Any]) -> None:
+    def _push(self, submission: Submission, result: TaskResult[Any], run_after: datetime | None = None) -> None:
+        if run_after is not None:
+            # run_after is a time, not a delay: counted again at the commit, however long the
+            # transaction stayed open (a commit after it queues the task at once).
+            submission = dataclasses.replace(submission, delay_s=_seconds_until(run_after))
         (reply,) = self.engine.tasks.enqueue_many([submission])
         if isinstance(reply, (QueueFull, QueueLimitReached)):
             raise reply

@@ -148,7 +148,7 @@ class Limits(Noun):
     def _views(self, layouts: builtins.list[Layout]) -> builtins.list[dict[str, Any]]:
         """Two pipelined round trips: every partition's limits hash, then its usage counts."""
         k = self.keys
-        now = self.clock.now_ms()
+        now = self.redis_now_ms()  # windows and pauses are on the workers' clock, Redis's
         pairs = [(layout, tag) for layout in layouts for tag in layout.all_tags]
         pipe = self.client.pipeline(transaction=False)
         for _, tag in pairs:

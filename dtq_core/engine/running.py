@@ -38,7 +38,7 @@ class Running(Noun):
         pipe = self.client.pipeline(transaction=False)
         for task_id in ids:
             pipe.hmget(self.keys.task(task_id), list(FIELDS))
-        now = self.clock.now_ms()
+        now = self.redis_now_ms()  # started_at is on Redis's clock (the worker's), this host's may be off
         rows: list[dict[str, Any]] = []
         for task_id, values in zip(ids, pipe.execute() if ids else [], strict=True):
             f = {name: v for name, v in zip(FIELDS, values, strict=True) if v is not None}

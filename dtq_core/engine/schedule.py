@@ -57,7 +57,7 @@ class Schedule(Noun):
             if is_task_id(task_id):  # anything else was written by hand: shown without details
                 pipe.hmget(self.keys.task(task_id), "type", "queue", "status", "attempt", "max_attempts")
         records = iter(pipe.execute())
-        now = self.clock.now_ms()
+        now = self.redis_now_ms()  # the leader promotes by Redis's clock; this host's may be off
         items: list[dict[str, Any]] = []
         for score, task_id in rows:
             ttype, queue, status, attempt, max_attempts = next(records) if is_task_id(task_id) else [None] * 5

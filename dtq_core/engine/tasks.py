@@ -455,7 +455,7 @@ class Tasks(Noun):
         with self.audit.operation(actor, "task.run_now", f"task:{task_id}", selected=1,
                                   selection={"task_ids": [task_id]}) as op:
             code, *rest = self.scripts("runTaskNow", keys=[self.keys.partition(tag_of(task_id))],
-                                       args=[task_id, self.clock.now_ms()])
+                                       args=[task_id])
             status = str(rest[0]) if rest else None
             if raise_for_code(code, task_id=task_id, script="runTaskNow", status=status) is ErrorCode.EXISTING:
                 raise TaskNotScheduled(f"task {task_id} is {status}, not waiting in the schedule",

@@ -50,7 +50,7 @@ class Workers(Noun):
         assert self.audit is not None
         with self.audit.operation(actor, f"worker.{control}", f"worker:{worker_id}", selected=1,
                                   selection={"worker_id": worker_id}) as op:
-            now = self.clock.now_ms()
+            now = self.redis_now_ms()  # heartbeats are on Redis's clock, this host's may be off
             told = int(self.scripts("controlWorker", keys=[self.keys.worker(worker_id)],
                                     args=[control, actor.name, now, self._lost_cutoff_ms(now)]))
             if told == 0:  # its record expired in between
@@ -69,7 +69,7 @@ class Workers(Noun):
         """The refusal to tell a lost worker anything: it reads controls with its heartbeats, which
         stopped, so it would neither drain nor exit (its process is likely gone: killed, host lost)."""
         beat = self.client.zscore(self.keys.workers(), worker_id)
-        silent = "" if beat is None else f" for {(self.clock.now_ms() - float(beat)) / 1000:.0f}s"
+        silent = "" if beat is None else f" for {(self.redis_now_ms() - float(beat)) / 1000:.0f}s"
         timeout = f"{self.config.visibility_timeout_s:g}s"
         return WorkerNotFound(
             f"worker {worker_id!r} is lost: no heartbeat{silent} (past the {timeout} visibility timeout), so it "
@@ -84,7 +84,7 @@ class Workers(Noun):
             pipe.hgetall(self.keys.worker(wid))
         pipe.get(self.keys.leader())
         *details, leader = pipe.execute()
-        now = self.clock.now_ms()
+        now = self.redis_now_ms()  # heartbeats are on Redis's clock, this host's may be off
         out = []
         for (wid, beat), info in zip(rows, details, strict=True):
             age = round((now - beat) / 1000, 3)

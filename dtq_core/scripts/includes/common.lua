@@ -40,8 +40,9 @@ local function iso_ms(ms)
                        floor(sod / 60) % 60, sod % 60, ms - secs * 1000)
 end
 
--- Redis's clock as {ms string, ISO}: only for a script queued behind a blocking wait, whose
--- caller cannot know when it will run (everything else gets now from the caller's Clock).
+-- Redis's clock as {ms string, ISO}: for a script queued behind a blocking wait, whose caller
+-- cannot know when it will run, and for an operator's "now" that must not depend on the API
+-- host's clock (runTaskNow); everything else gets now from the caller's Clock.
 local function server_now()
   local t = rcall('TIME')
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
