@@ -18,11 +18,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.exceptions import RedisError
+
+from dtq_core import redis_errors
 from dtq_core.codec import encode_result
 from dtq_core.conf import get_engine
 
 LEASE_S = 60.0  # default lease; pass lease_seconds to match how long fn may take
 POLL_S = 0.05
+# fn's effect happened and its result is in hand: the marker write is tried again for this long
+# (a Redis restart or failover), since once the lease expires the next caller would run fn again.
+FINISH_RETRY_S = 30.0
+FINISH_BACKOFF_S = (0.05, 1.0)  # first wait, longest wait
 
 
 def _key(key: str) -> str:
@@ -52,13 +59,31 @@ def _try_lease(redis_key: str, token: str, lease_s: float) -> bool:
 
 
 def _finish(redis_key: str, result: Any) -> Any:
-    """Mark the key done; return the result as later callers will read it."""
+    """Mark the key done; return the result as later callers will read it. A write Redis does
+    not answer (restarting, failing over, unreachable) is tried again for up to FINISH_RETRY_S;
+    past that the Redis error is raised, and a rerun of the task may run fn again."""
     engine = get_engine()
     # encode_result never raises: fn's effect happened, and a marker left "running" would let
     # the next caller run fn again once the lease expires.
     encoded = encode_result(result)
-    engine.client.set(redis_key, f'{{"done":true,"result":{encoded}}}', px=engine.config.idem_ttl_s * 1000)
-    return json.loads(encoded)
+    deadline = time.monotonic() + FINISH_RETRY_S
+    wait, longest = FINISH_BACKOFF_S
+    while True:
+        try:
+            engine.client.set(redis_key, f'{{"done":true,"result":{encoded}}}', px=engine.config.idem_ttl_s * 1000)
+            return json.loads(encoded)
+        except RedisError as exc:
+            if not _transient(exc) or time.monotonic() + wait > deadline:
+                raise
+        time.sleep(wait)
+        wait = min(wait * 2, longest)
+
+
+def _transient(exc: RedisError) -> bool:
+    """Redis is away for now (a restart, a failover, a full disk), not refusing dtq's user."""
+    trouble = redis_errors.translate(exc)
+    return trouble is not None and trouble.kind in (redis_errors.UNREACHABLE, redis_errors.LOADING,
+                                                    redis_errors.WRITE_REFUSED)
 
 
 def _release(redis_key: str, token: str) -> None:
@@ -108,7 +133,7 @@ async def aidempotent_operation(key: str, fn: Callable[[], Awaitable[Any]], *,
         done, result = _lookup(await asyncio.to_thread(client.get, redis_key))
         if done:
             return result
-        if await asyncio.to_thread(_try_lease, redis_key, token, lease_s):
+        if await _atry_lease(redis_key, token, lease_s):
             try:
                 result = await fn()
             except BaseException:
@@ -118,3 +143,19 @@ async def aidempotent_operation(key: str, fn: Callable[[], Awaitable[Any]], *,
         if time.monotonic() > deadline:
             raise TimeoutError(f"idempotent_operation {key!r} is held by another caller")
         await asyncio.sleep(POLL_S)
+
+
+async def _atry_lease(redis_key: str, token: str, lease_s: float) -> bool:
+    """_try_lease in a thread. A caller cancelled meanwhile (a task's timeout or cancel) cannot
+    stop the thread's SET, which may still take the lease: it is waited for and, if taken,
+    released before the cancellation goes on, or every next caller would wait out the lease."""
+    attempt = asyncio.ensure_future(asyncio.to_thread(_try_lease, redis_key, token, lease_s))
+    try:
+        return await asyncio.shield(attempt)
+    except asyncio.CancelledError:
+        try:
+            if await attempt:
+                await asyncio.to_thread(_release, redis_key, token)
+        except Exception:  # noqa: BLE001 - the lease then expires as a crashed caller's does
+            pass
+        raise
