@@ -36,7 +36,8 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any
+from collections.abc import Generator
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -292,28 +293,44 @@ class _Sentinels(redis.sentinel.Sentinel):
 
     def discover_master(self, service_name: str) -> Address:
         """The master's address, asking the sentinels in turn (see the module's docstring, 3)."""
-        self.watch.ensure_running()
-        pick = _Pick(self.watch, service_name)
-        deadline = time.monotonic() + self.budget_s
-        for i, sentinel in enumerate(self.sentinels):
-            if i and time.monotonic() >= deadline:
-                pick.errors.append("no time left for the other sentinels")
-                break
+        asking = _ask_in_turn(self, service_name)
+        sentinel = next(asking)
+        while isinstance(sentinel, redis.Redis):
             try:
                 pipe = sentinel.pipeline(transaction=False)
                 pipe.sentinel_master(service_name)
                 pipe.sentinel_get_master_addr_by_name(service_name)
-                answer = named_master(*pipe.execute(raise_on_error=False))
+                reply: list[Any] | Exception = pipe.execute(raise_on_error=False)
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                pick.errors.append(f"{sentinel} - {exc!r}")
-                continue
-            if (address := pick.offer(answer)) is not None:
-                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]  # asked first next time
-                return address
-        address = pick.last_resort()
-        if address is None:
-            raise redis.sentinel.MasterNotFoundError(pick.failure())
-        return address
+                reply = exc
+            sentinel = asking.send(reply)
+        if isinstance(sentinel, str):
+            raise redis.sentinel.MasterNotFoundError(sentinel)
+        return cast("Address", sentinel)
+
+
+def _ask_in_turn(sentinels: Any, service_name: str) -> Generator[Any, list[Any] | Exception, None]:
+    """discover_master's choice, for the blocking and the asyncio client alike: yields each
+    sentinel to ask (its driver sends back the pipeline's replies, or the connection error), then
+    the master's address, or a string saying why none was found. Asks within the sentinels'
+    budget_s, and moves the one that answered to the front for next time."""
+    sentinels.watch.ensure_running()
+    pick = _Pick(sentinels.watch, service_name)
+    deadline = time.monotonic() + sentinels.budget_s
+    for i, sentinel in enumerate(sentinels.sentinels):
+        if i and time.monotonic() >= deadline:
+            pick.errors.append("no time left for the other sentinels")
+            break
+        reply = yield sentinel
+        if isinstance(reply, Exception):
+            pick.errors.append(f"{sentinel} - {reply!r}")
+            continue
+        if (address := pick.offer(named_master(*reply))) is not None:
+            sentinels.sentinels[0], sentinels.sentinels[i] = sentinel, sentinels.sentinels[0]  # asked first next time
+            yield address
+            return
+    address = pick.last_resort()
+    yield pick.failure() if address is None else address
 
 
 class _Pick:
@@ -389,28 +406,20 @@ class _AsyncSentinels(aiosentinel.Sentinel):
 
     async def discover_master(self, service_name: str) -> Address:
         """_Sentinels.discover_master, on the event loop."""
-        self.watch.ensure_running()
-        pick = _Pick(self.watch, service_name)
-        deadline = time.monotonic() + self.budget_s
-        for i, sentinel in enumerate(self.sentinels):
-            if i and time.monotonic() >= deadline:
-                pick.errors.append("no time left for the other sentinels")
-                break
+        asking = _ask_in_turn(self, service_name)
+        sentinel = next(asking)
+        while isinstance(sentinel, aioredis.Redis):
             try:
                 pipe = sentinel.pipeline(transaction=False)
                 pipe.sentinel_master(service_name)
                 pipe.sentinel_get_master_addr_by_name(service_name)
-                answer = named_master(*await pipe.execute(raise_on_error=False))
+                reply: list[Any] | Exception = await pipe.execute(raise_on_error=False)
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                pick.errors.append(f"{sentinel} - {exc!r}")
-                continue
-            if (address := pick.offer(answer)) is not None:
-                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
-                return address
-        address = pick.last_resort()
-        if address is None:
-            raise aiosentinel.MasterNotFoundError(pick.failure())
-        return address
+                reply = exc
+            sentinel = asking.send(reply)
+        if isinstance(sentinel, str):
+            raise aiosentinel.MasterNotFoundError(sentinel)
+        return cast("Address", sentinel)
 
 
 class _AsyncMasterConnection(aiosentinel.SentinelManagedConnection):

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 import redis
+import redis.asyncio.sentinel
+import redis.sentinel
 
 from dtq_core.config import DtqConfig
 from dtq_core.connection import async_client, sync_client
@@ -22,7 +25,7 @@ from dtq_core.redis_errors import translate
 from dtq_core.wire import Line, exchange_pooled, pack
 
 from ..redis_server import RedisServer
-from ..redis_topologies import SentinelSetup
+from ..redis_topologies import SentinelProcess, SentinelSetup, free_ports, poll
 
 T = TypeVar("T")
 CONNECTION_TROUBLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError, OSError)
@@ -151,3 +154,34 @@ def test_the_url_database_is_the_one_used(sentinel_setup: SentinelSetup, db: int
     direct = redis.Redis(port=sentinel_setup.master_port(), db=db, decode_responses=True)
     assert direct.get("dtqtest:sentinel:db") == str(db)
     direct.delete("dtqtest:sentinel:db")
+
+
+def test_no_master_found_names_the_service_and_every_sentinel_s_trouble(tmp_path: Any) -> None:
+    # One address with no sentinel behind it, one sentinel that monitors nothing: both clients
+    # (the blocking and the asyncio one share discover_master's choice) say which service was
+    # asked for and what each sentinel answered, and users read a 503.
+    gone, port = free_ports(2)
+    sentinel = SentinelProcess(tmp_path / "sentinel", port, uuid.uuid4().hex + "0" * 8)  # ids are 40 hex digits
+    sentinel.start([])
+    try:
+        poll(lambda: sentinel.client().ping(), timeout=10, what="the sentinel to answer")
+        config = DtqConfig(redis_url=f"redis+sentinel://127.0.0.1:{gone},127.0.0.1:{port}/nope")
+        with pytest.raises(redis.sentinel.MasterNotFoundError) as blocking:
+            sync_client(config).ping()
+
+        async def ping_async() -> None:
+            client = async_client(config, read_timeout_s=2.0)
+            try:
+                await client.ping()
+            finally:
+                await client.aclose()
+
+        with pytest.raises(redis.asyncio.sentinel.MasterNotFoundError) as asynchronous:
+            asyncio.run(ping_async())
+        for raised in (blocking, asynchronous):
+            message = str(raised.value)
+            assert message.startswith("No master found for 'nope' : ") and f"port={gone}" in message, message
+            trouble = translate(raised.value)
+            assert trouble is not None and trouble.code == "REDIS_UNAVAILABLE"
+    finally:
+        sentinel.stop()
