@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .codec import valid_utf8
+
 MAX_MESSAGE = 200
 
 
@@ -13,13 +15,16 @@ MAX_MESSAGE = 200
 class Report:
     task_id: str
     attempt: int
+    # The attempt's stream entry: its number alone repeats (a DLQ retry starts again at 1, a paused
+    # queue's deferral requeues the same one), so the entry is what tells a stale run's report.
+    entry_id: str
     done: float
     total: float | None
     message: str
 
     def args(self) -> list[object]:
         total = "" if self.total is None else number(self.total)
-        return [self.task_id, str(self.attempt), number(self.done), total, self.message]
+        return [self.task_id, self.entry_id, str(self.attempt), number(self.done), total, self.message]
 
 
 def number(value: float) -> str:
@@ -37,7 +42,9 @@ def checked(done: object, total: object, message: object) -> tuple[float, float 
         raise ValueError(f"progress total must be a finite number greater than 0, or None (got {_shown(total)})")
     if not isinstance(message, str):
         raise TypeError(f"progress message must be a string (got {type(message).__name__})")
-    return done_, total_, message[:MAX_MESSAGE]
+    # A lone surrogate (a file name decoded with surrogateescape) cannot be sent to Redis: replaced
+    # here, as dtq does with every text it stores, or the write of every report due with it fails.
+    return done_, total_, valid_utf8(message[:MAX_MESSAGE])
 
 
 def _finite(value: object) -> float | None:

@@ -88,7 +88,7 @@ class TaskContext:
         that is not greater than 0, TypeError for a message that is not a string."""
         done_, total_, message_ = checked(done, total, message)
         if self.reporter is not None:
-            self.reporter.offer(Report(self.task_id, self.attempt, done_, total_, message_))
+            self.reporter.offer(Report(self.task_id, self.attempt, self.entry_id, done_, total_, message_))
 
 
 @dataclass(frozen=True, slots=True)

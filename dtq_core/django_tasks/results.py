@@ -8,10 +8,13 @@ the last TaskError.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -132,7 +135,38 @@ def error_path(error_class: str) -> str:
         return _DTQ_ERROR_PATHS[error_class]
     if error_class.startswith("dtq."):  # a dtq reason this module does not know yet: still importable
         return f"{__name__}.TaskFailed"
-    return error_class if "." in error_class else f"builtins.{error_class}"
+    return _importable(error_class) if "." in error_class else f"builtins.{error_class}"
+
+
+@lru_cache(maxsize=1024)
+def _importable(path: str) -> str:
+    """path, or the path of the nearest class in its MRO that import_string can reach when it
+    cannot reach the class itself: one nested in a class (`client.Client.Error`: import_string
+    takes `client.Client` for a module) or one defined in a function (`<locals>`, found by no
+    import: builtins.BaseException, all that is known of it). A path whose module this process
+    cannot import (not installed here) is kept as it is."""
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):  # the longest prefix that imports is the module
+        try:
+            found: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        except Exception:  # noqa: BLE001 - a module that fails on import: a result must still read
+            return path
+        for name in parts[i:]:
+            found = getattr(found, name, None)
+        if isinstance(found, type) and i == len(parts) - 1:
+            return path  # importable as it is (dtq_tasks.RetryableError too, defined elsewhere)
+        if isinstance(found, type):
+            return next((f"{c.__module__}.{c.__qualname__}" for c in found.__mro__ if _reachable(c)), path)
+        break
+    return "builtins.BaseException" if "<locals>" in parts else path
+
+
+def _reachable(cls: type) -> bool:
+    """Whether import_string finds cls at `module.qualname`."""
+    module = sys.modules.get(cls.__module__)
+    return "." not in cls.__qualname__ and getattr(module, cls.__qualname__, None) is cls
 
 
 def task_errors(raw: str | None) -> list[TaskError]:

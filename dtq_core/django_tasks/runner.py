@@ -32,13 +32,17 @@ from django.db import close_old_connections
 from .. import registry
 from ..conf import get_engine
 from ..keys import tag_of
-from ..worker.executor import given_up, retryable
+from ..worker.executor import error_name, given_up, retryable
 from . import results
 from .backend import DtqBackend
 from .compat import TaskContext, TaskError, TaskResult, TaskResultStatus, normalize_json, task_finished, task_started
 from .results import ASYNC_TYPE, SYNC_TYPE
 
 logger = logging.getLogger(__name__)
+
+# Not an outcome of the task: the executor leaves the attempt's entry to redelivery (Django's
+# ImmediateBackend re-raises KeyboardInterrupt too, and fails the task on any other BaseException).
+_NOT_OUTCOMES = (KeyboardInterrupt, SystemExit)
 
 
 @dataclass(slots=True)
@@ -89,7 +93,7 @@ def _succeeded(attempt: Attempt, raw: Any) -> Any:
     return value
 
 
-def _failed(attempt: Attempt, exc: Exception) -> bool:
+def _failed(attempt: Attempt, exc: BaseException) -> bool:
     """Record the error on the TaskResult; return whether the task is now finished, by the rule
     the worker then applies (executor.retryable): one rule, or task_finished would say FAILED for
     an attempt dtq retries."""
@@ -99,8 +103,8 @@ def _failed(attempt: Attempt, exc: Exception) -> bool:
         object.__setattr__(result, "status", TaskResultStatus.READY)
         return False
     final = attempt.final_on_error or not retryable(exc)
-    cls = type(exc)
-    result.errors.append(TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+    # The path get_result shows later, from the name the executor records: the two agree.
+    result.errors.append(TaskError(exception_class_path=results.error_path(error_name(exc)),
                                    traceback="".join(traceback.format_exception(exc))))
     if final:
         object.__setattr__(result, "finished_at", datetime.now(tz=UTC))
@@ -121,7 +125,9 @@ def run_sync(payload: Any) -> Any:
         # not be announced either.
         try:
             value = _succeeded(attempt, attempt.task.call(*attempt.call_args, **attempt.call_kwargs))
-        except Exception as exc:
+        except _NOT_OUTCOMES:
+            raise
+        except BaseException as exc:  # any other BaseException fails the task, as in Django
             if _failed(attempt, exc) and not given_up():
                 task_finished.send(sender=DtqBackend, task_result=attempt.result)
             raise
@@ -138,7 +144,9 @@ async def run_async(payload: Any) -> Any:
     await task_started.asend(sender=DtqBackend, task_result=attempt.result)
     try:
         value = _succeeded(attempt, await attempt.task.acall(*attempt.call_args, **attempt.call_kwargs))
-    except Exception as exc:  # CancelledError (timeout, cancel, drain) passes through: not an outcome
+    except (*_NOT_OUTCOMES, asyncio.CancelledError):  # CancelledError: a timeout, a cancel or the drain
+        raise
+    except BaseException as exc:  # any other BaseException fails the task, as in Django
         if _failed(attempt, exc):
             await task_finished.asend(sender=DtqBackend, task_result=attempt.result)
         raise

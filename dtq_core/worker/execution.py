@@ -106,7 +106,7 @@ class ExecutionLoops(WorkerState):
     def _ended(self, ex: Execution, completion: Completion | None) -> None:
         self._running.pop(ex.row.entry_id, None)
         self._turnover.ended(1, self.clock.monotonic())
-        self.progress.forget(ex.row.task_id)
+        self.progress.forget(ex.row.task_id, ex.row.entry_id)
         if completion is not None:
             self._unacked[ex.row.entry_id] = ex.row
             self._completions.append(completion)
@@ -132,7 +132,7 @@ class ExecutionLoops(WorkerState):
             if ex.timer is not None:
                 ex.timer.cancel()
             running.pop(ex.row.entry_id, None)
-            self.progress.forget(ex.row.task_id)
+            self.progress.forget(ex.row.task_id, ex.row.entry_id)
             if completion is not None:
                 unacked[ex.row.entry_id] = ex.row
                 completions.append(completion)

@@ -5,9 +5,12 @@ A handler's call never waits for Redis: it leaves its value here (from a handler
 event loop) and returns. One loop writes what is due, every partition's reports in one
 reportProgress call, all in one round trip; a value reported again before its turn replaces the
 one waiting, so the latest value is the one written and a tight loop of calls costs one write per
-interval. The script is fenced on the attempt: a report that arrives after the task ended, or
-after a peer took it over, changes nothing. A report still waiting when its attempt ends is
-dropped: the task's end is what the record shows then.
+interval. The script is fenced on the attempt and its stream entry: a report that arrives after
+the task ended, or after a peer took it over, changes nothing. Reports wait here per attempt (task
+id and entry), as the script fences them: a run that outlived its attempt (a sync handler's
+thread after its timeout) and the task's next run on this worker do not replace each other's. A
+report still waiting when its attempt ends is dropped: the task's end is what the record shows
+then.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import logging
 import math
 import threading
+from typing import Any
 
 from ..clock import Clock, iso
 from ..keys import tag_of
@@ -23,6 +27,7 @@ from ..progress import Report
 from .store import WorkerStore
 
 logger = logging.getLogger("dtq.worker")
+
 
 class ProgressReporter:
     """The worker's progress writer: `offer` from any thread, `run` on the worker's loop."""
@@ -32,8 +37,9 @@ class ProgressReporter:
         self.clock = clock
         self.interval_s = interval_s
         self._lock = threading.Lock()
-        self._waiting: dict[str, Report] = {}  # task id -> the latest value not yet written
-        self._written_at: dict[str, float] = {}  # task id -> clock.monotonic() of its last write
+        # task id -> entry id -> the latest value not yet written / clock.monotonic() of its last write
+        self._waiting: dict[str, dict[str, Report]] = {}
+        self._written_at: dict[str, dict[str, float]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self.writes = 0  # script calls' records written (tests, logs)
@@ -41,8 +47,9 @@ class ProgressReporter:
     def offer(self, report: Report) -> None:
         """Leave a report for the writer; returns at once. Called by ctx.progress()."""
         with self._lock:
-            first = report.task_id not in self._waiting
-            self._waiting[report.task_id] = report
+            waiting = self._waiting.setdefault(report.task_id, {})
+            first = report.entry_id not in waiting
+            waiting[report.entry_id] = report
         loop, wake = self._loop, self._wake
         if first and loop is not None and wake is not None:
             try:
@@ -50,12 +57,17 @@ class ProgressReporter:
             except RuntimeError:  # the loop closed: the worker is gone, and the report with it
                 pass
 
-    def forget(self, task_id: str) -> None:
-        """The attempt ended: drop its waiting report and its pace."""
+    def forget(self, task_id: str, entry_id: str | None = None) -> None:
+        """The attempt ended: drop its waiting report and its pace (without entry_id: those of
+        every attempt of the task)."""
         if self._written_at or self._waiting:
             with self._lock:
-                self._waiting.pop(task_id, None)
-                self._written_at.pop(task_id, None)
+                if entry_id is None:
+                    self._waiting.pop(task_id, None)
+                    self._written_at.pop(task_id, None)
+                else:
+                    _drop(self._waiting, task_id, entry_id)
+                    _drop(self._written_at, task_id, entry_id)
 
     async def run(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
@@ -75,13 +87,17 @@ class ProgressReporter:
         due: list[Report] = []
         next_in: float | None = None
         with self._lock:
-            for task_id in list(self._waiting):
-                ready_at = self._written_at.get(task_id, -math.inf) + self.interval_s
-                if ready_at <= now:
-                    due.append(self._waiting.pop(task_id))
-                    self._written_at[task_id] = now
-                else:
-                    next_in = min(next_in if next_in is not None else math.inf, ready_at - now)
+            for task_id, waiting in list(self._waiting.items()):
+                written = self._written_at.get(task_id, {})
+                for entry_id in list(waiting):
+                    ready_at = written.get(entry_id, -math.inf) + self.interval_s
+                    if ready_at <= now:
+                        due.append(waiting.pop(entry_id))
+                        self._written_at.setdefault(task_id, {})[entry_id] = now
+                    else:
+                        next_in = min(next_in if next_in is not None else math.inf, ready_at - now)
+                if not waiting:
+                    del self._waiting[task_id]
         return due, next_in
 
     async def _write(self, due: list[Report]) -> None:
@@ -101,5 +117,16 @@ class ProgressReporter:
                            len(due), type(exc).__name__, exc)
             return
         self.writes += sum(r for r in replies if isinstance(r, int))
+        # One call per partition, each its own reply: a partition's error leaves the others written.
+        failed = [r for r in replies if isinstance(r, Exception)]
+        if failed:
+            logger.warning("worker_id=%s progress of %d of %d partition(s) not written (%s: %s)",
+                           self.store.worker_id, len(failed), len(replies), type(failed[0]).__name__, failed[0])
 
 
+def _drop(runs: dict[str, dict[str, Any]], task_id: str, entry_id: str) -> None:
+    entries = runs.get(task_id)
+    if entries is not None:
+        entries.pop(entry_id, None)
+        if not entries:
+            del runs[task_id]

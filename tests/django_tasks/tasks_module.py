@@ -112,12 +112,43 @@ def returns_tuple() -> Any:
     return {"pair": (1, 2), "bytes": b"ok"}
 
 
+class PaymentError(Exception):
+    """The importable base of a client library's nested errors."""
+
+
+class PaymentClient:
+    """A client library whose errors are nested in it (requests/boto style: Client.Error)."""
+
+    class Declined(PaymentError):
+        pass
+
+
+@task
+def charge(order_id: int) -> None:
+    raise PaymentClient.Declined(f"card declined for order {order_id}")
+
+
+class Abort(BaseException):
+    """A BaseException that is not an Exception (like GeneratorExit, or a library's 'stop now')."""
+
+
+@task
+def abort(order_id: int) -> None:
+    raise Abort(f"aborted order {order_id}")
+
+
+@task
+async def aabort(order_id: int) -> None:
+    raise Abort(f"aborted order {order_id}")
+
+
 def _log_signal(name: str, task_result: Any) -> None:
     path = os.environ.get(SIGNAL_LOG_ENV)
     if path:
         with open(path, "a") as log:
             log.write(json.dumps({"signal": name, "id": task_result.id, "status": str(task_result.status),
-                                  "worker_ids": task_result.worker_ids}) + "\n")
+                                  "worker_ids": task_result.worker_ids,
+                                  "errors": [e.exception_class_path for e in task_result.errors]}) + "\n")
 
 
 def _on_started(sender: Any, task_result: Any, **kwargs: Any) -> None:

@@ -74,6 +74,9 @@ def test_an_unrecorded_attempt_falls_back_to_the_last_worker() -> None:
                                                                    "dtq_tasks.RetryableError"),
     ("myapp.errors.Oops", "myapp.errors.Oops"), ("dtq.WorkerLost", "dtq_core.django_tasks.results.WorkerLost"),
     ("dtq.SomethingNew", "dtq_core.django_tasks.results.TaskFailed"),
+    # import_string cannot reach a nested class, nor one defined in a function: a class of its MRO
+    ("tests.django_tasks.tasks_module.PaymentClient.Declined", "tests.django_tasks.tasks_module.PaymentError"),
+    ("tests.django_tasks.tasks_module.charge.<locals>.Oops", "builtins.BaseException"),
 ])
 def test_error_names_become_importable_class_paths(name: str, path: str) -> None:
     assert error_path(name) == path

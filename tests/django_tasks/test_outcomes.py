@@ -194,3 +194,36 @@ def test_a_cancelled_sync_task_that_returns_later_sends_no_task_finished(
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[-1].exception_class_path == "dtq_core.django_tasks.results.TaskCancelled"
     assert signals_for(log, result.id) == [("task_started", "RUNNING")]
+
+
+def test_a_base_exception_that_is_not_an_exception_fails_the_task_with_task_finished(
+        backend: DtqBackend, live_engine: Engine, start_worker: Callable[..., WorkerProcess], tmp_path: Path) -> None:
+    # docs/django-tasks.md "What the worker records": as in Django's ImmediateBackend, any
+    # BaseException but KeyboardInterrupt and SystemExit fails the task, and task_finished says so.
+    log = tmp_path / "signals.jsonl"
+    sync, coro = tm.abort.enqueue(3), tm.aabort.enqueue(4)
+    burst(start_worker, DTQ_TEST_SIGNAL_LOG=str(log))
+    for result in (sync, coro):
+        result.refresh()
+        assert result.status == TaskResultStatus.FAILED
+        assert result.errors[-1].exception_class is tm.Abort
+        assert live_engine.tasks.get(result.id)["status"] == "DEAD_LETTERED"
+        assert signals_for(log, result.id) == [("task_started", "RUNNING"), ("task_finished", "FAILED")]
+
+
+def test_a_nested_exception_class_is_recorded_as_its_nearest_importable_base(
+        backend: DtqBackend, start_worker: Callable[..., WorkerProcess], tmp_path: Path) -> None:
+    # docs/django-tasks.md "Status mapping": every exception_class_path is importable, so
+    # TaskError.exception_class works; import_string cannot reach PaymentClient.Declined.
+    log = tmp_path / "signals.jsonl"
+    result = tm.charge.enqueue(7)
+    burst(start_worker, DTQ_TEST_SIGNAL_LOG=str(log))
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class_path == "tests.django_tasks.tasks_module.PaymentError"
+    assert error.exception_class is tm.PaymentError
+    assert "PaymentClient.Declined: card declined for order 7" in error.traceback
+    # task_finished's TaskResult, in the worker, carries the same path.
+    (finished,) = [s for s in map(json.loads, log.read_text().splitlines()) if s["signal"] == "task_finished"]
+    assert finished["status"] == "FAILED" and finished["errors"] == [error.exception_class_path]

@@ -43,3 +43,41 @@ async def steps(payload: dict[str, Any]) -> int:
     while not _released() and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     return total
+
+
+@dtq_tasks.task("progress.stale")
+def stale(payload: dict[str, Any]) -> str:
+    """The task's first run reports 'stale' until released (outliving its timeout, or its worker's
+    freeze); a later run reports 'fresh' once, sets `<prefix>:testlog:fresh:<task id>`, and waits
+    to be released."""
+    ctx = dtq_tasks.current_task()
+    assert ctx is not None
+    client, prefix = get_engine().client, get_engine().keys.prefix
+    run = client.incr(f"{prefix}:testlog:runs:{ctx.task_id}")
+    deadline = time.monotonic() + 40
+    if run == 1:
+        while not _released() and time.monotonic() < deadline:
+            ctx.progress(1, 100, "stale")
+            time.sleep(0.05)
+        return "old"
+    ctx.progress(50, 100, "fresh")
+    client.set(f"{prefix}:testlog:fresh:{ctx.task_id}", "1")
+    while not _released() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "new"
+
+
+@dtq_tasks.task("progress.message")
+def message(payload: dict[str, Any]) -> str:
+    """Report progress with payload['message'] (a file name holding a lone surrogate when
+    payload['surrogate']) until released."""
+    ctx = dtq_tasks.current_task()
+    assert ctx is not None
+    text = "file \udcff.csv" if payload.get("surrogate") else str(payload.get("message", "ok"))
+    deadline = time.monotonic() + 40
+    i = 0
+    while not _released() and time.monotonic() < deadline:
+        i += 1
+        ctx.progress(i, 1000, text)
+        time.sleep(0.02)
+    return "done"

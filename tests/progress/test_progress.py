@@ -4,6 +4,8 @@ rate-limited, fenced on the attempt, from sync and async handlers run by a real 
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +15,8 @@ import redis
 from rest_framework.test import APIClient
 
 from dtq_core.engine import Engine
+from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq_selection import DlqSelection
 from dtq_core.keys import tag_of
 from dtq_core.registry import TaskContext
 from dtq_core.scripts import Scripts
@@ -74,19 +78,22 @@ def test_an_async_handler_s_progress_moves_in_the_api_while_it_runs(
     _release(redis_client, engine)
 
 
-def _report(redis_client: redis.Redis, engine: Engine, task_id: str, attempt: int, done: int) -> int:
+def _report(redis_client: redis.Redis, engine: Engine, task_id: str, attempt: int, done: int,
+            entry_id: str = "1000-0") -> int:
     return int(Scripts(redis_client)("reportProgress", keys=[engine.keys.partition(tag_of(task_id))],
                                      args=[engine.clock.now_ms(), "2026-12-05T00:00:00.000Z", 0,
-                                           task_id, str(attempt), str(done), "10", "m"]))
+                                           task_id, entry_id, str(attempt), str(done), "10", "m"]))
 
 
 def test_the_script_writes_only_to_the_running_attempt(engine: Engine, redis_client: redis.Redis) -> None:
     task_id = engine.tasks.enqueue("dtq.echo", queue="fence").id
     key = engine.keys.task(task_id)
     assert _report(redis_client, engine, task_id, 1, 3) == 0  # QUEUED: nothing runs it
-    redis_client.hset(key, mapping={"status": "RUNNING", "attempt": "1"})
+    redis_client.hset(key, mapping={"status": "RUNNING", "attempt": "1", "entry_id": "1000-0"})
     assert _report(redis_client, engine, task_id, 1, 3) == 1
     assert _report(redis_client, engine, task_id, 2, 9) == 0  # a stale or future attempt
+    # The same attempt number under another stream entry: a run before a DLQ retry or a deferral
+    assert _report(redis_client, engine, task_id, 1, 8, entry_id="999-0") == 0
     assert engine.tasks.get(task_id)["progress"]["done"] == 3
     redis_client.hset(key, "status", "SUCCEEDED")
     assert _report(redis_client, engine, task_id, 1, 7) == 0  # it ended: the end stands
@@ -112,3 +119,89 @@ def test_bad_progress_arguments_raise_in_the_handler(args: tuple[Any, ...], erro
 def test_progress_outside_a_worker_is_checked_and_goes_nowhere() -> None:
     ctx = TaskContext(task_id="t", attempt=1, max_attempts=3, queue="q", type="x", worker_id="w")
     ctx.progress(5, None, "x" * 1000)  # no reporter (a unit test calling the handler): no error
+
+
+def test_a_message_with_a_lone_surrogate_is_written_with_a_replacement_character(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # docs/tasks.md "Progress": a character UTF-8 cannot hold is stored as '?'. It should not
+    # make the worker's write (every report due with it) fail at every interval.
+    engine = live_engine
+    worker = start_worker("--name", "p", "--queues", "prog", **{**ENV, "DTQ_PROGRESS_MIN_INTERVAL_S": 0.2})
+    task_id = engine.tasks.enqueue("progress.message", {"surrogate": True}, queue="prog").id
+    other_id = engine.tasks.enqueue("progress.message", {"message": "plain"}, queue="prog").id
+    try:
+        wait_for(lambda: (engine.tasks.get(task_id).get("progress") or {}).get("message") == "file ?.csv",
+                 timeout=20, message=worker.output)
+        wait_for(lambda: (engine.tasks.get(other_id).get("progress") or {}).get("message") == "plain",
+                 timeout=20, message=worker.output)
+        assert engine.tasks.get(task_id)["status"] == "RUNNING"
+        assert "not written" not in worker.output()
+    finally:
+        _release(redis_client, engine)
+
+
+def _stale_written(engine: Engine, task_id: str, *, for_s: float) -> dict[str, Any] | None:
+    """The task's progress if the stale run's 'stale' lands on it (RUNNING) within for_s, else None."""
+    deadline = time.monotonic() + for_s
+    while time.monotonic() < deadline:
+        task = engine.tasks.get(task_id)
+        if task["status"] == "RUNNING" and (task.get("progress") or {}).get("message") == "stale":
+            return dict(task["progress"])
+        time.sleep(0.05)
+    return None
+
+
+def test_a_timed_out_run_cannot_overwrite_the_progress_of_its_dlq_retried_run(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # docs/tasks.md "Progress": the write is fenced on the attempt's stream entry. Run 1 times
+    # out (its sync thread goes on reporting 'stale' on the same worker) and is dead-lettered; the
+    # DLQ retry runs it again as attempt 1, which reports 'fresh' once.
+    engine = live_engine
+    worker = start_worker("--name", "p", "--queues", "prog", "--concurrency", "2",
+                          **{**ENV, "DTQ_PROGRESS_MIN_INTERVAL_S": 0.2})
+    task_id = engine.tasks.enqueue("progress.stale", {}, queue="prog", max_attempts=1, timeout_seconds=1).id
+    fresh_key = f"{engine.keys.prefix}:testlog:fresh:{task_id}"
+    try:
+        wait_for(lambda: engine.tasks.get(task_id)["status"] == "DEAD_LETTERED", timeout=30, message=worker.output)
+        assert engine.dlq.retry(DlqSelection(task_ids=(task_id,)), Actor.cli()) == 1
+        wait_for(lambda: redis_client.exists(fresh_key), timeout=30, message=worker.output)
+        task = engine.tasks.get(task_id)
+        assert task["status"] == "RUNNING" and task["attempt"] == 1
+        # The retried run's one report is written, though the stale run reports all the while.
+        wait_for(lambda: (engine.tasks.get(task_id).get("progress") or {}).get("message") == "fresh",
+                 timeout=10, message=worker.output)
+        assert _stale_written(engine, task_id, for_s=3) is None
+    finally:
+        _release(redis_client, engine)
+
+
+def test_a_resumed_frozen_worker_cannot_overwrite_the_progress_of_the_peer_s_rerun(
+        live_engine: Engine, redis_client: redis.Redis, start_worker: Callable[..., WorkerProcess]) -> None:
+    # docs/tasks.md "Progress": a worker that lost its task to a peer cannot overwrite the new
+    # attempt's progress. Worker a is frozen (SIGSTOP) mid-task; the task is reclaimed and
+    # dead-lettered (WorkerLost, its only attempt), retried from the DLQ and run by worker b as
+    # attempt 1 again; a is resumed (SIGCONT) and its handler goes on reporting.
+    engine = live_engine
+    a = start_worker("--name", "a", "--queues", "prog", **ENV)
+    task_id = engine.tasks.enqueue("progress.stale", {}, queue="prog", max_attempts=1).id
+    fresh_key = f"{engine.keys.prefix}:testlog:fresh:{task_id}"
+    try:
+        wait_for(lambda: (engine.tasks.get(task_id).get("progress") or {}).get("message") == "stale",
+                 timeout=30, message=a.output)
+        os.kill(a.pid, signal.SIGSTOP)
+        b = start_worker("--name", "b", "--queues", "prog", **ENV)
+        wait_for(lambda: engine.tasks.get(task_id)["status"] == "DEAD_LETTERED", timeout=30, message=b.output)
+        assert engine.dlq.retry(DlqSelection(task_ids=(task_id,)), Actor.cli()) == 1
+        wait_for(lambda: redis_client.exists(fresh_key), timeout=30, message=b.output)
+        wait_for(lambda: (engine.tasks.get(task_id).get("progress") or {}).get("message") == "fresh",
+                 timeout=10, message=b.output)
+        os.kill(a.pid, signal.SIGCONT)
+        assert _stale_written(engine, task_id, for_s=4) is None
+        task = engine.tasks.get(task_id)
+        assert task["status"] == "RUNNING" and task["attempt"] == 1
+    finally:
+        try:
+            os.kill(a.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        _release(redis_client, engine)
