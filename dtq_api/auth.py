@@ -82,8 +82,16 @@ def configured_key() -> str:
 
 
 def key_matches(given: str, configured: str) -> bool:
-    """Compare in constant time (hmac.compare_digest) so the key cannot be guessed by timing."""
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), configured.encode("utf-8"))
+    """Compare in constant time (hmac.compare_digest) so the key cannot be guessed by timing.
+
+    given is the header as Django has it: WSGI and ASGI servers decode header bytes as latin-1
+    (PEP 3333), so encoding it back as latin-1 gives the bytes the client sent, which for the
+    right key are the configured key's UTF-8 (what curl and requests send)."""
+    try:
+        sent = given.encode("latin-1")
+    except UnicodeEncodeError:  # no server hands over such a str: it cannot be the key's bytes
+        return False
+    return hmac.compare_digest(sent, configured.encode("utf-8"))
 
 
 def is_staff(user: Any) -> bool:

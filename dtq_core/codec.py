@@ -93,7 +93,7 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
     hold its own id. A compact record is shown with "compact": true and payload null: the
     retention policy (DTQ_KEEP_PAYLOAD) dropped its payload, errors and submit details.
     """
-    payload, sealed = reveal(_json_or_raw(fields.get("payload")))
+    payload, sealed = reveal(_json_or_raw(fields.get("payload")), fields.get("type"))
     out: dict[str, Any] = {
         "id": fields.get("id") or task_id,
         "type": fields.get("type"),
@@ -146,7 +146,7 @@ def task_view(fields: dict[str, str], result: str | None = None, task_id: str | 
         if fields.get(name):
             _read_field(out, fields, name, iso)
     if result is not None:
-        out["result"], result_sealed = reveal(_json_or_raw(result))
+        out["result"], result_sealed = reveal(_json_or_raw(result), fields.get("type"))
         sealed = sealed or result_sealed
     if sealed:  # DTQ_ENCRYPT_TYPES: shown decrypted where a key is configured, else as "encrypted"
         out["encrypted"] = True

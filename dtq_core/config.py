@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from .encryption import check_keys
 from .faults import POINTS as FAULT_POINTS
-from .redis_url import RedisUrlError, parse
+from .redis_url import RedisUrlError, parse, redacted
 from .task import valid_queue_name
 
 EVENT_MODES = ("auto", "always", "off")
@@ -64,7 +64,7 @@ class DtqConfig:
     # A running task's ctx.progress() is written at most once per this many seconds (the latest
     # value wins): a handler's tight loop cannot flood Redis or the console (worker/progress.py).
     progress_min_interval_s: float = 0.5
-    api_key: str = ""
+    api_key: str = dataclasses.field(default="", repr=False)  # a printed config must not show it
     # Destructive API calls with no key and no staff session: refused unless explicitly turned on.
     allow_anonymous_admin: bool = False
     task_modules: tuple[str, ...] = ()
@@ -163,6 +163,13 @@ class DtqConfig:
             raise ConfigError("DTQ_ENCRYPT_TYPES is set but DTQ_ENCRYPTION_KEYS is empty: give at least one Fernet key")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.key_prefix):
             raise ConfigError(f"DTQ_KEY_PREFIX must be 1-64 of A-Z a-z 0-9 _ . : - (got {self.key_prefix!r})")
+
+    def __repr__(self) -> str:
+        # The dataclass's repr, with the Redis URL's passwords masked as the worker's start line
+        # masks them: a config printed in a log or a traceback must not show them.
+        shown = (f"{f.name}={redacted(self.redis_url) if f.name == 'redis_url' else getattr(self, f.name)!r}"
+                 for f in dataclasses.fields(self) if f.repr)
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> DtqConfig:

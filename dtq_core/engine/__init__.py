@@ -41,7 +41,8 @@ __all__ = ["Engine"]
 class Engine:
     def __init__(self, config: DtqConfig, *, client: redis.Redis | None = None, clock: Clock | None = None) -> None:
         self.config = config
-        encryption.configure(config.encryption_keys)  # the API, console and CLI show payloads with them
+        # The API, console and CLI show payloads with the keys, and plain types' values as they are.
+        encryption.configure(config.encryption_keys, config.encrypt_types)
         self.keys = Keys(config.key_prefix)
         self.client = client if client is not None else sync_client(config)
         self.clock: Clock = clock or SystemClock()

@@ -16,6 +16,11 @@ computed again (_settle), so concurrent changes all hold and a resume happens on
 computes from now (the next tick) uses Redis's clock, the one the leader fires by (_now_ms).
 
 Every changing call is an audited operator action, like the queues' (engine/queues.py).
+
+A schedule of an encrypted type (DTQ_ENCRYPT_TYPES) holds its payload sealed, in its spec and in
+the task fields its ticks copy (the same token), so Redis holds no plaintext of it and firing seals
+nothing. A process that encrypts the type and holds the key opens it when it reads the schedule
+and seals it again (under the first key) when it writes it; any other keeps it sealed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import iso
+from ..encryption import DecryptionFailed, encrypts, is_sealed, reveal, sealed_with_first, token_shaped, unseal
 from ..errors import (
     DtqError,
     ErrorCode,
@@ -186,9 +192,29 @@ class Stored:
         return runs if isinstance(runs, builtins.list) else []
 
 
-def stored_from_hash(name: str, tag: str, raw: dict[str, str]) -> Stored:
-    data = json.loads(raw["spec"])
-    return Stored(spec=PeriodicSpec(name=name, **data), tag=tag, hash=raw)
+def stored_from_hash(name: str, tag: str, raw: dict[str, str], config: Any = None) -> Stored:
+    """The schedule its hash holds; with config, its payload opened where that config can (opened)."""
+    spec = PeriodicSpec(name=name, **json.loads(raw["spec"]))
+    return Stored(spec=spec if config is None else opened(config, spec), tag=tag, hash=raw)
+
+
+def opened(config: Any, spec: PeriodicSpec) -> PeriodicSpec:
+    """The spec with its payload decrypted when config encrypts its type and a key opens it;
+    otherwise as stored, a sealed payload kept sealed (a plain type's is what it is)."""
+    if not (is_sealed(spec.payload) and encrypts(config.encrypt_types, spec.type)):
+        return spec
+    try:
+        return dataclasses.replace(spec, payload=unseal(config.encryption_keys, spec.payload))
+    except DecryptionFailed:
+        return spec  # written back as it is (task_fields), never sealed twice
+
+
+def stored_payload(stored: Stored) -> Any:
+    """The payload as the hash holds it: sealed for an encrypted type."""
+    try:
+        return json.loads(stored.hash["spec"]).get("payload")
+    except (KeyError, ValueError, AttributeError):
+        return stored.spec.payload
 
 
 class Periodic(Noun):
@@ -219,7 +245,7 @@ class Periodic(Noun):
         raw = text_hash(self.client.hgetall(self.keys.periodic(tag, name))) if tag else {}
         if tag is None or not raw.get("spec"):
             raise PeriodicNotFound(f"periodic schedule {name!r} not found", name=name)
-        return stored_from_hash(name, tag, raw)
+        return stored_from_hash(name, tag, raw, self.config)
 
     def _load_all(self) -> builtins.list[Stored]:
         names = sorted(self.names().items())
@@ -230,7 +256,7 @@ class Periodic(Noun):
         for (name, tag), raw in zip(names, pipe.execute(raise_on_error=False), strict=True):
             if isinstance(raw, dict) and raw.get("spec"):
                 try:
-                    out.append(stored_from_hash(name, tag, text_hash(raw)))
+                    out.append(stored_from_hash(name, tag, text_hash(raw), self.config))
                 except (ValueError, TypeError):
                     logger.warning("periodic schedule %r: its stored spec does not parse; skipped", name)
         return out
@@ -254,6 +280,8 @@ class Periodic(Noun):
 
     def _view(self, stored: Stored, statuses: builtins.list[str | None]) -> dict[str, Any]:
         spec, h = stored.spec, stored.hash
+        # Shown as a task's is: the plaintext where this process has the key, else "encrypted".
+        payload, sealed = reveal(stored_payload(stored), spec.type)
         runs = []
         for run, status in zip(stored.runs(), statuses, strict=False):
             task_id = run.get("task_id") or None
@@ -268,8 +296,8 @@ class Periodic(Noun):
                 # Ticks a catch_up or missed run stands for (a cron's counted up to firing.MAX_COUNTED).
                 "missed": int(run.get("missed") or 0),
             })
-        return {
-            "name": spec.name, "type": spec.type, "payload": spec.payload, "queue": spec.queue,
+        view = {
+            "name": spec.name, "type": spec.type, "payload": payload, "queue": spec.queue,
             "priority": spec.priority, "cron": spec.cron, "timezone": spec.timezone,
             "every_seconds": spec.every_seconds, "overlap": spec.overlap, "misfire": spec.misfire,
             "max_attempts": spec.max_attempts, "timeout_seconds": spec.timeout_seconds,
@@ -280,6 +308,9 @@ class Periodic(Noun):
             "created_at": iso(h.get("created_at") or None), "updated_at": iso(h.get("updated_at") or None),
             "last_runs": runs,
         }
+        if sealed:
+            view["encrypted"] = True
+        return view
 
     # -- changes ----------------------------------------------------------------------------------
     def create(self, spec: PeriodicSpec, *, actor: Actor) -> dict[str, Any]:
@@ -345,6 +376,12 @@ class Periodic(Noun):
         unknown = sorted(set(changes) - CHANGEABLE)
         if unknown:
             raise ValidationError(f"field {unknown[0]!r} cannot be changed", field=unknown[0])
+        if ("payload" in changes and is_sealed(stored.spec.payload) and token_shaped(stored.spec.payload)
+                and not encrypts(self.config.encrypt_types, stored.spec.type)):
+            # A process that does not encrypt the type (a web node given no key) would store the
+            # new payload in clear where the old one was sealed.
+            raise ValidationError("this schedule's payload is encrypted: change it from a process with "
+                                  "DTQ_ENCRYPTION_KEYS and DTQ_ENCRYPT_TYPES listing its type", field="payload")
         merged = dataclasses.replace(stored.spec, **changes)
         if "cron" in changes and changes["cron"] is not None and "every_seconds" not in changes:
             merged = dataclasses.replace(merged, every_seconds=None)
@@ -386,9 +423,10 @@ class Periodic(Noun):
             try:
                 self._create(stored.spec, carry=state)
             except Exception:
+                # The spec as stored: an encrypted type's payload stays sealed in the log too.
                 logger.exception("periodic schedule %r: its move to queue %r failed and it could not be put "
                                  "back in queue %r; create it again (its spec: %s)", spec.name, spec.queue,
-                                 stored.spec.queue, json.dumps(stored.spec.spec_fields(), default=str))
+                                 stored.spec.queue, stored.hash.get("spec") or "")
             raise
 
     def delete(self, name: str, *, actor: Actor, _sync: bool = False) -> None:
@@ -502,7 +540,7 @@ class Periodic(Noun):
                                "the API's one is kept; rename one of them", name)
                 report["conflicts"].append(name)
                 continue
-            if stored is not None and stored.spec == spec:
+            if stored is not None and stored.spec == spec and not self._to_seal(stored):
                 report["unchanged"].append(name)
                 continue
             # One schedule that cannot be written (its queue past DTQ_MAX_QUEUES, Redis refusing)
@@ -539,12 +577,24 @@ class Periodic(Noun):
             report["retired"].append(name)
         return report
 
+    def _to_seal(self, stored: Stored) -> bool:
+        """Whether a declared schedule's write is due for its payload's sake though its spec is
+        unchanged: its type is encrypted now and it was stored in clear, or sealed with a key that
+        no longer encrypts (a rotation: sealed again, the old key can be dropped)."""
+        if stored.spec.payload is None or not encrypts(self.config.encrypt_types, stored.spec.type):
+            return False
+        raw = stored_payload(stored)
+        return not is_sealed(raw) or not sealed_with_first(self.config.encryption_keys, raw)
+
     # -- plumbing -----------------------------------------------------------------------------------
     def _spec_fields(self, spec: PeriodicSpec) -> dict[str, object]:
         """The hash fields a spec sets: the spec itself, and what firePeriodic-1 reads of it."""
+        fired = task_fields(self.config, spec)
+        if spec.payload is not None and encrypts(self.config.encrypt_types, spec.type):
+            # The spec holds the payload as the tasks get it: sealed, the same token.
+            spec = dataclasses.replace(spec, payload=json.loads(fired[fired.index("payload") + 1]))
         return {"spec": _spec_json(spec), "overlap": spec.overlap,
-                "task_fields": json.dumps(task_fields(self.config, spec), separators=(",", ":"),
-                                          ensure_ascii=False)}
+                "task_fields": json.dumps(fired, separators=(",", ":"), ensure_ascii=False)}
 
     def _checked(self, spec: PeriodicSpec, *, check_type: bool = True) -> PeriodicSpec:
         spec = validate_spec(self.config, spec)
@@ -629,7 +679,10 @@ def task_fields(config: Any, spec: PeriodicSpec) -> builtins.list[str]:
     (engine/tasks.py), less the tick's own (periodic_name, scheduled_for: the script's)."""
     s = validate_submission(config, spec.type, spec.payload, queue=spec.queue, priority=spec.priority,
                             max_attempts=spec.max_attempts, timeout_seconds=spec.timeout_seconds)
-    return ["type", s.type, "queue", s.queue, "priority", s.priority, "payload", s.payload_json,
+    payload_json = s.payload_json  # sealed by the submit's check when config encrypts the type
+    if is_sealed(spec.payload) and token_shaped(spec.payload) and encrypts(config.encrypt_types, spec.type):
+        payload_json = json.dumps(spec.payload)  # a token no key here opens (opened): kept, not sealed twice
+    return ["type", s.type, "queue", s.queue, "priority", s.priority, "payload", payload_json,
             "max_attempts", str(s.max_attempts), "timeout_s", f"{s.timeout_s:g}"]
 
 

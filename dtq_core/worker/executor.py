@@ -259,12 +259,14 @@ class AttemptRunner:
         return _in_thread(ex, fn, payload)
 
     def _payload(self, row: Row) -> Any:
-        """The payload the handler gets: decoded, and decrypted when it was stored encrypted."""
+        """The payload the handler gets: decoded, and decrypted when its type is encrypted."""
         try:
             payload = json.loads(row.payload) if row.payload else {}
         except ValueError as exc:
             raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
-        if type(payload) is str and is_sealed(payload):
+        # By type, not by prefix: a token read out of Redis and submitted as a plain type's payload
+        # would otherwise be decrypted for whoever submitted it (encryption.py).
+        if type(payload) is str and is_sealed(payload) and encrypts(self.config.encrypt_types, row.type):
             payload = unseal(self.config.encryption_keys, payload)  # DecryptionFailed: permanent
         return payload
 
@@ -275,12 +277,17 @@ class AttemptRunner:
                                         queue=row.queue, type=row.type, worker_id=self.worker_id,
                                         entry_id=row.entry_id, workflow_id=wid,
                                         workflow_step=int(step) if step.isdigit() else -1,
-                                        parent_result=_parent(self.config.encryption_keys, parent),
+                                        parent_result=_parent(self._input_keys(row.type), parent),
                                         reporter=self.progress,
                                         headers=_headers(row.headers))
         return registry.TaskContext(task_id=row.task_id, attempt=row.attempt, max_attempts=row.max_attempts,
                                     queue=row.queue, type=row.type, worker_id=self.worker_id,
                                     entry_id=row.entry_id, reporter=self.progress, headers=_headers(row.headers))
+
+    def _input_keys(self, task_type: str) -> tuple[str, ...]:
+        """The keys a workflow step's input is decrypted with: none for a plain type, whose inputs
+        may hold a token a plain step before it was given and returned."""
+        return self.config.encryption_keys if encrypts(self.config.encrypt_types, task_type) else ()
 
     async def run(self, ex: Execution) -> Completion | None:
         """Run one attempt; None when it was abandoned at the drain deadline."""

@@ -103,6 +103,29 @@ def test_the_right_key_is_accepted_and_audited_by_fingerprint(keyed: Engine, red
     assert KEY not in raw  # the raw key is never stored
 
 
+NON_ASCII_KEY = "clé-secrète-0123456789abcdef"
+
+
+def as_the_server_gives_it(sent: bytes) -> str:
+    """A header's bytes as Django gets them: WSGI and ASGI servers decode them as latin-1 (PEP 3333)."""
+    return sent.decode("latin-1")
+
+
+def test_the_right_non_ascii_key_is_accepted_as_the_utf_8_a_client_sends(settings: Any, live_engine: Engine) -> None:
+    settings.DTQ = {**settings.DTQ, "API_KEY": NON_ASCII_KEY}
+    from dtq_core.conf import get_engine
+    engine = get_engine()
+    engine.tasks.enqueue("dtq.echo", queue="q")
+    for wrong in ("clé-secrète-0123456789abcdeX".encode(), NON_ASCII_KEY.encode("latin-1")):
+        response = Client().post("/api/v1/queues/q/pause", HTTP_X_API_KEY=as_the_server_gives_it(wrong))
+        assert response.status_code == 403, response.content
+    # A str no server hands over (not latin-1) is a wrong key, not a 500.
+    assert Client().post("/api/v1/queues/q/pause", HTTP_X_API_KEY="clé-€").status_code == 403
+    response = Client().post("/api/v1/queues/q/pause", HTTP_X_API_KEY=as_the_server_gives_it(NON_ASCII_KEY.encode()))
+    assert response.status_code == 200, response.content
+    assert engine.queues.get("q")["paused"] is True
+
+
 def test_reads_and_submit_stay_open_with_a_key_set_even_with_a_wrong_header(keyed: Engine) -> None:
     client = APIClient()
     for headers in ({}, {"X-API-Key": "wrong"}):

@@ -157,3 +157,15 @@ def test_the_retention_argument_carries_the_policy_and_never_trims_below_the_dlq
 def test_a_bad_retention_setting_is_named(env: dict[str, str], name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         read_env(env.get)
+
+
+def test_a_printed_configuration_does_not_show_the_api_key() -> None:
+    config = DtqConfig(api_key="0f1e2d3c4b5a69788796a5b4c3d2e1f0-the-api-key")
+    assert "the-api-key" not in repr(config), repr(config)
+
+
+def test_a_printed_configuration_masks_the_redis_password_and_shows_the_rest() -> None:
+    config = DtqConfig(redis_url="redis://dtq:hunter2-redis-password@redis.internal:6379/0", key_prefix="app")
+    assert "hunter2-redis-password" not in repr(config), repr(config)
+    assert "redis_url='redis://dtq:***@redis.internal:6379/0'" in repr(config)
+    assert repr(config).startswith("DtqConfig(") and "key_prefix='app'" in repr(config)

@@ -118,3 +118,11 @@ def parent(payload: Any) -> Any:
     ctx = dtq_tasks.current_task()
     assert ctx is not None
     return {"parent": ctx.parent_result}
+
+
+@dtq_tasks.task("plain.parent")
+def plain_parent(payload: Any) -> Any:
+    """As enc.parent, for a type that is not encrypted: its input and result are stored in clear."""
+    ctx = dtq_tasks.current_task()
+    assert ctx is not None
+    return {"parent": ctx.parent_result}
