@@ -18,6 +18,7 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
+import redis.asyncio.retry
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -124,7 +125,8 @@ def async_client(config: DtqConfig, *, read_timeout_s: float) -> aioredis.Redis:
         "decode_responses": True,
         "socket_timeout": read_timeout_s,
         "socket_connect_timeout": max(config.redis_timeout_s, 2.0),
-        "retry": Retry(NoBackoff(), 0),
+        # The asyncio client's own class: redis-py 8.2 converts a blocking one with a UserWarning.
+        "retry": redis.asyncio.retry.Retry(NoBackoff(), 0),
         "retry_on_error": [],
         "max_connections": 64,
     }

@@ -41,6 +41,7 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.retry as aioretry
 import redis.asyncio.sentinel as aiosentinel
 import redis.connection
 import redis.sentinel
@@ -452,7 +453,7 @@ def async_master(target: RedisTarget, config: DtqConfig, options: dict[str, Any]
     """An asyncio client of the service's master (connection.async_client's options)."""
     watch = watch_for(target, config)
     sentinels = _AsyncSentinels(list(target.nodes), watch=watch, timeout_s=config.redis_timeout_s,
-                                sentinel_kwargs=sentinel_options(target, config))
+                                sentinel_kwargs=sentinel_options(target, config, asynchronous=True))
     client: aioredis.Redis = sentinels.master_for(
         target.service_name, redis_class=aioredis.Redis, connection_pool_class=_AsyncMasterPool,
         connection_class=_AsyncMasterSSLConnection if target.ssl else _AsyncMasterConnection,
@@ -460,13 +461,13 @@ def async_master(target: RedisTarget, config: DtqConfig, options: dict[str, Any]
     return client
 
 
-def sentinel_options(target: RedisTarget, config: DtqConfig) -> dict[str, Any]:
+def sentinel_options(target: RedisTarget, config: DtqConfig, *, asynchronous: bool = False) -> dict[str, Any]:
     """How dtq talks to the sentinels themselves: each for its share of DTQ_REDIS_TIMEOUT_S (so
     that sentinels that do not answer cost one timeout, not one each), no retries (the next
     sentinel in the list is the retry), no password (the URL's password is the master's)."""
     timeout_s = sentinel_timeout_s(config.redis_timeout_s, len(target.nodes))
-    return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0),
-            "ssl": target.ssl}
+    retry = (aioretry.Retry if asynchronous else Retry)(NoBackoff(), 0)
+    return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": retry, "ssl": target.ssl}
 
 
 def _master_options(target: RedisTarget) -> dict[str, Any]:

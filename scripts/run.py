@@ -11,6 +11,7 @@ no process of ours behind. Children get their own sessions so only this script s
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
 import shutil
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 PY = sys.executable
 # Overridable so the suite can run this script without touching a developer's port 6380.
 REDIS_PORT = int(os.environ.get("DTQ_LOCAL_REDIS_PORT", "6380"))
+PR_SET_PDEATHSIG = 1  # prctl(2)
 STATE_DIR = Path(os.environ.get("DTQ_LOCAL_STATE_DIR") or ROOT / "var")  # as dtq_site.settings reads it
 REDIS_DIR = Path(os.environ.get("DTQ_LOCAL_REDIS_DIR") or STATE_DIR / "redis")
 
@@ -68,7 +70,20 @@ def local_secret(path: Path) -> str:
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
+    # A session of its own, so Ctrl-C reaches this process alone and it stops the children in
+    # order; and, on Linux, SIGTERM to the child when this process dies however it dies (kill -9,
+    # a crash), or the children would outlive it holding their ports.
+    return subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True,
+                            preexec_fn=_die_with(os.getpid()) if sys.platform == "linux" else None)
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    def set_parent_death_signal() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the prctl: nobody would signal us
+            os._exit(1)
+    return set_parent_death_signal
 
 
 def stop(proc: subprocess.Popen[bytes] | None, name: str, timeout: float) -> None:
@@ -138,7 +153,13 @@ def main() -> int:
     except ConfigError as exc:
         sys.stderr.write(f"dtq: invalid configuration: {exc}\n")
         return 2
-    port = int(env.get("PORT", "8000"))
+    try:
+        port = int(env.get("PORT", "8000"))
+        if not 0 < port < 65536:
+            raise ValueError
+    except ValueError:
+        sys.stderr.write(f"dtq: invalid configuration: PORT must be a TCP port, 1-65535 (got {env['PORT']!r})\n")
+        return 2
     redis_proc = None
     stopping = False
 
@@ -146,8 +167,13 @@ def main() -> int:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # SIGHUP: the terminal closed (an SSH session lost); SIGQUIT: Ctrl-\. Both stop everything,
+    # as Ctrl-C does, instead of leaving the children running without this process.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, on_signal)
+    if port_open(port):  # before anything starts or var/redis.url is rewritten
+        say(f"port {port} is already in use; stop that process or run on another: PORT=8001 make run")
+        return 1
     if not env.get("DTQ_REDIS_URL"):
         binary = shutil.which("redis-server")
         if binary is None:
