@@ -26,7 +26,7 @@ from ..clock import Clock
 from ..codec import encode_result, truncate_result, valid_utf8
 from ..config import DtqConfig
 from ..connection import REDIS_CONNECTION_ERRORS, write_refused
-from ..encryption import DecryptionFailed, configure, encrypts, is_sealed, seal, unseal, unseal_inputs
+from ..encryption import DecryptionFailed, configure, encrypts, is_sealed, seal, token_shaped, unseal, unseal_inputs
 from ..integrations import otel, sentry
 from ..keys import tag_of
 from ..middleware import execution_chain, wrap_async, wrap_sync
@@ -264,10 +264,18 @@ class AttemptRunner:
             payload = json.loads(row.payload) if row.payload else {}
         except ValueError as exc:
             raise PayloadDecodeError(f"payload is not valid JSON: {exc}") from None
-        # By type, not by prefix: a token read out of Redis and submitted as a plain type's payload
-        # would otherwise be decrypted for whoever submitted it (encryption.py).
-        if type(payload) is str and is_sealed(payload) and encrypts(self.config.encrypt_types, row.type):
-            payload = unseal(self.config.encryption_keys, payload)  # DecryptionFailed: permanent
+        if type(payload) is str and is_sealed(payload):
+            # By type, not by prefix: a token read out of Redis and submitted as a plain type's
+            # payload would otherwise be decrypted for whoever submitted it (encryption.py). Nor is
+            # the token handed over as a string: a worker whose DTQ_ENCRYPT_TYPES lacks the type
+            # would run the handler on it; the attempt fails, saying why.
+            if encrypts(self.config.encrypt_types, row.type):
+                payload = unseal(self.config.encryption_keys, payload)  # DecryptionFailed: permanent
+            elif token_shaped(payload):
+                raise DecryptionFailed(
+                    f"the payload is an encrypted token, but this worker does not encrypt type {row.type!r}: "
+                    "list it in DTQ_ENCRYPT_TYPES on every worker and submitter (or the token was "
+                    "submitted again from a copy of Redis as a plain type's payload)")
         return payload
 
     def _context(self, row: Row) -> registry.TaskContext:

@@ -154,7 +154,8 @@ def keyless(settings: Any) -> Engine:
 def test_a_worker_does_not_decrypt_a_token_submitted_as_a_plain_type_s_payload(
         settings: Any, live_engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
     """Submit is open: resubmitted as the payload of a plain type (dtq.echo, whose result is stored
-    in clear), a stolen token reaches the handler as the string it is, not as the plaintext."""
+    in clear), a stolen token is not decrypted, nor run: the attempt fails, saying the type is not
+    one this worker encrypts (as it would for a worker whose DTQ_ENCRYPT_TYPES lacks it)."""
     token = stolen_token(encrypted_engine(settings, [KEY_A]))
     engine = keyless(settings)
     api = APIClient()
@@ -164,25 +165,28 @@ def test_a_worker_does_not_decrypt_a_token_submitted_as_a_plain_type_s_payload(
     worker = start_worker("--name", "oracle", "--queues", "oracle", **worker_env(KEY_A))
     wait_for(lambda: engine.tasks.get(task_id)["status"] in ("SUCCEEDED", "DEAD_LETTERED", "FAILED"),
              timeout=30, message=worker.output)
-    assert engine.tasks.get(task_id)["status"] == "SUCCEEDED"
-    assert json.loads(str(engine.client.get(engine.keys.result(task_id)))) == token  # echoed as it came
+    task = engine.tasks.get(task_id)
+    assert task["status"] == "DEAD_LETTERED" and task["last_error"].startswith("dtq.DecryptionFailed: "), task
+    assert "does not encrypt type 'dtq.echo'" in task["last_error"] and "4111" not in task["last_error"]
+    assert engine.client.get(engine.keys.result(task_id)) is None  # the handler never ran
     shown = api.get(f"/api/v1/tasks/{task_id}").json()
     assert "4111" not in json.dumps(shown), f"the keyless API reveals the secret: {shown}"
 
 
 def test_a_plain_workflow_step_gets_a_token_a_step_before_it_returned_as_it_is(
         settings: Any, live_engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
-    """A plain step echoes a stolen token; the plain step after it (whose result is in clear) gets
-    that token as its input, not the plaintext."""
+    """A plain step echoes a stolen token (in a list: a token as the whole payload is refused, see
+    above); the plain step after it (whose result is in clear) gets that token as its input, not the
+    plaintext."""
     engine = encrypted_engine(settings, [KEY_A])
     token = stolen_token(engine)
-    wid = engine.workflows.submit({"chain": [{"type": "dtq.echo", "payload": token, "queue": "wforacle"},
+    wid = engine.workflows.submit({"chain": [{"type": "dtq.echo", "payload": [token], "queue": "wforacle"},
                                              {"type": "plain.parent", "queue": "wforacle"}]})
     worker = start_worker("--name", "wforacle", "--queues", "wforacle", **worker_env(KEY_A))
     wait_for(lambda: engine.workflows.get(wid)["status"] in ("SUCCEEDED", "FAILED"), timeout=30,
              message=worker.output)
     last = engine.workflows.get(wid)["steps"][-1]["task_id"]
-    assert json.loads(str(engine.client.get(engine.keys.result(last)))) == {"parent": token}
+    assert json.loads(str(engine.client.get(engine.keys.result(last)))) == {"parent": [token]}
 
 
 def test_a_plain_task_s_string_payload_that_starts_like_a_token_is_shown_as_it_is(
