@@ -16,7 +16,6 @@ import io
 import json
 import re
 from collections.abc import Mapping
-from itertools import accumulate
 from typing import Any
 
 from django.conf import settings
@@ -24,20 +23,12 @@ from rest_framework import parsers, request
 from rest_framework.exceptions import ParseError
 from rest_framework.utils.json import strict_constant
 
-# Deep enough for any real payload; far enough below the recursion limit (1000) that parsing,
-# storing and answering a body this deep never comes near it, however deep the stack already is.
-MAX_JSON_DEPTH = 200
+from dtq_core.submit import MAX_JSON_DEPTH, nested_deeper_than
 
 # A \uD800-\uDFFF escape in the raw body: the only way a surrogate gets into parsed JSON (UTF-8
 # bytes cannot encode one). A pair is fine; the exact check below runs only when this matches.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-# For the nesting depth: JSON text cut down to its brackets, strings taken out (see _depth).
-_ESCAPE = re.compile(rb"\\.", re.DOTALL)
-_STRING_WITHOUT_ESCAPES = re.compile(rb'"[^"]*"')
-_ALL_BUT_QUOTES_AND_BRACKETS = bytes(b for b in range(256) if b not in b'"[]{}')
-_BRACKET_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as signed bytes
 
 
 class JSONParser(parsers.JSONParser):
@@ -75,7 +66,7 @@ def declared_length(meta: Mapping[str, Any]) -> int | None:
 def load_json(raw: bytes, encoding: str) -> Any:
     """Parse a request body (ParseError: 400 MALFORMED_JSON), for DRF and the fast path alike."""
     text = _decode(raw, _text_encoding(encoding))
-    if _depth_exceeds(text, MAX_JSON_DEPTH):
+    if nested_deeper_than(text, MAX_JSON_DEPTH):  # dtq_core's limit on a payload too
         raise ParseError(f"JSON nested too deeply: more than {MAX_JSON_DEPTH} levels")
     try:
         data = json.loads(text, parse_constant=strict_constant)
@@ -106,27 +97,6 @@ def _decode(raw: bytes, encoding: str) -> str:
         return raw.decode(encoding)
     except ValueError as exc:  # UnicodeDecodeError, or a codec's own complaint
         raise ParseError(f"JSON parse error - {exc}") from None
-
-
-def _depth_exceeds(text: str, limit: int) -> bool:
-    """Whether JSON text nests arrays and objects more than limit deep; brackets in strings do not count.
-
-    1. JSON deeper than the limit holds more than limit openings and as many closings: a short
-       body (the usual submit) cannot be, and two counts settle most others.
-    2. Else cut the text to its quotes and brackets, escapes taken out first (so an escaped quote
-       neither opens nor closes a string), drop the strings, and take the deepest running sum
-       of +1 per opening and -1 per closing: all in C, a fraction of what parsing costs.
-    A body that is not JSON may pass (unclosed brackets): the parser refuses it, short of the
-    recursion limit.
-    """
-    if len(text) <= 2 * limit or text.count("[") + text.count("{") <= limit:
-        return False
-    skeleton = _ESCAPE.sub(b"", text.encode("utf-8", "surrogatepass")).translate(None, _ALL_BUT_QUOTES_AND_BRACKETS)
-    skeleton = skeleton.replace(b'""', b"")  # strings without a bracket in them: nearly all
-    if b'"' in skeleton:
-        skeleton = _STRING_WITHOUT_ESCAPES.sub(b"", skeleton)
-    steps = memoryview(skeleton.translate(_BRACKET_STEP, b'"')).cast("b")  # an unclosed string's quote out too
-    return max(accumulate(steps), default=0) > limit
 
 
 def _holds_lone_surrogate(value: Any) -> bool:

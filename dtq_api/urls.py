@@ -36,9 +36,11 @@ urlpatterns = [
          name="dlq-entry-discard"),
     path(V1 + "audit", views.AuditListView.as_view(), name="audit-list"),
     path(V1 + "workers", views.WorkerListView.as_view(), name="worker-list"),
-    path(V1 + "workers/<str:worker_id>", WorkerDetailView.as_view(), name="worker-detail"),
-    path(V1 + "workers/<str:worker_id>/quiet", WorkerQuietView.as_view(), name="worker-quiet"),
-    path(V1 + "workers/<str:worker_id>/stop", WorkerStopView.as_view(), name="worker-stop"),
+    # A worker id may hold "/" (runworker_dtq --name k8s/pod-1), so the id is a path and the
+    # actions come first: "workers/a/quiet" is worker a's quiet, not a worker named "a/quiet".
+    path(V1 + "workers/<path:worker_id>/quiet", WorkerQuietView.as_view(), name="worker-quiet"),
+    path(V1 + "workers/<path:worker_id>/stop", WorkerStopView.as_view(), name="worker-stop"),
+    path(V1 + "workers/<path:worker_id>", WorkerDetailView.as_view(), name="worker-detail"),
     path(V1 + "stats", StatsView.as_view(), name="stats"),
     path(V1 + "schedule", views.ScheduleListView.as_view(), name="schedule-list"),
     path(V1 + "periodic", views.PeriodicListView.as_view(), name="periodic-list"),

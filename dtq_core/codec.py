@@ -183,6 +183,8 @@ def _json_or_raw(raw: str | None) -> Any:
         return json.loads(raw, parse_constant=_refuse_constant)
     except ValueError:
         return raw
+    except RecursionError:  # a result (unchecked) or a payload stored before submit limited nesting
+        return raw
 
 
 def _refuse_constant(name: str) -> Any:

@@ -9,6 +9,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from .codec import is_unicode
@@ -33,6 +34,18 @@ MAX_HEADERS = 32
 MAX_HEADER_VALUE = 1024
 MAX_HEADERS_BYTES = 4096
 HEADER_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# How deep arrays and objects may nest in a payload, and in a JSON body the API reads (dtq_api
+# parsers). Deep enough for any real payload; far enough below the recursion limit (1000) that
+# parsing, storing and answering a value this deep never comes near it, however deep the stack
+# already is: json.dumps takes about a thousand levels, and json.loads a little fewer, so a
+# deeper payload would be queued but could not be read back.
+MAX_JSON_DEPTH = 200
+
+# For the nesting depth: JSON text cut down to its brackets, strings taken out (see nested_deeper_than).
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING_WITHOUT_ESCAPES = re.compile(rb'"[^"]*"')
+_ALL_BUT_QUOTES_AND_BRACKETS = bytes(b for b in range(256) if b not in b'"[]{}')
+_BRACKET_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as signed bytes
 
 # One encoder for every submission: json.dumps with options builds a new JSONEncoder per call.
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -194,6 +207,9 @@ def validate(
             f"payload is {size} bytes; the limit is {config.payload_max_bytes} (DTQ_PAYLOAD_MAX_BYTES)",
             field="payload",
         )
+    if nested_deeper_than(payload_json, MAX_JSON_DEPTH):  # a normal payload: two str.count at most
+        raise ValidationError(f"payload nests arrays and objects more than {MAX_JSON_DEPTH} levels deep",
+                              field="payload")
     if config.encrypt_types and encrypts(config.encrypt_types, type):  # checked in plaintext, stored sealed
         payload_json = seal(config.encryption_keys, payload_json)
     if request_id is not None:
@@ -208,6 +224,27 @@ def validate(
     if unique_key is None and unique_mode is None and unique_window_s is None:
         return submission
     return check_unique(submission, unique_key, unique_mode, unique_window_s)
+
+
+def nested_deeper_than(text: str, limit: int) -> bool:
+    """Whether JSON text nests arrays and objects more than limit deep; brackets in strings do not count.
+
+    1. JSON deeper than the limit holds more than limit openings and as many closings: a short
+       text (the usual payload) cannot be, and two counts settle most others.
+    2. Else cut the text to its quotes and brackets, escapes taken out first (so an escaped quote
+       neither opens nor closes a string), drop the strings, and take the deepest running sum
+       of +1 per opening and -1 per closing: all in C, a fraction of what parsing costs.
+    Text that is not JSON may pass (unclosed brackets): a parser refuses it, short of the
+    recursion limit.
+    """
+    if len(text) <= 2 * limit or text.count("[") + text.count("{") <= limit:
+        return False
+    skeleton = _ESCAPE.sub(b"", text.encode("utf-8", "surrogatepass")).translate(None, _ALL_BUT_QUOTES_AND_BRACKETS)
+    skeleton = skeleton.replace(b'""', b"")  # strings without a bracket in them: nearly all
+    if b'"' in skeleton:
+        skeleton = _STRING_WITHOUT_ESCAPES.sub(b"", skeleton)
+    steps = memoryview(skeleton.translate(_BRACKET_STEP, b'"')).cast("b")  # an unclosed string's quote out too
+    return max(accumulate(steps), default=0) > limit
 
 
 def check_headers(headers: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from dtq_core.engine.audit import AUDIT_SOURCES
+from dtq_core.engine.dlq_walk import GROUP_MESSAGE_CHARS
 from dtq_core.engine.limits import MAX_CONCURRENCY, MAX_PERIOD_S, MAX_RATE, MIN_PERIOD_S
 from dtq_core.keys import DLQ_REF_RE
 from dtq_core.task import QUEUE_NAME_RE, RESERVED_QUEUES, TASK_TYPE_RE, Status
@@ -35,11 +36,20 @@ class DlqFilterForm(_Form):
     queue = forms.CharField(required=False, max_length=64, validators=[_queue_name])
     type = forms.CharField(required=False, max_length=TEXT_MAX, validators=[_task_type])
     q = forms.CharField(required=False, max_length=TEXT_MAX, strip=True)
+    # One error group (the group links): with type, its error class and message exactly, as
+    # /dlq/ shows them. Given (even empty: an error without a message is a group too) or not.
+    # (Django's form metaclass moves declared fields off the class: Form.error_class, the class of
+    # error lists, is not replaced by this field.)
+    error_class = forms.CharField(required=False, max_length=1000, strip=False)  # type: ignore[assignment]
+    message = forms.CharField(required=False, max_length=GROUP_MESSAGE_CHARS, strip=False)
     cursor = forms.CharField(required=False, max_length=64)
 
     def filters(self) -> dict[str, str | None]:
+        """The filters given; a key set to None is no filter (queue, type and q are never "")."""
         data = self.cleaned_data
-        return {"queue": data.get("queue") or None, "type": data.get("type") or None, "q": data.get("q") or None}
+        group = {name: data.get(name, "") if name in self.data else None for name in ("error_class", "message")}
+        return {"queue": data.get("queue") or None, "type": data.get("type") or None, "q": data.get("q") or None,
+                **group}
 
 
 class DlqMatchingForm(DlqFilterForm):

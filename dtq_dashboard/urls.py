@@ -48,9 +48,11 @@ urlpatterns = [
     path("types/<str:name>/", history_views.task_type, name="type"),
     path("history/fragment", history_views.fragment, name="history-fragment"),
     path("workers/", views.workers, name="workers"),
-    path("workers/<str:worker_id>/", worker_views.worker, name="worker"),
-    path("workers/<str:worker_id>/quiet", worker_views.quiet, name="worker-quiet"),
-    path("workers/<str:worker_id>/stop", worker_views.stop, name="worker-stop"),
+    # A worker id may hold "/" (runworker_dtq --name k8s/pod-1): the page ends in "/" and the
+    # actions do not, so "workers/a/quiet" is always worker a's action, "workers/a/quiet/" a page.
+    path("workers/<path:worker_id>/", worker_views.worker, name="worker"),
+    path("workers/<path:worker_id>/quiet", worker_views.quiet, name="worker-quiet"),
+    path("workers/<path:worker_id>/stop", worker_views.stop, name="worker-stop"),
     path("audit/", views.audit, name="audit"),
     # The console's own template and landing page: a project's LOGIN_URL, LOGIN_REDIRECT_URL and
     # registration/login.html (if any) are its own, and may not be the console's.

@@ -28,6 +28,7 @@ from dtq_core.errors import (
 )
 from dtq_core.keys import is_task_id
 from dtq_core.redis_errors import redis_trouble
+from dtq_core.submit import MAX_JSON_DEPTH, nested_deeper_than
 from dtq_core.task import TERMINAL
 
 from . import forms
@@ -176,9 +177,13 @@ def _tasks_url(*_: Any) -> str:
 @console_action("enqueue_task", default_next=_tasks_url)
 def enqueue(request: HttpRequest, actor: Actor, back: str) -> HttpResponse:
     values = {name: request.POST.get(name, "") for name in ("type", "queue", "priority", "payload")}
+    text = values["payload"] or "{}"
+    if nested_deeper_than(text, MAX_JSON_DEPTH):  # checked first: json.loads would exhaust the stack
+        return _enqueue_form(request, values, f"The payload nests arrays and objects more than {MAX_JSON_DEPTH} "
+                                              "levels deep.", status=400)
     try:
-        payload = json.loads(values["payload"] or "{}")
-    except ValueError as exc:
+        payload = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: not for text the check let through
         return _enqueue_form(request, values, f"The payload is not JSON: {exc}", status=400)
     try:
         enqueued = get_engine().tasks.enqueue_as(actor, values["type"].strip(), payload,
@@ -196,9 +201,9 @@ def task(request: HttpRequest, task_id: str) -> HttpResponse:
     record = get_engine().tasks.get(task_id)
     return _render(request, "task.html", {
         "task": record,
-        "payload_json": _pretty(record.get("payload")),
+        "payload_json": _pretty(record.get("payload"), f"GET /api/v1/tasks/{task_id}"),
         "has_result": "result" in record,
-        "result_json": _pretty(record.get("result")),
+        "result_json": _pretty(record.get("result"), f"GET /api/v1/tasks/{task_id}"),
         "timeline": task_timeline(record),
         "terminal": record.get("status") in TERMINAL,
     }, nav="tasks")
@@ -213,10 +218,12 @@ def dlq(request: HttpRequest) -> HttpResponse:
     filters = form.filters()
     page = engine.dlq.list(**filters, cursor=form.cleaned_data["cursor"] or None, limit=PAGE)
     groups = engine.dlq.groups(queue=filters["queue"], type=filters["type"])
+    for group in groups["groups"]:
+        group["select"] = _group_query(group, filters["queue"])
     return _render(request, "dlq.html", {
         "form": form, "page": page, "groups": groups, "filters": filters, "dlq_total": engine.dlq.count(),
         "dlq_trimmed": engine.dlq.trimmed(), "dlq_maxlen": engine.config.dlq_maxlen,
-        "filtered": any(filters.values()), "query": _query(form.cleaned_data, "cursor"),
+        "filtered": _dlq_filtered(filters), "query": _dlq_query(filters),
         "cursor": form.cleaned_data["cursor"], "queue_names": engine.queues.names(),
     }, nav="dlq")
 
@@ -233,14 +240,34 @@ def dlq_confirm(request: HttpRequest) -> HttpResponse:
                        nav="dlq", status=400)
     filters = form.filters()
     engine = get_engine()
-    # Queue and type are matched in Redis without reading payloads: count further back for them,
-    # so the preview is exact for a DLQ of the default cap (text searches stay at the page budget).
+    # Queue, type and group are matched in Redis without reading payloads: count further back for
+    # them, so the preview is exact for a DLQ of the default cap (text searches stay at the page
+    # budget).
     examined = SCAN_BUDGET if filters.get("q") else CONFIRM_BUDGET
     preview = engine.dlq.match_count(**filters, budget=examined)
     return _render(request, "dlq_confirm.html", {"action": action, "filters": filters, "count": preview["count"],
                                                  "exact": preview["exact"], "examined": examined,
                                                  "dlq_total": engine.dlq.count(),
-                                                 "everything": not any(filters.values())}, nav="dlq")
+                                                 "everything": not _dlq_filtered(filters)}, nav="dlq")
+
+
+def _group_query(group: dict[str, Any], queue: str | None) -> str:
+    """The filter of one error group exactly (type, error class, message), for its Show, Retry group… and
+    Discard group… links. Not a text filter: that would also match the messages holding this one
+    ("boom" in "kaboom") and payloads. It keeps the page's queue filter: a group seen in one queue
+    acts on that queue only."""
+    exact = {"type": group["type"], "error_class": group["error_class"], "message": group["message"]}
+    return urlencode({"queue": queue, **exact} if queue else exact)
+
+
+def _dlq_filtered(filters: dict[str, str | None]) -> bool:
+    # None is no filter: a group's error class or message may be exactly "" (and still filter).
+    return any(v is not None for v in filters.values())
+
+
+def _dlq_query(filters: dict[str, str | None]) -> str:
+    """The filters as a query string, for the pager's links."""
+    return urlencode({k: v for k, v in filters.items() if v is not None})
 
 
 @console_page
@@ -288,7 +315,8 @@ def periodic(request: HttpRequest) -> HttpResponse:
 @console_page
 def periodic_detail(request: HttpRequest, name: str) -> HttpResponse:
     shown = get_engine().periodic.get(name)
-    return _render(request, "periodic_detail.html", {"p": shown, "payload_json": _pretty(shown.get("payload"))},
+    payload_json = _pretty(shown.get("payload"), f"GET /api/v1/periodic/{name}")
+    return _render(request, "periodic_detail.html", {"p": shown, "payload_json": payload_json},
                    nav="periodic")
 
 
@@ -315,11 +343,12 @@ def workflows(request: HttpRequest) -> HttpResponse:
 
 @console_page
 def workflow(request: HttpRequest, workflow_id: str) -> HttpResponse:
-    shown = get_engine().workflows.get(workflow_id)
-    steps = shown["steps"]
+    # Only the steps the table lists are resolved: a wide workflow's others would cost seconds.
+    shown = get_engine().workflows.get(workflow_id, steps_limit=STEPS_LISTED)
+    steps, total = shown["steps"], shown["steps_total"]
     return _render(request, "workflow.html", {
-        "wf": shown, "graph": workflow_svg(steps, _task_url), "max_drawn": MAX_DRAWN,
-        "steps": steps[:STEPS_LISTED], "steps_cut": max(0, len(steps) - STEPS_LISTED),
+        "wf": shown, "graph": workflow_svg(steps, _task_url) if total <= MAX_DRAWN else None,
+        "max_drawn": MAX_DRAWN, "steps": steps, "steps_cut": max(0, total - len(steps)),
         "percent": round(100 * shown["progress"]["fraction"]),
     }, nav="workflows")
 
@@ -493,13 +522,17 @@ def _dlq_matching_action(request: HttpRequest, actor: Actor, back: str, *, retry
         return redirect(back)
     filters = form.filters()
     if form.cleaned_data["confirm"] != "yes":
-        query = urlencode({"action": "retry" if retry else "discard", **{k: v for k, v in filters.items() if v}})
+        query = f"action={'retry' if retry else 'discard'}&{_dlq_query(filters)}"
         return redirect(f"{reverse('dtq_dashboard:dlq-confirm')}?{query}")
+    # all only when no filter is given: a group whose error class and message are both empty
+    # is still that group, not everything.
     selection = DlqSelection(queue=filters["queue"], type=filters["type"], q=filters["q"],
-                             all=not any(filters.values()))
+                             error_class=filters["error_class"], message=filters["message"],
+                             all=not _dlq_filtered(filters))
     count, kept = _act_on_dead_letters(selection, actor, retry=retry)
     verb = "Retried" if retry else "Discarded"
-    what = ", ".join(f"{k}={v}" for k, v in filters.items() if v) or "everything in the DLQ"
+    what = ", ".join(f"{k}={v!r}" if k in ("error_class", "message") else f"{k}={v}"
+                     for k, v in filters.items() if v is not None) or "everything in the DLQ"
     messages.success(request, f"{verb} {count:,} dead letter{_s(count)} matching {what}.{_kept_note(kept)}")
     return redirect(back)
 
@@ -553,8 +586,32 @@ def periodic_delete(request: HttpRequest, actor: Actor, back: str, name: str) ->
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+# How much of a payload or result a page prints: indenting adds two spaces per level of nesting
+# to every line below it, so a few hundred KB of nested JSON would print as tens of MB.
+PRETTY_MAX_CHARS = 256 * 1024
+_INDENTED = json.JSONEncoder(indent=2, ensure_ascii=False, sort_keys=True).iterencode
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode
+
+
+def _pretty(value: Any, whole_at: str) -> str:
+    """The value as indented JSON while that fits in PRETTY_MAX_CHARS, else as compact JSON cut
+    to it, with a note saying where the whole of it is (whole_at, an API request)."""
+    shown: list[str] = []
+    size = 0
+    try:
+        for chunk in _INDENTED(value):  # stopped at the budget: the rest is never built
+            size += len(chunk)
+            if size > PRETTY_MAX_CHARS:
+                break
+            shown.append(chunk)
+        else:
+            return "".join(shown)
+        compact = _COMPACT(value)
+    except RecursionError:  # a result (unchecked) or a payload stored before submit limited nesting
+        return f"(nested too deeply to show here: the whole value is in the API, {whole_at})"
+    if len(compact) <= PRETTY_MAX_CHARS:
+        return compact
+    return f"{compact[:PRETTY_MAX_CHARS]}\n… truncated: the whole value is in the API, {whole_at}"
 
 
 def _query(data: dict[str, Any], *drop: str) -> str:

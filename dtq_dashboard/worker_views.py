@@ -10,12 +10,7 @@ from dtq_core.conf import get_engine
 from dtq_core.engine.audit import Actor
 
 from .guards import console_action, console_page
-
-
-def _worker_url(worker_id: str) -> str:
-    from django.urls import reverse
-
-    return reverse("dtq_dashboard:worker", args=[worker_id])
+from .templatetags.dtq_console import worker_url as _worker_url
 
 
 @console_page

@@ -22,17 +22,17 @@ local task_id, queue, ttype, message, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4
 rcall('HSET', K.task_prefix .. task_id, 'id', task_id, 'type', ttype, 'queue', queue, 'priority', ARGV[6],
       'payload', ARGV[7], 'attempt', 1, 'max_attempts', 1, 'timeout_s', 300, 'created_at', now_ms,
       'updated_at', now_ms, 'finished_at', now_ms, 'cancel_requested', '0', 'result_truncated', '0',
-      'errors', push_error('[]', 1, 'dtq.PermanentError', message, '', '1970-01-01T00:00:00.000Z'),
-      'last_error', 'dtq.PermanentError: ' .. message)
+      'errors', push_error('[]', 1, ARGV[9], message, '', '1970-01-01T00:00:00.000Z'),
+      'last_error', ARGV[9] .. ': ' .. message)
 rcall('PEXPIRE', K.task_prefix .. task_id, 3600000)
 rcall('ZADD', K.recent, now_ms, task_id)
-return dead_letter(K, task_id, queue, ttype, 1, 'dtq.PermanentError', message, now_ms, '1', ARGV[8])
+return dead_letter(K, task_id, queue, ttype, 1, ARGV[9], message, now_ms, '1', ARGV[8])
 """)
 
 
 def plant_dead_letters(engine: Engine, count: int, *, queue: str = "default", type: str = "dtq.fail",
                        message: str = "boom", payload: Any = None, priority: str = "normal",
-                       tag: str | None = None) -> list[str]:
+                       tag: str | None = None, error_class: str = "dtq.PermanentError") -> list[str]:
     """Dead-letter `count` new tasks of `queue` (spread over its partitions, or all in `tag`);
     return their task ids, oldest first."""
     layout = engine.registry.ensure(queue)
@@ -42,6 +42,6 @@ def plant_dead_letters(engine: Engine, count: int, *, queue: str = "default", ty
         partition = tag or layout.tag_for()
         task_id = f"{partition}-{uuid4().hex}"
         engine.client.eval(_PLANT, 1, engine.keys.partition(partition), task_id, queue, type, message,
-                           engine.clock.now_ms(), priority, body, engine.config.dlq_maxlen)
+                           engine.clock.now_ms(), priority, body, engine.config.dlq_maxlen, error_class)
         ids.append(task_id)
     return ids

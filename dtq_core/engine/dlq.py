@@ -24,7 +24,7 @@ from ..task import valid_queue_name
 from . import reads
 from .audit import Actor, Audit, Operation
 from .dlq_selection import DlqSelection
-from .dlq_walk import Filters, Position, Walker, parse_cursor
+from .dlq_walk import Filters, Position, Walker, group_key, parse_cursor
 from .plumbing import BATCH, Noun, Plumbing
 from .reads import Page, page_limit, queue_filter, stream_fields, type_filter
 from .registry import Registry
@@ -68,20 +68,25 @@ class DeadLetters(Noun):
         return sorted({tag for layout in layouts.values() for tag in layout.all_tags})
 
     def _walker(self, *, queue: str | None, type: str | None = None, q: str | None = None,
+                error_class: str | None = None, message: str | None = None,
                 below: Position | None = None) -> Walker:
         return Walker(keys=self.keys, scripts=self.scripts, client=self.client, tags=self._tags(queue),
-                      below=below, filters=Filters(queue=queue, type=type, q=q))
+                      below=below, filters=Filters(queue=queue, type=type, q=q, error_class=error_class,
+                                                   message=message))
 
     def list(self, *, queue: str | None = None, type: str | None = None, q: str | None = None,
+             error_class: str | None = None, message: str | None = None,
              cursor: str | None = None, limit: int | None = None) -> Page:
-        """Dead letters newest first, filtered by queue, type and text in error or payload."""
+        """Dead letters newest first, filtered by queue, type, text in error or payload, and error
+        group (error_class and message exactly, as groups() gives them; None: any)."""
         limit = page_limit(limit)
         queue, type = queue_filter(queue), type_filter(type)
         below = parse_cursor(cursor)
         # One match past the page says whether an older page exists, so a full page that ends on
         # the last match offers no cursor to an empty one. Without it (budget spent first), the
         # cursor goes on from where every partition has been read down to.
-        walk = self._walker(queue=queue, type=type, q=q, below=below).walk(limit=limit + 1, budget=reads.SCAN_BUDGET)
+        walk = self._walker(queue=queue, type=type, q=q, error_class=error_class, message=message,
+                            below=below).walk(limit=limit + 1, budget=reads.SCAN_BUDGET)
         matches = walk.matches[:limit]
         if len(walk.matches) > limit:
             next_cursor: str | None = matches[-1][0].ref
@@ -140,12 +145,10 @@ class DeadLetters(Noun):
         for position, f in batch:
             if type and f.get("type") != type:
                 continue
-            # The first line, bounded, so tracebacks and long messages still group together.
-            message = (f.get("error") or "").strip().splitlines()[0][:200] if f.get("error") else ""
-            key = (f.get("type") or "", f.get("error_class") or "", message)
+            key = group_key(f)  # what list(type=, error_class=, message=) selects again
             group = groups.get(key)
             if group is None:
-                group = groups[key] = {"type": key[0], "error_class": key[1], "message": message, "count": 0,
+                group = groups[key] = {"type": key[0], "error_class": key[1], "message": key[2], "count": 0,
                                        "queues": set(), "latest_entry_id": position.ref,
                                        "latest_failed_at": _typed_fields(f)["failed_at"]}
             group["count"] += 1
@@ -156,21 +159,24 @@ class DeadLetters(Noun):
         return {"groups": items, "scanned": len(batch), "window": window,
                 "partial": len(batch) == window or walk.frontier is not None}
 
-    def match_count(self, *, queue: str | None = None, type: str | None = None,
-                    q: str | None = None, budget: int = reads.SCAN_BUDGET) -> dict[str, Any]:
+    def match_count(self, *, queue: str | None = None, type: str | None = None, q: str | None = None,
+                    error_class: str | None = None, message: str | None = None,
+                    budget: int = reads.SCAN_BUDGET) -> dict[str, Any]:
         """How many dead letters a filter matches (the preview before a bulk action), in bounded time.
 
-        Queue-only and unfiltered counts are exact from the counts. Type and text filters count
-        within the newest `budget` entries (shared among the partitions read); `exact` is False
+        Queue-only and unfiltered counts are exact from the counts. Type, text and group filters
+        count within the newest `budget` entries (shared among the partitions read); `exact` is False
         when older entries were not examined (the action itself still matches every entry).
         """
         queue, type = queue_filter(queue), type_filter(type)
-        if not (type or q):
+        filters = Filters(queue=queue, type=type, q=q, error_class=error_class, message=message)
+        if not filters.narrows:
             if queue:
                 count = self._sum(lambda pipe, tag: pipe.hget(self.keys.dlq_counts(tag), queue), self._tags(queue))
                 return {"count": max(0, count), "exact": True}
             return {"count": self.count(), "exact": True}
-        walk = self._walker(queue=queue, type=type, q=q).walk(limit=budget, budget=budget)
+        walk = self._walker(queue=queue, type=type, q=q, error_class=error_class,
+                            message=message).walk(limit=budget, budget=budget)
         more = False
         if walk.lanes_left:  # read to their last entry, without a read past it to say so
             pipe = self.client.pipeline(transaction=False)
@@ -194,7 +200,8 @@ class DeadLetters(Noun):
         ids: builtins.list[str] = []
         cursor: str | None = None
         while len(ids) < MAX_SELECTION:
-            page = self.list(queue=selection.queue, type=selection.type, q=selection.q, cursor=cursor,
+            page = self.list(queue=selection.queue, type=selection.type, q=selection.q,
+                             error_class=selection.error_class, message=selection.message, cursor=cursor,
                              limit=500)
             ids.extend(item["entry_id"] for item in page.items)
             if not page.next_cursor:

@@ -16,13 +16,17 @@ ID_EXAMPLE = "k5bxqa-1700000000000-0"  # what a dead letter's id looks like (key
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DlqSelection:
     """Which dead letters a bulk action touches; exactly one way of choosing is set. ids are the
-    API's dead-letter ids (keys.dlq_ref: partition tag and entry id)."""
+    API's dead-letter ids (keys.dlq_ref: partition tag and entry id). error_class and message,
+    with type, select one error group of DeadLetters.groups() exactly (the console's "Retry/Discard
+    group"): None is any, "" is exactly empty. The API's body does not take them (it has no groups)."""
 
     ids: tuple[str, ...] = ()
     task_ids: tuple[str, ...] = ()
     queue: str | None = None
     type: str | None = None
     q: str | None = None
+    error_class: str | None = None
+    message: str | None = None
     all: bool = False
 
     @classmethod
@@ -63,11 +67,20 @@ class DlqSelection:
             raise ValidationError("task_ids must be 1-128 characters each", field="task_ids")
         if self.ids and self.task_ids:
             raise ValidationError("give ids or task_ids, not both")
-        if (self.ids or self.task_ids) and (self.queue or self.type or self.q or self.all):
+        if (self.ids or self.task_ids) and (self.filtered() or self.all):
             raise ValidationError("ids/task_ids cannot be combined with filters or all")
 
+    def filtered(self) -> bool:
+        return bool(self.queue or self.type or self.q) or self.error_class is not None or self.message is not None
+
     def chooses_something(self) -> bool:
-        return bool(self.ids or self.task_ids or self.queue or self.type or self.q or self.all)
+        return bool(self.ids or self.task_ids or self.filtered() or self.all)
+
+    def _filters(self) -> list[tuple[str, str]]:
+        """The filters set, by name (a group's error class or message may be exactly empty)."""
+        return [(k, v) for k, v in (("queue", self.queue), ("type", self.type), ("q", self.q),
+                                    ("error_class", self.error_class), ("message", self.message))
+                if v or (k in ("error_class", "message") and v is not None)]
 
     def audited(self) -> dict[str, Any]:
         """The selection as the intent entry records it (long id lists cut to their first 100)."""
@@ -75,15 +88,13 @@ class DlqSelection:
             return {"ids": list(self.ids[:100]), "ids_total": len(self.ids)}
         if self.task_ids:
             return {"task_ids": list(self.task_ids[:100]), "task_ids_total": len(self.task_ids)}
-        return {k: v for k, v in (("queue", self.queue), ("type", self.type), ("q", self.q), ("all", self.all))
-                if v}
+        return {**dict(self._filters()), **({"all": True} if self.all else {})}
 
     def describe(self) -> str:
         if self.ids:
             return "dlq:" + (",".join(self.ids[:5]) + ("..." if len(self.ids) > 5 else ""))
         if self.task_ids:
             return "dlq:tasks:" + (",".join(self.task_ids[:5]) + ("..." if len(self.task_ids) > 5 else ""))
-        if self.all and not (self.queue or self.type or self.q):
+        if self.all and not self.filtered():
             return "dlq:all"
-        parts = [f"{k}={v}" for k, v in (("queue", self.queue), ("type", self.type), ("q", self.q)) if v]
-        return "dlq:" + "&".join(parts)
+        return "dlq:" + "&".join(f"{k}={v}" for k, v in self._filters())

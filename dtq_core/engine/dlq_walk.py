@@ -28,6 +28,20 @@ from .reads import MAX_ID_PART, id_parts, stream_fields, valid_stream_id
 from .recent import Needle
 
 CALL_COUNT = 500  # entries one scan script call reads at most
+GROUP_MESSAGE_CHARS = 200
+
+
+def group_message(error: str | None) -> str:
+    """The message an error group is known by: the error's first line, bounded, so tracebacks and
+    long messages still group together."""
+    lines = (error or "").strip().splitlines()
+    return lines[0][:GROUP_MESSAGE_CHARS] if lines else ""
+
+
+def group_key(f: dict[str, str]) -> tuple[str, str, str]:
+    """The error group of a dead letter (its fields): type, error class and message. The groups
+    /dlq/ shows and the group filter its actions use are both this, so "the group" is one set."""
+    return f.get("type") or "", f.get("error_class") or "", group_message(f.get("error"))
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -85,6 +99,14 @@ class Filters:
     queue: str | None = None
     type: str | None = None
     q: str | None = None
+    # One error group (group_key) with type: None is any, "" is exactly empty.
+    error_class: str | None = None
+    message: str | None = None
+
+    @property
+    def narrows(self) -> bool:
+        """Whether entries of a partition may not match (a partition holds one queue)."""
+        return bool(self.type or self.q) or self.error_class is not None or self.message is not None
 
 
 @dataclass(slots=True)
@@ -126,12 +148,15 @@ class Walker:
 
         A needle with non-ASCII characters is matched here instead of in Redis (Python's lower(),
         which Lua's cannot match), on the payloads the script returns with the entries that pass
-        the other filters.
+        the other filters. So is a group's message: the script keeps the errors that hold it, and
+        group_message says which of them it is the message of.
         """
         below = self.below
         lanes = [_Lane(tag=tag, upper=below.bound_below(tag) if below else "+") for tag in self.tags]
         needle = Needle.of((self.filters.q or "").lower())
         in_redis = needle.in_redis
+        flt = self.filters
+        settled_in_redis = in_redis and flt.message is None  # each match the script returns is one
         pool: list[tuple[Position, dict[str, str]]] = []
         scanned = rounds = 0
         while True:
@@ -150,13 +175,14 @@ class Walker:
             pipe = self.client.pipeline(transaction=False)
             asked = []
             for lane, count in zip(needed, counts, strict=True):
-                wanted = min(limit - lane.matched, share) if in_redis else count
-                if not (self.filters.type or needle.text):  # (a partition holds one queue) each entry matches:
+                wanted = min(limit - lane.matched, share) if settled_in_redis else count
+                if not flt.narrows:  # each entry matches:
                     count = min(count, wanted)  # read no more than the page can show
                 text, *json_forms = needle.script_args()
                 self.scripts("scanDeadLetters", keys=[self.keys.partition(lane.tag)], client=pipe, args=[
-                    lane.upper, count, self.filters.queue or "", self.filters.type or "",
-                    text, 0 if in_redis else 1, wanted, reads.SCAN_CALL_BYTES, *json_forms])
+                    lane.upper, count, flt.queue or "", flt.type or "",
+                    text, 0 if in_redis else 1, wanted, reads.SCAN_CALL_BYTES,
+                    0 if flt.error_class is None else 1, flt.error_class or "", flt.message or "", *json_forms])
                 asked.append((lane, count))
             for (lane, count), reply in zip(asked, self.scripts.execute(pipe), strict=True):
                 examined, last, found, read = reply
@@ -168,6 +194,8 @@ class Walker:
                     lane.upper = None
                 for eid, raw, payload in found:
                     f = stream_fields(raw)
+                    if flt.message is not None and group_message(f.get("error")) != flt.message:
+                        continue
                     if not in_redis and not needle.found(plain=f.get("error", "") + " " + f.get("error_class", ""),
                                                          json=(payload,)):
                         continue

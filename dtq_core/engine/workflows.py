@@ -187,23 +187,35 @@ class Workflows(Noun):
                 "finished_at": iso(meta.get("finished_at") or None), "steps_total": total,
                 "steps_finished": int(meta.get("done") or 0)}
 
-    def get(self, workflow_id: str) -> dict[str, Any]:
+    def get(self, workflow_id: str, *, steps_limit: int | None = None) -> dict[str, Any]:
         """The workflow as the API shows it (docs/api.md): its status, tree, steps (each with
-        its task's id and status) and aggregate progress; WorkflowNotFound."""
+        its task's id and status) and aggregate progress; WorkflowNotFound.
+
+        steps_limit: resolve only the first that many steps (the console's table), so a page of a
+        20,000-step workflow reads and decodes 500 definitions, not every one (a step's definition
+        holds its input and successors: in a chain of two wide groups each is thousands of
+        indexes long). `steps` then holds those first ones; the others still count in
+        `progress`, by their state in the workflow alone (finished or not: a running step's own
+        progress is read for the resolved ones only).
+        """
         meta = self._meta(workflow_id)
+        total = int(meta.get("steps_total") or 0)
+        resolved = total if steps_limit is None else max(0, min(total, steps_limit))
         part = self.keys.workflow_part
         pipe = self.client.pipeline(transaction=False)
-        for name in ("def", "state", "reason"):
+        for name in ("state", "reason"):
             pipe.hgetall(part(workflow_id, name))
-        defs_raw, states, reasons = pipe.execute()
-        total = int(meta.get("steps_total") or 0)
-        defs = [json.loads(defs_raw[str(i)]) for i in range(total)]
-        created = [i for i in range(total) if states.get(str(i), "W") not in ("W",)]
+        if resolved:
+            pipe.hmget(part(workflow_id, "def"), [str(i) for i in range(resolved)])
+        states, reasons, *rest = pipe.execute()
+        defs = [json.loads(raw) for raw in (rest[0] if rest else [])]
+        created = [i for i in range(resolved) if states.get(str(i), "W") not in ("W",)]
         pipe = self.client.pipeline(transaction=False)
         for i in created:
             pipe.hmget(self.keys.task(defs[i]["t"]), ["status", "progress_done", "progress_total"])
         records = dict(zip(created, pipe.execute(), strict=True)) if created else {}
         steps, progress_sum = [], 0.0
+        depends_on = _DependsOn()
         for i, d in enumerate(defs):
             state = states.get(str(i), "W")
             status, done, ptotal = records.get(i, (None, None, None))
@@ -216,9 +228,10 @@ class Workflows(Noun):
                 progress_sum += min(1.0, float(step_progress["done"] or 0) / float(step_progress["total"]))
             steps.append({"index": i, "type": d["x"]["type"], "queue": d["x"]["queue"],
                           "priority": d["x"]["priority"], "task_id": d["t"],
-                          "status": status or _STATE_STATUS.get(state, "WAITING"), "depends_on": leaves(d["i"]),
+                          "status": status or _STATE_STATUS.get(state, "WAITING"), "depends_on": depends_on(d["i"]),
                           "cancel_reason": reasons.get(str(i)) if state in _STOPPED_STATES else None,
                           "progress": step_progress})
+        progress_sum += sum(1.0 for i in range(resolved, total) if states.get(str(i)) in _FINISHED_STATES)
         out = self._summary(workflow_id, meta)
         out["progress"] = {"done": progress_sum, "total": float(total),
                            "fraction": round(progress_sum / total, 4) if total else 0.0}
@@ -303,6 +316,27 @@ class Workflows(Noun):
                                        status=str(reply[1]))
             op.done = self._cancel_tasks([str(t) for t in reply[1]]) or 1
         return self.get(workflow_id)
+
+
+class _DependsOn:
+    """leaves() of step inputs, worked out once per distinct input: every member of a group reads
+    the same input, so a group of 4,500 after another would otherwise walk 20 million indexes."""
+
+    def __init__(self) -> None:
+        self._seen: dict[object, list[int]] = {}
+
+    def __call__(self, expr: Any) -> list[int]:
+        if not isinstance(expr, list):
+            return leaves(expr)
+        key: object = tuple(expr)  # a flat list (a group's output) is its own key
+        try:
+            found = self._seen.get(key)
+        except TypeError:  # a nested one (a group of groups) is not hashable: keyed by its JSON text
+            key = json.dumps(expr)
+            found = self._seen.get(key)
+        if found is None:
+            found = self._seen[key] = leaves(expr)
+        return found
 
 
 def _float(value: str | None) -> float:

@@ -121,6 +121,18 @@ def queue_url(name: Any) -> str:
 
 
 @register.filter
+def worker_url(worker_id: Any) -> str:
+    """Link to a worker page; its quiet and stop actions are this URL + "quiet" / "stop".
+
+    A worker's name is the operator's (runworker_dtq --name), "k8s/pod-1" for one: its "/" is
+    kept, since the URLs take the id as a path and some proxies refuse an encoded one (%2F).
+    """
+    from urllib.parse import quote
+
+    return f"{_base('dtq_dashboard:worker')}{quote(str(worker_id), safe='/')}/" if worker_id else "#"
+
+
+@register.filter
 def periodic_url(name: Any) -> str:
     from urllib.parse import quote
 

@@ -75,3 +75,11 @@ def test_a_stored_result_with_nan_reads_as_its_text() -> None:
     # Older versions stored NaN/Infinity, which the API's strict JSON renderer cannot write.
     assert task_view({}, '{"x":NaN}')["result"] == '{"x":NaN}'
     assert task_view({}, "[1.5]")["result"] == [1.5]
+
+
+def test_a_stored_value_too_deep_to_parse_reads_as_its_text() -> None:
+    # Submit refuses such a payload now (MAX_JSON_DEPTH); one stored before, or a handler's
+    # result, must not make the task unreadable (RecursionError: a 500 on its page and the API).
+    deep = "[" * 5000 + "]" * 5000
+    shown = task_view({"payload": deep}, deep)
+    assert (shown["payload"], shown["result"]) == (deep, deep)

@@ -17,6 +17,7 @@ from dtq_core.engine.audit import Actor
 from dtq_core.errors import PayloadTooLarge, QueueFull, TaskNotFound, ValidationError
 from dtq_core.events import announce
 from dtq_core.keys import Keys, is_task_id, tag_of
+from dtq_core.submit import MAX_JSON_DEPTH
 
 from .test_scans import _script_calls
 
@@ -133,6 +134,10 @@ def _nested(depth: int) -> list[object]:
         # Lone surrogates (bytes decoded with surrogateescape, or "\ud800" in JSON) and deep nesting
         ({"payload": {"name": "caf\udce9"}}, "payload"), ({"idempotency_key": "k\ud800"}, "idempotency_key"),
         ({"payload": _nested(5000)}, "payload"),
+        # Past MAX_JSON_DEPTH (the API's limit too), though json.dumps could still write it: 950
+        # levels were queued, and then could not be read back (the task page was a 500).
+        ({"payload": _nested(MAX_JSON_DEPTH)}, "payload"), ({"payload": _nested(949)}, "payload"),
+        ({"payload": {"a": [{"b": _nested(MAX_JSON_DEPTH - 2)}]}}, "payload"),
         # Counted from the submit, a ttl no longer than the delay expires the task before it is due.
         ({"delay_seconds": 60, "ttl_seconds": 60}, "ttl_seconds"),
         ({"delay_seconds": 60, "ttl_seconds": 30}, "ttl_seconds"),
@@ -146,6 +151,12 @@ def test_bad_input_is_refused_naming_the_field_and_stores_nothing(
         engine.tasks.enqueue(args.pop("type"), **args)
     assert excinfo.value.field == field
     assert list(redis_client.scan_iter(match=f"{engine.keys.prefix}:*")) == []
+
+
+def test_a_payload_nested_as_deep_as_the_limit_is_queued_and_read_back(engine: Engine) -> None:
+    deepest = {"a": [{"b": _nested(MAX_JSON_DEPTH - 4)}], "s": "[[[[" * 100}  # brackets in strings do not nest
+    task = engine.tasks.enqueue("dtq.echo", deepest)
+    assert engine.tasks.get(task.id)["payload"] == deepest
 
 
 def test_an_oversized_payload_is_refused(engine: Engine) -> None:

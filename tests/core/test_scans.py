@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from dtq_core.engine import Engine, reads
 from dtq_core.engine.audit import Actor
+from dtq_core.engine.dlq_selection import DlqSelection
+from dtq_core.engine.dlq_walk import group_key
 from dtq_core.keys import dlq_ref
 
 from ..api.support import drain
@@ -166,6 +168,33 @@ def test_dlq_filters_page_across_the_scan_budget(dlq_engine: Engine, redis_clien
     for queue, type in itertools.product([None, "qa", "qb", "nope"], [None, "dtq.fail", "no.such.type"]):
         expected = _dlq_reference(dlq_engine, redis_client, queue=queue, type=type, q=None)
         assert _dlq_pages(dlq_engine, queue=queue, type=type) == expected, (queue, type)
+
+
+# Messages one error group must tell apart: a message inside another ("boom" in "kaboom"), one
+# only the first line of a traceback, padded, cut at 200 characters, and none at all.
+GROUP_ERRORS = ["boom", "kaboom", "boom\nTraceback (most recent call last)", "  boom  ", "boom!", "", "   ",
+                "x" * 250, "x" * 200 + "y", "\u0130stanbul boom"]
+
+
+def test_a_group_filter_selects_exactly_that_groups_dead_letters(dlq_engine: Engine, redis_client: redis.Redis,
+                                                                 small_budget: None) -> None:
+    for i, (error, error_class) in enumerate(itertools.product(GROUP_ERRORS, ["app.Boom", "app.Other", ""])):
+        plant_dead_letters(dlq_engine, 1, queue="qa" if i % 2 else "qb", type="dtq.fail" if i % 4 else "no.such.type",
+                           message=error, payload={"note": "boom"}, error_class=error_class)
+    entries = _dlq_entries(dlq_engine, redis_client)
+    keys = {group_key(f) for _, f in entries}
+    assert ("dtq.fail", "app.Boom", "boom") in keys and ("dtq.fail", "", "") in keys
+    for (type, error_class, message), queue in itertools.product(
+            [*keys, ("dtq.fail", "app.Boom", "boo"), ("dtq.fail", "app.Boom", "x" * 250)], [None, "qa"]):
+        expected = [ref for ref, f in entries if group_key(f) == (type, error_class, message)
+                    and queue in (None, f["queue"])]
+        group = {"queue": queue, "type": type, "error_class": error_class, "message": message}
+        assert _dlq_pages(dlq_engine, **group) == expected, group
+        assert dlq_engine.dlq.match_count(**group, budget=1000) == {"count": len(expected), "exact": True}
+        assert dlq_engine.dlq.select(DlqSelection(**group)) == expected
+    # Without a type, the error class and message select that group of every type.
+    assert len(_dlq_pages(dlq_engine, error_class="app.Boom", message="boom")) == sum(
+        1 for _, f in entries if group_key(f)[1:] == ("app.Boom", "boom"))
 
 
 def _recent_ids(engine: Engine, client: redis.Redis) -> list[str]:

@@ -1,7 +1,7 @@
 """Enqueue from the console (issue 24, item 5): a form with the registered task types, queue,
 priority and a JSON payload, for staff with the enqueue permission, audited as them; bad JSON, an
-unknown type, an oversized payload and a bad queue come back as the form with the reason and
-enqueue nothing; a Redis that is down is the 503 page."""
+unknown type, an oversized or too deeply nested payload and a bad queue come back as the form with
+the reason and enqueue nothing; a Redis that is down is the 503 page."""
 
 from __future__ import annotations
 
@@ -58,6 +58,9 @@ def test_an_operator_enqueues_a_task_and_it_is_audited(enqueuer: Client, live_en
     ({"queue": "Bad Queue"}, 400, "queue must match"),
     ({"priority": "urgent"}, 400, "priority must be one of"),
     ({"payload": json.dumps({"blob": "x" * 2000})}, 413, "the limit is 1000"),
+    # Nested past the API's limit: deep enough, json.loads exhausted the stack (a 500 page).
+    ({"payload": "[" * 201 + "]" * 201}, 400, "more than 200 levels deep"),
+    ({"payload": "[" * 100_000 + "]" * 100_000}, 400, "more than 200 levels deep"),
 ])
 def test_bad_input_comes_back_as_the_form_and_enqueues_nothing(
         enqueuer: Client, live_engine: Engine, settings: Any, values: dict[str, str], status: int,

@@ -115,3 +115,23 @@ def test_charts_need_a_login_when_the_console_does(finished: Engine, settings: A
     settings.DTQ_CONSOLE_LOGIN_REQUIRED = True
     response = Client().get("/history/fragment")
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_the_other_row_says_what_it_sums_and_links_to_no_tasks(live_engine: Engine, dtq_settings: Any,
+                                                               login: Callable[[str], Client]) -> None:
+    # "(other)" is no type: its page once linked to /tasks/?type=(other), which is a 400 page.
+    from dtq_core.engine.audit import Actor
+
+    dtq_settings.DTQ = {**dtq_settings.DTQ, "ACCEPT_UNKNOWN_TYPES": True}
+    actor = Actor.user("ops", source="console")
+    for i in range(105):  # past the 100 types a partition's history keeps apart
+        live_engine.tasks.cancel(live_engine.tasks.enqueue(f"made.up{i:03d}", queue="default").id, actor)
+    client = login("viewer")
+    html = client.get("/types/?queue=default").content.decode()
+    row = html.split('<tr data-type="(other)">', 1)[1].split("</tr>", 1)[0]
+    assert "the types past the cap" in row
+    link = re.search(r'href="([^"]*/types/\(other\)/[^"]*)"', row)
+    assert link
+    page = client.get(link.group(1).replace("&amp;", "&")).content.decode()
+    assert "sums the types past the history" in page and "Its tasks" not in page and "/tasks/?type=" not in page
+    assert "Its tasks →" in client.get("/types/made.up000/").content.decode()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from django.test import Client
 
 from dtq_core.engine import Engine
 from dtq_dashboard.timeline import task_timeline
+from dtq_dashboard.views import PRETTY_MAX_CHARS, _pretty
 from tests.api.support import serve_types
 from tests.redis_server import RedisServer
 
@@ -245,6 +247,39 @@ def test_the_timeline_orders_a_start_and_a_failure_of_the_same_millisecond() -> 
     assert [r["label"] for r in rows] == ["Created", "Attempt 1 failed", "Attempt 2 started", "Attempt 2 failed"]
 
 
+def test_a_groups_links_select_exactly_that_group_not_the_messages_holding_its_text(
+        login: Callable[[str], Client], live_engine: Engine, dead_letters: Callable[..., list[str]]) -> None:
+    # "boom" is in "kaboom" (and a text filter also searches payloads): Discard group… on "boom"
+    # used to preview and discard all five. A group is its type, error class and message exactly.
+    dead_letters(2, message="boom")
+    dead_letters(3, message="kaboom")
+    dead_letters(1, message="   ")  # no message at all: the group "" (which used to fail the page)
+    admin = login("admin")
+    page = admin.get("/dlq/").content.decode()
+    groups = re.findall(r'<td class="n" data-label="Count"><strong>(\d+)</strong></td>.*?'
+                        r'<td class="err" data-label="Error"><code>[^<]*</code> ([^<]*)</td>.*?'
+                        r'href="([^"]*)">Show</a>.*?href="([^"]*/dlq/matching/confirm\?action=discard[^"]*)"',
+                        page, re.S)
+    by_message = {message.strip(): (int(count), html.unescape(show), html.unescape(discard))
+                  for count, message, show, discard in groups}
+    assert {m: c for m, (c, _, _) in by_message.items()} == {"boom": 2, "kaboom": 3, "": 1}
+    _, show, discard = by_message["boom"]
+    assert len(admin.get("/dlq/" + show).context["page"].items) == 2
+    confirm = admin.get(discard)
+    assert confirm.context["count"] == 2 and confirm.context["exact"]
+    assert re.search(r"<h1>(.*?)</h1>", confirm.content.decode(), re.S).group(1).strip() == "Discard 2 dead letters?"
+    form = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', confirm.content.decode()))
+    done = admin.post("/dlq/matching/discard", {k: html.unescape(v) for k, v in form.items()}, follow=True)
+    assert "Discarded 2 dead letters matching" in done.content.decode()
+    assert sorted(g["message"] for g in live_engine.dlq.groups()["groups"]) == ["", "kaboom"]
+    # The group without a message is that group, not "no filter" (everything).
+    _, _, discard = by_message[""]
+    assert admin.get(discard).context["count"] == 1
+    form = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', admin.get(discard).content.decode()))
+    admin.post("/dlq/matching/discard", {k: html.unescape(v) for k, v in form.items()})
+    assert [(g["message"], g["count"]) for g in live_engine.dlq.groups()["groups"]] == [("kaboom", 3)]
+
+
 def test_the_error_groups_say_when_more_exist_than_are_shown(client: Client,
                                                              dead_letters: Callable[..., list[str]]) -> None:
     for i in range(16):
@@ -350,3 +385,52 @@ def test_every_page_has_an_h1_and_marks_its_place_in_the_navigation(
 def test_the_live_feed_is_announced_politely(client: Client, live_engine: Engine) -> None:
     page = client.get("/").content.decode()
     assert '<tbody aria-live="polite" aria-relevant="additions">' in page
+
+
+def test_a_deeply_nested_payload_is_cut_to_the_budget_not_indented_into_megabytes(
+        client: Client, live_engine: Engine) -> None:
+    # 60 levels around 150,000 numbers: 300 KB of JSON, which indent=2 once made a page of 19 MB.
+    rows: Any = [0] * 150_000
+    for _ in range(60):
+        rows = [rows]
+    task_id = live_engine.tasks.enqueue("dtq.echo", {"rows": rows}).id
+    page = client.get(f"/tasks/{task_id}/").content.decode()
+    assert len(page) < PRETTY_MAX_CHARS + 50_000
+    assert f"… truncated: the whole value is in the API, GET /api/v1/tasks/{task_id}</pre>" in page
+    assert '{&quot;rows&quot;:[[[[' in page  # compact, from the start
+
+
+@pytest.mark.parametrize("value,shown", [
+    ({"b": 1, "a": [1, 2]}, '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}'),  # small: indented, as before
+    (None, "null"),
+    ("[[[", '"[[["'),  # a stored text that is not JSON
+])
+def test_a_value_that_fits_is_indented(value: Any, shown: str) -> None:
+    assert _pretty(value, "GET /api/v1/tasks/t") == shown
+
+
+def test_a_value_past_the_budget_indented_is_compact_and_cut_with_a_note() -> None:
+    nested: Any = ["x" * 100] * (PRETTY_MAX_CHARS // 200)
+    for _ in range(50):  # indented, every line gets 100 more spaces: past the budget
+        nested = [nested]
+    compact = json.dumps(nested, separators=(",", ":"))
+    assert len(compact) < PRETTY_MAX_CHARS
+    assert _pretty(nested, "GET /api/v1/tasks/t") == compact  # no note: all of it is there
+    bigger = [nested, nested]
+    shown = _pretty(bigger, "GET /api/v1/tasks/t")
+    head, note = shown.rsplit("\n", 1)
+    assert head == json.dumps(bigger, separators=(",", ":"))[:PRETTY_MAX_CHARS]
+    assert note == "… truncated: the whole value is in the API, GET /api/v1/tasks/t"
+
+
+def test_a_task_stored_nested_past_what_the_parser_takes_shows_its_text(client: Client, live_engine: Engine
+                                                                         ) -> None:
+    # Submit refuses a payload nested past MAX_JSON_DEPTH now; one stored before (950 levels were
+    # accepted) made the task page and GET /api/v1/tasks/<id> a 500.
+    task_id = live_engine.tasks.enqueue("dtq.echo", {}).id
+    deep = "[" * 950 + "]" * 950
+    live_engine.client.hset(live_engine.keys.task(task_id), "payload", deep)
+    response = client.get(f"/tasks/{task_id}/")
+    assert response.status_code == 200 and f'id="payload">&quot;{deep}&quot;</pre>' in response.content.decode()
+    api = client.get(f"/api/v1/tasks/{task_id}")
+    assert api.status_code == 200 and api.json()["payload"] == deep

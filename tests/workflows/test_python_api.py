@@ -64,6 +64,19 @@ def test_the_aggregate_progress_counts_finished_steps_whole_and_running_ones_by_
     assert wf["steps"][2]["progress"] is None
 
 
+def test_a_read_bounded_to_the_first_steps_resolves_those_and_counts_the_rest_by_their_state(
+        engine: Engine) -> None:
+    wid = engine.workflows.submit({"chain": [{"group": [{"type": "t.a"} for _ in range(3)]},
+                                             {"group": [{"type": "t.b"} for _ in range(3)]}]})
+    engine.client.hset(engine.keys.workflow_part(wid, "state"), "5", "D")  # the last step, finished
+    whole = engine.workflows.get(wid)
+    assert [s["depends_on"] for s in whole["steps"]] == [[], [], [], [0, 1, 2], [0, 1, 2], [0, 1, 2]]
+    first = engine.workflows.get(wid, steps_limit=4)
+    assert first["steps"] == whole["steps"][:4] and first["steps_total"] == 6
+    assert first["progress"] == whole["progress"] == {"done": 1.0, "total": 6.0, "fraction": 0.1667}
+    assert engine.workflows.get(wid, steps_limit=0)["steps"] == []
+
+
 def test_the_task_api_shows_the_workflow_of_a_step(live_engine: Engine, client: Any) -> None:
     wid = dtq_tasks.chain(dtq_tasks.step("report.fetch"), dtq_tasks.step("report.publish")).enqueue()
     first = live_engine.workflows.get(wid)["steps"][0]["task_id"]
