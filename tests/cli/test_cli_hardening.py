@@ -58,9 +58,18 @@ def fill_dlq(engine: Engine, queue: str, count: int) -> None:
 
 
 def wait_until_acting(engine: Engine, proc: subprocess.Popen[str]) -> None:
-    """Return once a bulk action has written its audit intent: it is changing things now."""
-    wait_for(lambda: engine.client.hlen(engine.keys.audit_open()) or proc.poll() is not None, timeout=60,
-             interval=0.005)
+    """Return once a bulk action has recorded progress: it is inside its audited block, changing
+    things now. (Its intent alone is written a moment before the block starts: a Ctrl-C in that
+    moment, under load, cuts short nothing yet.)"""
+    first: dict[str, str] = {}  # op id -> its intent's progress as startAudit wrote it
+
+    def progressed() -> bool:  # a round trip of the block recorded progress (op.advance), if any
+        for op_id, raw in engine.client.hgetall(engine.keys.audit_open()).items():
+            if first.setdefault(op_id, raw) != raw:
+                return True
+        return proc.poll() is not None
+
+    wait_for(progressed, timeout=60, interval=0.005)
     assert proc.poll() is None, "the action ended before it could be cut short"
 
 
