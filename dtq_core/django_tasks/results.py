@@ -8,13 +8,11 @@ the last TaskError.
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -138,21 +136,18 @@ def error_path(error_class: str) -> str:
     return _importable(error_class) if "." in error_class else f"builtins.{error_class}"
 
 
-@lru_cache(maxsize=1024)
 def _importable(path: str) -> str:
     """path, or the path of the nearest class in its MRO that import_string can reach when it
     cannot reach the class itself: one nested in a class (`client.Client.Error`: import_string
     takes `client.Client` for a module) or one defined in a function (`<locals>`, found by no
-    import: builtins.BaseException, all that is known of it). A path whose module this process
-    cannot import (not installed here) is kept as it is."""
+    import: builtins.BaseException, all that is known of it). Only modules this process has
+    imported already are looked in: the path comes from Redis, and reading a result must not
+    import (and run) a module a stored error names. One not imported here is kept as it is."""
     parts = path.split(".")
-    for i in range(len(parts) - 1, 0, -1):  # the longest prefix that imports is the module
-        try:
-            found: Any = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
+    for i in range(len(parts) - 1, 0, -1):  # the longest prefix that is a loaded module
+        found: Any = sys.modules.get(".".join(parts[:i]))
+        if found is None:
             continue
-        except Exception:  # noqa: BLE001 - a module that fails on import: a result must still read
-            return path
         for name in parts[i:]:
             found = getattr(found, name, None)
         if isinstance(found, type) and i == len(parts) - 1:

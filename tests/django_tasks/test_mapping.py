@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
 from dtq_core.django_tasks.compat import TaskResultStatus
-from dtq_core.django_tasks.results import dtq_priority, error_path, to_result
+from dtq_core.django_tasks.results import dtq_priority, error_path, task_errors, to_result
 
 PAYLOAD = json.dumps({"module_path": "tests.django_tasks.tasks_module.add", "args": [1, 2], "kwargs": {},
                       "takes_context": False, "priority": 0, "queue_name": "default", "backend": "default"})
@@ -91,3 +93,14 @@ def test_default_priority_bands(priority: int, band: str) -> None:
 @pytest.mark.parametrize(("priority", "band"), [(34, "high"), (33, "normal"), (-33, "normal"), (-34, "low")])
 def test_thirds_as_configured_bands(priority: int, band: str) -> None:
     assert dtq_priority(priority, high_min=34, low_max=-34) == band
+
+
+def test_reading_a_result_does_not_import_a_module_a_stored_error_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The errors come from Redis: a path there must not make the reading process import (and run)
+    # a module. One this process has not imported is shown as stored.
+    monkeypatch.delenv("DTQ_TEST_NEVER_IMPORTED", raising=False)
+    monkeypatch.delitem(sys.modules, "tests.django_tasks.never_imported", raising=False)
+    raw = json.dumps([{"attempt": 1, "error": "tests.django_tasks.never_imported.Boom", "message": "x", "at": 1}])
+    [error] = task_errors(raw)
+    assert "DTQ_TEST_NEVER_IMPORTED" not in os.environ
+    assert error.exception_class_path == "tests.django_tasks.never_imported.Boom"
