@@ -156,16 +156,14 @@ class HistoryRoller:
                 continue
             done = to_int(folded[name])
             for hour in range(max(done + 1, complete - CATCH_UP_HOURS + 1), complete + 1):
-                await self.store.scripts("foldHistory", keys=[prefix],
-                                         args=["m", hour * 60, 60, "h", hour, HOUR_TTL_MS, mode], client=pipe)
+                await self._fold(pipe, prefix, mode, "h", hour)
                 calls.append((name, hour))
         # Hours folded already that a late write changed (their minutes were re-rolled above),
         # after the hours in order: _settle counts progress from `calls` alone.
         for name, prefix, mode, _complete in scopes:
             for hour in late_hours:
                 if name in folded and hour <= to_int(folded[name]):
-                    await self.store.scripts("foldHistory", keys=[prefix],
-                                             args=["m", hour * 60, 60, "h", hour, HOUR_TTL_MS, mode], client=pipe)
+                    await self._fold(pipe, prefix, mode, "h", hour)
                     refolds.append((name, hour))
         progress, refolded = await self._settle(pipe, calls, fresh, refolds)
         days_refolded = await self._fold_days(scopes, {**folded, **progress}, late_hours)
@@ -196,18 +194,23 @@ class HistoryRoller:
                 fresh[day_name] = complete
                 continue
             for day in range(max(to_int(folded[day_name]) + 1, complete - 31 + 1), complete + 1):
-                await self.store.scripts("foldHistory", keys=[prefix],
-                                         args=["h", day * 24, 24, "d", day, HOUR_TTL_MS, mode], client=pipe)
+                await self._fold(pipe, prefix, mode, "d", day)
                 calls.append((day_name, day))
         for name, prefix, mode, _ in scopes:
             day_name = "day:" + name.partition(":")[2]
             for day in late_days:
                 if day_name in folded and day <= to_int(folded[day_name]):
-                    await self.store.scripts("foldHistory", keys=[prefix],
-                                             args=["h", day * 24, 24, "d", day, HOUR_TTL_MS, mode], client=pipe)
+                    await self._fold(pipe, prefix, mode, "d", day)
                     refolds.append((day_name, day))
         _progress, refolded = await self._settle(pipe, calls, fresh, refolds)
         return refolded
+
+    async def _fold(self, pipe: Any, prefix: str, mode: str, target: str, unit: int) -> None:
+        """Queue on pipe the fold of one hour (target "h": its 60 minutes) or day ("d": its 24
+        hours) of the scope at prefix."""
+        source, size = ("m", 60) if target == "h" else ("h", 24)
+        await self.store.scripts("foldHistory", keys=[prefix],
+                                 args=[source, unit * size, size, target, unit, HOUR_TTL_MS, mode], client=pipe)
 
     async def _settle(self, pipe: Any, calls: Sequence[tuple[str, int]], fresh: Mapping[str, int],
                       refolds: Sequence[tuple[str, int]] = ()) -> tuple[dict[str, int], bool]:

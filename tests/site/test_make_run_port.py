@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from ..redis_server import free_port
-from .test_make_run_signals import _alive, _copy_tree
+from .test_make_run import _alive
+from .test_make_run_signals import _copy_tree
 
 
 def test_a_taken_http_port_is_refused_before_anything_starts(tmp_path: Path) -> None:

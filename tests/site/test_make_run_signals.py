@@ -25,17 +25,9 @@ import pytest
 
 from ..conftest import ROOT
 from ..redis_server import free_port
+from .test_make_run import _alive
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "State:\tZ" not in status.read_text()
 
 
 def _ready(url: str) -> bool:
