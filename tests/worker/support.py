@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
+
+import redis
 
 from dtq_core.clock import Clock, SystemClock
 from dtq_core.config import DtqConfig
@@ -41,3 +44,21 @@ async def until(check: Callable[[], bool], what: str, timeout: float = 30) -> No
     while not await asyncio.to_thread(check):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
+
+
+class AfterCall(redis.Redis):
+    """A real client that runs `then` once, right after the first command naming `key` (and, when
+    `command` is set, being that command) has been answered by Redis: a fault or a cancel injected
+    at one exact point of a caller's exchange."""
+
+    key = ""
+    command: str | None = None
+    then: Callable[[], None] | None = None
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        reply = super().execute_command(*args, **options)
+        then = self.then
+        if then is not None and self.key in args and (self.command is None or args[0] == self.command):
+            self.then = None
+            then()
+        return reply

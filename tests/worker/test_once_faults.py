@@ -17,6 +17,8 @@ from dtq_core.scripts import Scripts
 from dtq_tasks import once
 from tests.redis_server import RedisServer
 
+from .support import AfterCall
+
 
 @pytest.fixture
 def own_redis(tmp_path: Path, settings: Any) -> Any:
@@ -64,27 +66,13 @@ def test_a_redis_away_longer_than_the_marker_retries_raises_its_error(
         dtq_tasks.idempotent_operation("charge:43", charge_then_redis_stops)
 
 
-class _CancelAfterLease(redis.Redis):
-    """A real client whose caller's asyncio task is cancelled (as a task timeout or a cancel
-    would) right after Redis answered the SET that takes the lease on `key`, before the reply
-    reaches the coroutine: one round trip's window."""
-
-    key = ""
-    on_lease: Any = None
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        reply = super().execute_command(*args, **options)
-        hook = self.on_lease
-        if hook is not None and args[:2] == ("SET", self.key):
-            self.on_lease = None
-            hook()
-        return reply
-
-
+@pytest.mark.single_node  # a redis.Redis client in place of the engine's
 def test_an_async_caller_cancelled_while_taking_the_lease_leaves_no_lease_behind(
         live_engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     key = live_engine.keys.operation("refund:9")
-    client = _CancelAfterLease(connection_pool=live_engine.client.connection_pool)
+    # The caller's task is cancelled (as a task timeout or a cancel would) right after Redis answered
+    # the SET that takes the lease, before the reply reaches the coroutine: one round trip's window.
+    client = AfterCall(connection_pool=live_engine.client.connection_pool)
     monkeypatch.setattr(live_engine, "client", client)
     monkeypatch.setattr(live_engine, "scripts", Scripts(client))
     ran: list[str] = []
@@ -96,7 +84,7 @@ def test_an_async_caller_cancelled_while_taking_the_lease_leaves_no_lease_behind
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         task = loop.create_task(dtq_tasks.aidempotent_operation("refund:9", refund, lease_seconds=30))
-        client.key, client.on_lease = key, lambda: loop.call_soon_threadsafe(task.cancel)
+        client.key, client.command, client.then = key, "SET", lambda: loop.call_soon_threadsafe(task.cancel)
         with pytest.raises(asyncio.CancelledError):
             await task
 

@@ -30,7 +30,7 @@ from dtq_core.worker import Worker
 from dtq_core.worker.executor import Row
 
 from ..conftest import wait_for
-from .support import tag
+from .support import AfterCall, tag
 
 RECORDED: list[Any] = []
 
@@ -712,21 +712,6 @@ def test_idempotent_operation_releases_the_key_when_fn_fails(live_engine: Engine
     assert dtq_tasks.idempotent_operation("k", lambda: 7) == 7
 
 
-class _AfterFirstCall(redis.Redis):
-    """A real client that runs `then` once, right after the first command naming `key` returns."""
-
-    key = ""
-    then: Callable[[], None] | None = None
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        reply = super().execute_command(*args, **options)
-        then = self.then
-        if then is not None and self.key in args:
-            self.then = None
-            then()
-        return reply
-
-
 @pytest.mark.single_node
 def test_a_failed_caller_never_releases_the_lease_of_the_caller_after_it(
         live_engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -734,7 +719,7 @@ def test_a_failed_caller_never_releases_the_lease_of_the_caller_after_it(
     # the release's first round trip) and a second caller takes the key; the release, a compare
     # and delete, leaves the second caller's lease alone, so no third caller can run fn beside it.
     key = live_engine.keys.operation("shared")
-    client = _AfterFirstCall(connection_pool=live_engine.client.connection_pool)
+    client = AfterCall(connection_pool=live_engine.client.connection_pool)
     monkeypatch.setattr(live_engine, "client", client)
     monkeypatch.setattr(live_engine, "scripts", Scripts(client))
     second_may_finish = threading.Event()
