@@ -41,13 +41,19 @@ def test_a_redis_restart_right_after_the_effect_does_not_run_it_again(own_redis:
         own_redis.start()
         restarted.set()
 
+    restart = threading.Timer(0.5, restart_soon)
+
     def charge_then_redis_restarts() -> str:
         charges.append("charged")
         own_redis.stop()
-        threading.Timer(0.5, restart_soon).start()
+        restart.start()
         return "receipt-1"
 
-    first = dtq_tasks.idempotent_operation("charge:42", charge_then_redis_restarts, lease_seconds=1)
+    try:
+        first = dtq_tasks.idempotent_operation("charge:42", charge_then_redis_restarts, lease_seconds=1)
+    finally:
+        if restart.is_alive():
+            restart.join()  # before the fixture stops the server, or it would start it again after
     assert restarted.is_set()  # the marker was written after the restart, not before it
     second = dtq_tasks.idempotent_operation("charge:42", lambda: charges.append("again") or "receipt-2",
                                             lease_seconds=1)
